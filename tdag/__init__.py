@@ -1,0 +1,28 @@
+"""tdag: a portable tensor-DAG IR. Capture a model, reduce it to a few primitive ops,
+analyse and transform it as data, and turn it back into torch or ONNX.
+
+>>> import tdag
+>>> from tdag import ops
+>>> prog = tdag.trace(lambda x: ops.sum(x * x, axis=1), tdag.TensorSpec(("b", 8)))
+>>> tdag.verify(prog)
+"""
+from tdag import ops
+from tdag.deinops import PRIMITIVES
+from tdag.deinops.trace import TensorSpec, trace
+from tdag.errors import (FileFormatError, InvalidModelError, PatternError, ShapeError,
+                         TdagError, UnsupportedOpError)
+from tdag.ir.graph import TDAG, Node, Value, Weight
+from tdag.ir.interpreter import run
+from tdag.ir.op import Family, Op
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.types import DType, Origin, TensorKind, TensorType
+from tdag.ir.verify import verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "FileFormatError", "If",
+    "InvalidModelError", "Loop", "Node", "Op", "Origin", "PatternError", "Program", "ShapeError",
+    "TdagError", "TensorKind", "TensorSpec", "TensorType", "UnsupportedOpError", "Value",
+    "Weight", "ops", "run", "trace", "verify",
+]

@@ -1,0 +1,40 @@
+"""tdag's exception types: one per class of failure.
+
+Every error raised at a boundary names what failed (the op, the node, the pattern, the file)
+and, where the node came from a framework, its provenance (``aten.conv2d @ encoder.conv``).
+"""
+from __future__ import annotations
+
+
+class TdagError(Exception):
+    """Base class of every error tdag raises on purpose."""
+
+    def __init__(self, message: str, *, node: str | None = None, origin: object = None):
+        self.node = node
+        self.origin = origin
+        where = []
+        if node is not None:
+            where.append(f"node %{node}")
+        if origin is not None and str(origin):
+            where.append(f"from {origin}")
+        super().__init__(f"{message} [{', '.join(where)}]" if where else message)
+
+
+class ShapeError(TdagError):
+    """Operand shapes or dtypes that an op does not accept."""
+
+
+class PatternError(TdagError):
+    """An einops pattern that cannot be parsed or does not fit its operands."""
+
+
+class UnsupportedOpError(TdagError):
+    """A framework op with no mapping to tdag primitives."""
+
+
+class InvalidModelError(TdagError):
+    """A Program (or source model) that is malformed: dangling names, cycles, bad types."""
+
+
+class FileFormatError(TdagError):
+    """A .tdag file (or text form) that is damaged, truncated or not a tdag file."""

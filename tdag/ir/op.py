@@ -1,0 +1,71 @@
+"""The op enum. Each member is one primitive; its rules live in ``tdag/deinops``.
+
+Ops are grouped into families so that one rule (shape, cost, a rewrite) covers a family.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # movement: the deconstructed einops and their mirrors
+    permute = "permute"
+    group = "group"
+    ungroup = "ungroup"
+    squeeze = "squeeze"
+    unsqueeze = "unsqueeze"
+    slice = "slice"
+    pad = "pad"
+    select = "select"
+    repeat = "repeat"
+    unfold = "unfold"
+    fold = "fold"
+    # reduction
+    reduce = "reduce"
+    # elementwise unary
+    neg = "neg"
+    reciprocal = "reciprocal"
+    exp = "exp"
+    log = "log"
+    sin = "sin"
+    cos = "cos"
+    tan = "tan"
+    asin = "asin"
+    acos = "acos"
+    atan = "atan"
+    sinh = "sinh"
+    cosh = "cosh"
+    tanh = "tanh"
+    asinh = "asinh"
+    acosh = "acosh"
+    atanh = "atanh"
+    erf = "erf"
+    erfinv = "erfinv"
+    sign = "sign"
+    # elementwise binary
+    add = "add"
+    multiply = "multiply"
+    divide = "divide"
+    pow = "pow"
+    # elementwise, beyond exact compositions
+    where = "where"
+    compare = "compare"
+    cast = "cast"
+    # indexing and generators
+    gather = "gather"
+    iota = "iota"
+
+
+class Family:
+    """Op families: a rule written for a family covers every member."""
+
+    MOVEMENT = frozenset({Op.permute, Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.slice,
+                          Op.pad, Op.select, Op.repeat, Op.unfold, Op.fold})
+    # views: no data moves when a framework runs them (strided views)
+    VIEW = frozenset({Op.permute, Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.slice,
+                      Op.select, Op.repeat, Op.unfold})
+    UNARY = frozenset({Op.neg, Op.reciprocal, Op.exp, Op.log, Op.sin, Op.cos, Op.tan, Op.asin,
+                       Op.acos, Op.atan, Op.sinh, Op.cosh, Op.tanh, Op.asinh, Op.acosh,
+                       Op.atanh, Op.erf, Op.erfinv, Op.sign})
+    BINARY = frozenset({Op.add, Op.multiply, Op.divide, Op.pow})
+    ELEMENTWISE = UNARY | BINARY | frozenset({Op.where, Op.compare, Op.cast})

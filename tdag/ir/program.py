@@ -1,0 +1,133 @@
+"""Programs: TDAGs joined at the top level by controller nodes.
+
+A controller takes a list of tensors (and may read and write the program's state dict) and
+returns a list of tensors. Controllers are the only place for control flow:
+
+- ``Call``: run a TDAG;
+- ``If``: run one of two blocks on a bool scalar;
+- ``Loop``: run a block a fixed (possibly symbolic) number of times, or while a condition
+  holds, carrying values from one iteration to the next and stacking per-iteration outputs.
+
+A ``Block`` is a closed list of controllers: it names its inputs, and everything it reads is
+an input, the state, or the output of an earlier step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Union
+
+from tdag.ir.graph import TDAG, Weight
+from tdag.ir.symbols import Dim
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    graph: str
+    inputs: tuple
+    outputs: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    inputs: tuple  # tuple[Value, ...]
+    steps: tuple  # tuple[Controller, ...]
+    outputs: tuple  # tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class If:
+    """``outputs = then_branch(inputs) if cond else else_branch(inputs)``."""
+
+    cond: str
+    inputs: tuple
+    then_branch: Block
+    else_branch: Block
+    outputs: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """A counted and/or conditional loop.
+
+    The body's inputs are ``(i, *carried)`` with ``i`` an i64 scalar iteration number; its
+    outputs are ``([keep_going], *carried, *scanned)``: ``keep_going`` (a bool scalar) only
+    when ``cond`` names the initial condition, and ``scanned`` values are stacked along a new
+    leading axis. The loop runs while ``i < count`` (if a count is given) and ``keep_going``.
+    ``outputs`` are the final carried values followed by the stacked scanned ones.
+    """
+
+    inputs: tuple  # initial carried values
+    body: Block
+    outputs: tuple
+    count: Dim | None = None
+    cond: str | None = None
+    scanned: int = 0
+
+
+Controller = Union[Call, If, Loop]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole model: named TDAGs, a top-level block of controllers and a state dict.
+
+    ``state`` holds tensors that persist across steps and runs (a KV cache, running stats a
+    controller updates); a step writes one by naming it among its outputs.
+    """
+
+    graphs: Mapping[str, TDAG]
+    main: Block
+    state: Mapping[str, Weight] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "graphs", dict(self.graphs))
+        object.__setattr__(self, "state", dict(self.state))
+
+    def __hash__(self):
+        return id(self)
+
+    @staticmethod
+    def from_tdag(graph: TDAG, name: str = "main") -> "Program":
+        """The program that calls one TDAG on its inputs and returns its outputs."""
+        taken = {v.name for v in graph.inputs}
+        outs = []
+        for i in range(len(graph.outputs)):
+            out = f"out{i}"
+            while out in taken:
+                out = "_" + out
+            taken.add(out)
+            outs.append(out)
+        call = Call(name, tuple(v.name for v in graph.inputs), tuple(outs))
+        return Program({name: graph}, Block(tuple(graph.inputs), (call,), tuple(outs)))
+
+    @property
+    def graph(self) -> TDAG:
+        """The TDAG of a program that is a single call (the common case)."""
+        if len(self.graphs) != 1:
+            raise ValueError(f"program has {len(self.graphs)} TDAGs; use .graphs[name]")
+        return next(iter(self.graphs.values()))
+
+    @property
+    def inputs(self) -> tuple:
+        return self.main.inputs
+
+    @property
+    def input_types(self) -> tuple:
+        return tuple(v.type for v in self.main.inputs)
+
+    def replace(self, **changes) -> "Program":
+        return replace(self, **changes)
+
+    def with_graph(self, name: str, graph: TDAG) -> "Program":
+        return replace(self, graphs={**self.graphs, name: graph})
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(len(g.nodes) for g in self.graphs.values())
+
+    def __str__(self) -> str:
+        from tdag.ir.printer import format_program
+        return format_program(self)
+
+    def __repr__(self) -> str:
+        return f"<tdag.Program: {len(self.graphs)} TDAGs, {self.num_nodes} nodes>"

@@ -1,0 +1,135 @@
+"""Tensor types: dtype, (symbolic) shape, tensor kinds and provenance."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+from tdag.errors import ShapeError
+from tdag.ir.symbols import Dim, as_dim, format_dim, product, shapes_equal
+
+
+class DType(enum.Enum):
+    """Element types; the value is the short name the printer uses."""
+
+    f64 = "f64"
+    f32 = "f32"
+    f16 = "f16"
+    bf16 = "bf16"
+    i64 = "i64"
+    i32 = "i32"
+    i16 = "i16"
+    i8 = "i8"
+    u8 = "u8"
+    bool = "bool"
+
+    @property
+    def torch(self) -> torch.dtype:
+        return _TO_TORCH[self]
+
+    @property
+    def itemsize(self) -> int:
+        return _TO_TORCH[self].itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.f64, DType.f32, DType.f16, DType.bf16)
+
+    @staticmethod
+    def of(value) -> "DType":
+        """Accept a DType, a torch dtype, or a name: 'float32', 'f32', 'int64', 'bool'."""
+        if isinstance(value, DType):
+            return value
+        if isinstance(value, torch.dtype):
+            if value not in _FROM_TORCH:
+                raise ShapeError(f"unsupported dtype {value}")
+            return _FROM_TORCH[value]
+        if isinstance(value, str):
+            if value in DType.__members__:
+                return DType[value]
+            name = getattr(torch, value, None)
+            if isinstance(name, torch.dtype) and name in _FROM_TORCH:
+                return _FROM_TORCH[name]
+        raise ShapeError(f"unknown dtype {value!r}")
+
+
+_TO_TORCH = {
+    DType.f64: torch.float64, DType.f32: torch.float32, DType.f16: torch.float16,
+    DType.bf16: torch.bfloat16, DType.i64: torch.int64, DType.i32: torch.int32,
+    DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8, DType.bool: torch.bool,
+}
+_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+
+
+class TensorKind(enum.Enum):
+    """Where a tensor's value comes from."""
+
+    input = "input"          # given at run time
+    parameter = "param"      # learnable weight
+    buffer = "buffer"        # non-learnable state that may change at run time (running stats)
+    const = "const"          # never changes
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    shape: tuple  # tuple[Dim, ...]
+    dtype: DType
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(as_dim(d) for d in self.shape))
+        object.__setattr__(self, "dtype", DType.of(self.dtype))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> Dim:
+        return product(self.shape)
+
+    @property
+    def nbytes(self) -> Dim:
+        return as_dim(self.numel * self.dtype.itemsize)
+
+    def with_shape(self, shape) -> "TensorType":
+        return TensorType(tuple(shape), self.dtype)
+
+    def with_dtype(self, dtype) -> "TensorType":
+        return TensorType(self.shape, dtype)
+
+    def same_as(self, other: "TensorType") -> bool:
+        """Equal up to symbolic algebra (``2*b`` equals ``b+b``)."""
+        return self.dtype == other.dtype and shapes_equal(self.shape, other.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype.value}[{','.join(format_dim(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Provenance of a node: the source op, its module path and the source location."""
+
+    op: str = ""
+    scope: str = ""
+    location: str = ""
+
+    def __str__(self) -> str:
+        text = self.op
+        if self.scope:
+            text += f" @ {self.scope}"
+        if self.location:
+            text += f" ({self.location})"
+        return text
+
+
+def spec_of(value) -> TensorType:
+    """The TensorType of a torch tensor."""
+    return TensorType(tuple(value.shape), DType.of(value.dtype))
+
+
+def check_dim(value: Dim, what: str) -> Dim:
+    dim = as_dim(value)
+    if isinstance(dim, int) and dim < 0:
+        raise ShapeError(f"{what} must be non-negative, got {format_dim(dim)}")
+    return dim

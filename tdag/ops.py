@@ -1,0 +1,10 @@
+"""``tdag.ops``: the functions a traced program is written with.
+
+Primitives (``permute``, ``group``, ``reduce``, ``exp``, ...), array-API helpers with torch's
+broadcasting and promotion (``add``, ``matmul``, ``reshape``, ``concat``, ...), neural-network
+ops as compositions (``conv``, ``softmax``, ``layer_norm``, ``attention``, ...) and einops
+patterns (``rearrange``, ``reduce_pattern``/``einops_reduce``, ``repeat``, ``einsum``).
+"""
+from tdag.deinops.core import *  # noqa: F401,F403
+from tdag.deinops.core import abs, pow, round, slice, sum  # noqa: F401  (shadow builtins)
+from tdag.deinops.trace import buffer, const, param  # noqa: F401
