@@ -45,6 +45,9 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor(%{self.name}: {self.type})"
 
+    # == and != compare elementwise (as torch); without them a mask would silently be a bool
+    def __eq__(self, other): return _ops().eq(self, other)
+    def __ne__(self, other): return _ops().ne(self, other)
     __hash__ = object.__hash__
 
     # Python operators delegate to tdag.ops, which handles broadcasting and scalars.
@@ -160,7 +163,7 @@ class Builder:
         name = self._claim(name) if name is not None else self._claim(self.fresh())
         if spec is None:
             spec = NoSpec()
-        if not isinstance(spec, prim.spec_type) or len(inputs) != prim.arity:
+        if not isinstance(spec, prim.spec_type) or not prim.takes(len(inputs)):
             raise ShapeError(f"{op.value}: expected {prim.arity} inputs and a "
                              f"{prim.spec_type.__name__} spec", node=name, origin=self.origin)
         for x in inputs:

@@ -6,6 +6,7 @@ promotion) and reduce them to the strict primitives, whose operands always agree
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Sequence
 
 import torch
@@ -18,7 +19,7 @@ from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Sl
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
-from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static, product
+from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, is_static, product
 from tdag.ir.types import DType
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -52,17 +53,27 @@ def as_tensor(value, builder: Builder | None = None, dtype=None) -> Tensor:
     return (builder or active_builder()).const(value, dtype)
 
 
-def result_dtype(a, b) -> DType:
-    """torch's type promotion between tensors and Python scalars."""
-    def probe(v):
-        if isinstance(v, Tensor):
-            return torch.empty(0, dtype=v.dtype.torch)
-        if isinstance(v, torch.Tensor):
-            return v
-        return v
-    if not isinstance(a, (Tensor, torch.Tensor)) and not isinstance(b, (Tensor, torch.Tensor)):
-        return DType.of(torch.result_type(torch.tensor(a), b))
-    return DType.of(torch.result_type(probe(a), probe(b)))
+def _probe(value):
+    """A stand-in for ``torch.result_type``: an empty tensor of the same dtype and category
+    (rank-0 tensors rank below dimensioned ones, Python scalars below both, as in torch)."""
+    if isinstance(value, Tensor):
+        return torch.empty((0,) if value.ndim else (), dtype=value.dtype.torch)
+    return value
+
+
+def result_dtype(*values) -> DType:
+    """torch's type promotion among tensors (traced or torch) and Python scalars."""
+    acc = _probe(values[0])
+    for value in values[1:]:
+        other = _probe(value)
+        if not isinstance(acc, torch.Tensor) and not isinstance(other, torch.Tensor):
+            acc = torch.tensor(acc)  # two Python scalars: as torch.tensor(a) op b
+        dtype = torch.result_type(acc, other)
+        dimensioned = any(isinstance(v, torch.Tensor) and v.dim() for v in (acc, other))
+        acc = torch.empty((0,) if dimensioned else (), dtype=dtype)
+    if not isinstance(acc, torch.Tensor):
+        acc = torch.tensor(acc)
+    return DType.of(acc.dtype)
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -107,20 +118,10 @@ def _operands(*values, dtype: DType | None = None) -> list[Tensor]:
     """Promote and broadcast operands of an elementwise op to one type."""
     builder = _builder(*values)
     if dtype is None:
-        dtype = values[0] if len(values) == 1 else _promote_all(values)
+        dtype = result_dtype(*values)
     tensors = [as_tensor(v, builder, dtype) for v in values]
     shape = broadcast_shapes(*(t.shape for t in tensors))
     return [broadcast_to(t, shape) for t in tensors]
-
-
-def _promote_all(values) -> DType:
-    dtype = values[0]
-    for v in values[1:]:
-        dtype = result_dtype(dtype, v) if not isinstance(dtype, DType) else \
-            result_dtype(torch.empty(0, dtype=dtype.torch), v)
-    if not isinstance(dtype, DType):
-        dtype = result_dtype(dtype, dtype)
-    return dtype
 
 
 def _binary(op: Op, a, b, spec=None, dtype=None) -> Tensor:
@@ -153,8 +154,7 @@ def sub(a, b) -> Tensor:
 
 def div(a, b) -> Tensor:
     """True division; integers are promoted to float as in torch."""
-    dtype = result_dtype(a, b) if not (isinstance(a, Tensor) or isinstance(b, Tensor)) else \
-        _promote_all([a, b])
+    dtype = result_dtype(a, b)
     if not dtype.is_float:
         dtype = DType.f32
     return _binary(Op.divide, a, b, Divide(DivideMode.true), dtype)
@@ -169,14 +169,15 @@ def trunc_divide(a, b) -> Tensor:
 
 
 def remainder(a, b) -> Tensor:
-    """Python-style modulo (the sign of the divisor), as torch.remainder."""
-    x, y = _operands(a, b)
-    return sub(x, mul(floor_divide(x, y), y))
+    """Python-style modulo (the sign of the divisor), as torch.remainder.
+
+    A primitive mode, not ``a - b*floor(a/b)``: that rounds twice in floats."""
+    return _binary(Op.divide, a, b, Divide(DivideMode.remainder))
 
 
 def fmod(a, b) -> Tensor:
-    x, y = _operands(a, b)
-    return sub(x, mul(trunc_divide(x, y), y))
+    """C-style modulo (the sign of the dividend), as torch.fmod."""
+    return _binary(Op.divide, a, b, Divide(DivideMode.fmod))
 
 
 def pow(a, b) -> Tensor:
@@ -242,8 +243,7 @@ eq, ne, lt, le, gt, ge = (_compare(k) for k in CompareKind)
 
 def where(cond, a, b) -> Tensor:
     builder = _builder(cond, a, b)
-    dtype = _promote_all([a, b]) if (isinstance(a, Tensor) or isinstance(b, Tensor)) else \
-        result_dtype(a, b)
+    dtype = result_dtype(a, b)
     c = as_tensor(cond, builder, DType.bool)
     x, y = as_tensor(a, builder, dtype), as_tensor(b, builder, dtype)
     shape = broadcast_shapes(c.shape, x.shape, y.shape)
@@ -287,7 +287,11 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:
 
 
 def floor(x: Tensor) -> Tensor:
-    return x if not x.dtype.is_float else floor_divide(x, 1.0)
+    """trunc(x), less one where that rounded up; exact, infinities included (inf//1 is nan)."""
+    if not x.dtype.is_float:
+        return x
+    t = trunc(x)
+    return where(lt(x, t), sub(t, 1.0), t)
 
 
 def ceil(x: Tensor) -> Tensor:
@@ -532,22 +536,25 @@ def arange(start, stop=None, step=1, dtype=None, like: Tensor | None = None) -> 
     if stop is None:
         start, stop = 0, start
     builder = like.builder if like is not None else active_builder()
-    if dtype is None:
-        dtype = DType.f32 if any(isinstance(v, float) for v in (start, stop, step)) else DType.i64
-    dtype = DType.of(dtype)
-    if all(isinstance(v, int) for v in (start, stop, step)):
-        length = builtins.max(0, -(-(stop - start) // step))
-    elif isinstance(step, int) and step == 1 and isinstance(start, int):
-        length = as_dim(stop - start)
-    else:
-        import math
+    floats = any(isinstance(v, float) for v in (start, stop, step))
+    dtype = DType.of(dtype if dtype is not None else (DType.f32 if floats else DType.i64))
+    if floats:
         length = builtins.max(0, math.ceil((stop - start) / step))
-    x = iota(length, dtype, builder)
-    if step != 1:
-        x = mul(x, step)
-    if start != 0:
-        x = add(x, start)
-    return x
+    elif isinstance(step, int) and step > 0:  # symbolic bounds: ceil((stop - start) / step)
+        length = as_dim(floordiv(as_dim(stop - start + step - 1), step))
+        if is_static(length):
+            length = builtins.max(0, length)
+    else:
+        length = builtins.max(0, -(-(stop - start) // step))
+    if not dtype.is_float:
+        x = iota(length, dtype, builder)
+        x = mul(x, step) if step != 1 else x
+        return add(x, start) if start != 0 else x
+    # as torch: start + step * i in double, then rounded once to dtype
+    x = iota(length, DType.f64, builder)
+    x = mul(x, float(step)) if step != 1 else x
+    x = add(x, float(start)) if start != 0 else x
+    return cast(x, dtype)
 
 
 def full(shape, value, dtype=None, like: Tensor | None = None) -> Tensor:
@@ -592,7 +599,7 @@ def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     xs = [x for x in xs]
     dtype = xs[0].dtype
     for x in xs[1:]:
-        dtype = result_dtype(torch.empty(0, dtype=dtype.torch), torch.empty(0, dtype=x.dtype.torch))
+        dtype = DType.of(torch.promote_types(dtype.torch, x.dtype.torch))
     xs = [cast(x, dtype) for x in xs]
     axis = norm_axis(axis, xs[0].ndim)
     xs = [x for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)] or xs[:1]
@@ -707,14 +714,17 @@ def reduce(x: Tensor, kind: str | ReduceKind, axes=None, keepdim: bool = False) 
     return unsqueeze(out, axes) if keepdim and axes else out
 
 
+def _accumulator(x: Tensor) -> Tensor:
+    """torch sums and multiplies bool and integer tensors in i64."""
+    return x if x.dtype.is_float else cast(x, DType.i64)
+
+
 def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    if x.dtype is DType.bool or (not x.dtype.is_float and x.dtype is not DType.i64):
-        x = cast(x, DType.i64)
-    return reduce(x, ReduceKind.sum, axis, keepdim)
+    return reduce(_accumulator(x), ReduceKind.sum, axis, keepdim)
 
 
 def prod(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    return reduce(x, ReduceKind.prod, axis, keepdim)
+    return reduce(_accumulator(x), ReduceKind.prod, axis, keepdim)
 
 
 def amax(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
@@ -751,7 +761,8 @@ def argmin(x: Tensor, axis: int, keepdim: bool = False) -> Tensor:
 
 def _arg_extreme(x: Tensor, axis: int, keepdim: bool, extreme) -> Tensor:
     axis = norm_axis(axis, x.ndim)
-    hit = eq(x, extreme(x, axis, keepdim=True))
+    # nan is both the max and the min (torch.argmax/argmin), so the first nan wins
+    hit = logical_or(eq(x, extreme(x, axis, keepdim=True)), isnan(x))
     positions = arange(0, x.shape[axis], like=x)
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
@@ -764,6 +775,7 @@ def _arg_extreme(x: Tensor, axis: int, keepdim: bool, extreme) -> Tensor:
 def cumsum(x: Tensor, axis: int) -> Tensor:
     """Prefix sums as pad + unfold + reduce-sum (each output sums a window of the input)."""
     axis = norm_axis(axis, x.ndim)
+    x = _accumulator(x)
     n = x.shape[axis]
     if not is_static(n):
         raise ShapeError("cumsum: the axis must be static")
@@ -782,7 +794,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     """torch.matmul as unsqueeze + repeat + multiply + reduce-sum, batch dims broadcast."""
     builder = _builder(a, b)
     a, b = as_tensor(a, builder), as_tensor(b, builder)
-    dtype = _promote_all([a, b])
+    dtype = result_dtype(a, b)
     a, b = cast(a, dtype), cast(b, dtype)
     squeeze_a = a.ndim == 1
     squeeze_b = b.ndim == 1

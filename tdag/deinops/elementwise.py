@@ -80,9 +80,13 @@ primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
 
 
 class DivideMode(enum.Enum):
+    """The quotient rounded three ways, or one of the two remainders that go with them."""
+
     true = "true"
     floor = "floor"
     trunc = "trunc"
+    remainder = "remainder"  # a - b*floor(a/b), the sign of b (Python %, torch.remainder)
+    fmod = "fmod"            # a - b*trunc(a/b), the sign of a (C fmod, torch.fmod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +102,17 @@ def _divide_shape(spec: Divide, ins):
 
 
 def _divide_eval(spec: Divide, xs, resolve):
+    if spec.mode is DivideMode.remainder:
+        return torch.remainder(xs[0], xs[1])
+    if spec.mode is DivideMode.fmod:
+        return torch.fmod(xs[0], xs[1])
     mode = None if spec.mode is DivideMode.true else spec.mode.value
     return torch.div(xs[0], xs[1], rounding_mode=mode)
 
 
 primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
-          "a*(1/b) rounds twice in float32 and is wrong for integer floor division")
+          "a*(1/b) rounds twice in float32 and is wrong for integer floor division; "
+          "a - b*floor(a/b) is not an exact remainder in floats")
 primitive(Op.pow, NoSpec, 2, _binary_shape_rule(Op.pow), lambda s, xs, r: torch.pow(xs[0], xs[1]),
           elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5")
 

@@ -9,7 +9,7 @@ from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, as_dim
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import DType, TensorType, check_dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,11 @@ class Iota:
     dtype: DType = DType.i64
 
 
-primitive(Op.iota, Iota, 0, lambda s, ins: TensorType((s.length,), s.dtype),
+def _iota_shape(spec: Iota, ins):
+    return TensorType((check_dim(spec.length, "iota: the length"),), spec.dtype)
+
+
+primitive(Op.iota, Iota, 0, _iota_shape,
           lambda s, xs, r: torch.arange(r(s.length), dtype=s.dtype.torch),
           lambda s, ins, out: Cost(0, 0, out.nbytes),
           "0, 1, ..., n-1 for a symbolic n (positions, masks); a const cannot be symbolic")

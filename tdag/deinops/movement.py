@@ -18,7 +18,7 @@ from tdag.deinops.primitive import Cost, movement_cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
-from tdag.ir.types import TensorType
+from tdag.ir.types import TensorType, check_dim
 
 
 def _check_axis(axis: int, rank: int, op: str) -> None:
@@ -87,6 +87,8 @@ def ungroup_sizes(spec: Ungroup, dim: Dim) -> tuple:
     wildcards = len(spec.sizes) - len(known)
     if wildcards > 1:
         raise ShapeError(f"ungroup: at most one -1 in sizes {spec.sizes}")
+    if any(is_static(s) and s < 0 for s in known):
+        raise ShapeError(f"ungroup: negative size in {spec.sizes} (only one -1 wildcard)")
     known_product = product(known)
     if wildcards == 0:
         if not dims_equal(known_product, dim):
@@ -239,7 +241,7 @@ def _pad_eval(spec: Pad, xs, resolve):
     if not any(flat):
         return x
     if x.dtype == torch.bool:
-        return F.pad(x.to(torch.uint8), flat, value=int(spec.value)).to(torch.bool)
+        return F.pad(x.to(torch.uint8), flat, value=int(bool(spec.value))).to(torch.bool)
     return F.pad(x, flat, value=spec.value)
 
 
@@ -286,7 +288,7 @@ def _repeat_shape(spec: Repeat, ins):
         if not (is_static(x.shape[a]) and x.shape[a] == 1):
             raise ShapeError(f"repeat: axis {a} of {_fmt(x.shape)} has size "
                              f"{format_dim(x.shape[a])}; only size-1 axes broadcast")
-        shape[a] = size
+        shape[a] = check_dim(size, f"repeat: the size of axis {a}")
     return x.with_shape(shape)
 
 
@@ -353,6 +355,8 @@ def _fold_shape(spec: Fold, ins):
     if x.rank < 2:
         raise ShapeError("fold: needs a window axis and a last (kernel) axis")
     _check_axis(spec.axis, x.rank - 1, "fold")
+    if min(spec.step, spec.dilation) < 1:
+        raise ShapeError(f"fold: step and dilation must be >= 1, got {spec}")
     n, k = x.shape[spec.axis], x.shape[-1]
     needed = as_dim((n - 1) * spec.step + (k - 1) * spec.dilation + 1)
     if is_static(needed) and is_static(spec.length) and needed > spec.length:

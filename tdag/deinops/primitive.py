@@ -45,17 +45,21 @@ CostRule = Callable[[object, Sequence[TensorType], TensorType], Cost]
 class Primitive:
     op: Op
     spec_type: type
-    arity: int
+    arity: int | range  # a range for kernels with optional operands (a conv's bias)
     shape: ShapeRule
     evaluate: Evaluator
     cost: CostRule
     reason: str
 
+    def takes(self, count: int) -> bool:
+        """Whether ``count`` operands are accepted."""
+        return count in self.arity if isinstance(self.arity, range) else count == self.arity
+
 
 REGISTRY: dict[Op, Primitive] = {}
 
 
-def primitive(op: Op, spec_type: type, arity: int, shape: ShapeRule, evaluate: Evaluator,
+def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
               cost: CostRule, reason: str) -> Primitive:
     """Register a primitive; called once per op by the family modules."""
     assert op not in REGISTRY, f"{op} registered twice"

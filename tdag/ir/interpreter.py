@@ -38,15 +38,17 @@ def bind(values: Sequence[Value], tensors: Sequence[torch.Tensor], bindings: dic
     if len(values) != len(tensors):
         raise TdagError(f"{where}: expected {len(values)} inputs, got {len(tensors)}")
     bound = dict(bindings)
+    fresh: dict = {}  # symbols bound by these tensors: they must agree with one another
     for value, tensor in zip(values, tensors):
         if not isinstance(tensor, torch.Tensor):
             raise TdagError(f"{where}: input %{value.name} must be a torch.Tensor, "
                             f"got {type(tensor).__name__}")
-        _bind_one(value, tensor, bound, where)
+        _bind_one(value, tensor, bound, fresh, where)
     return bound
 
 
-def _bind_one(value: Value, tensor: torch.Tensor, bound: dict, where: str) -> None:
+def _bind_one(value: Value, tensor: torch.Tensor, bound: dict, fresh: dict,
+              where: str) -> None:
     declared = value.type
     if tensor.dim() != declared.rank or DType.of(tensor.dtype) is not declared.dtype:
         raise ShapeError(f"{where}: input %{value.name} should be {declared}, got "
@@ -58,7 +60,11 @@ def _bind_one(value: Value, tensor: torch.Tensor, bound: dict, where: str) -> No
                 raise ShapeError(f"{where}: input %{value.name} should be {declared}, "
                                  f"got shape {list(tensor.shape)}")
         elif dim.is_Symbol:
-            bound[dim.name] = int(actual)
+            if fresh.get(dim.name, actual) != actual:
+                raise ShapeError(f"{where}: input %{value.name} should be {declared}, got "
+                                 f"shape {list(tensor.shape)}, but {dim.name} = "
+                                 f"{fresh[dim.name]} from an earlier input")
+            bound[dim.name] = fresh[dim.name] = int(actual)
         else:
             deferred.append((dim, actual))
     for dim, actual in deferred:

@@ -54,6 +54,26 @@ class Op(enum.Enum):
     # indexing and generators
     gather = "gather"
     iota = "iota"
+    # kernels (placeholders made by tdag.lower): one fast framework call each; their rules
+    # live in tdag/lower/kernels.py and register when tdag.lower is imported
+    einsum = "einsum"
+    conv = "conv"
+    conv_transpose = "conv_transpose"
+    max_pool = "max_pool"
+    avg_pool = "avg_pool"
+    softmax = "softmax"
+    log_softmax = "log_softmax"
+    layer_norm = "layer_norm"
+    group_norm = "group_norm"
+    batch_norm = "batch_norm"
+    rms_norm = "rms_norm"
+    attention = "attention"
+    gelu = "gelu"
+    silu = "silu"
+    sigmoid = "sigmoid"
+    relu = "relu"
+    reshape = "reshape"
+    expand = "expand"
 
 
 class Family:
@@ -69,3 +89,8 @@ class Family:
                        Op.atanh, Op.erf, Op.erfinv, Op.sign})
     BINARY = frozenset({Op.add, Op.multiply, Op.divide, Op.pow})
     ELEMENTWISE = UNARY | BINARY | frozenset({Op.where, Op.compare, Op.cast})
+    # placeholders for fused framework kernels (tdag.lower); not primitives
+    KERNEL = frozenset({Op.einsum, Op.conv, Op.conv_transpose, Op.max_pool, Op.avg_pool,
+                        Op.softmax, Op.log_softmax, Op.layer_norm, Op.group_norm,
+                        Op.batch_norm, Op.rms_norm, Op.attention, Op.gelu, Op.silu,
+                        Op.sigmoid, Op.relu, Op.reshape, Op.expand})

@@ -65,7 +65,7 @@ def _check_node(node, in_types, where: str) -> None:
         raise InvalidModelError(f"{where}: {node.op.value} needs a {prim.spec_type.__name__} "
                                 f"spec, got {type(node.spec).__name__}", node=node.name,
                                 origin=node.origin)
-    if len(in_types) != prim.arity:
+    if not prim.takes(len(in_types)):
         raise InvalidModelError(f"{where}: {node.op.value} takes {prim.arity} inputs, got "
                                 f"{len(in_types)}", node=node.name, origin=node.origin)
     try:

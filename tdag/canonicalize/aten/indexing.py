@@ -1,0 +1,115 @@
+"""Indexing ATen ops: advanced indexing, gather, scatters into slices, embeddings.
+
+tdag has one indexing primitive, ``gather`` (numpy ``take`` along one axis). Multi-tensor
+indexing merges the indexed axes into one and gathers at the linear index; writes into a
+slice are ``where`` over a gather of the source, so no scatter primitive is needed.
+"""
+from __future__ import annotations
+
+from tdag import ops
+from tdag.canonicalize.aten.registry import aten
+from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import as_dim, is_static
+from tdag.ir.types import DType
+
+
+def _i64(index):
+    if index.dtype is DType.bool:
+        raise UnsupportedOpError("indexing with a boolean mask gives a data-dependent shape")
+    return ops.cast(index, DType.i64)
+
+
+def _wrap(index, x, axis):
+    """Negative indices count from the end, as in torch."""
+    length = ops.size_tensor(x, (axis,), DType.i64)
+    return ops.where(ops.lt(index, 0), ops.add(index, length), index)
+
+
+@aten("index", "_unsafe_index")
+def index(x, indices):
+    """``x[i0, i1, ...]`` with tensor indices (None: the whole axis), broadcast together."""
+    axes = [a for a, i in enumerate(indices) if i is not None]
+    tensors = [_wrap(_i64(indices[a]), x, a) for a in axes]
+    if len(axes) == 1:
+        return ops.gather(x, tensors[0], axes[0])
+    shape = ops.broadcast_shapes(*(t.shape for t in tensors))
+    tensors = [ops.broadcast_to(t, shape) for t in tensors]
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    first = axes[0] if adjacent else 0
+    if not adjacent:  # ATen puts the broadcast index dims first when the axes are apart
+        x = ops.permute(x, tuple(axes) + tuple(a for a in range(x.ndim) if a not in axes))
+    linear = tensors[0]
+    for k, t in enumerate(tensors[1:], start=1):
+        linear = ops.add(ops.mul(linear, ops.size_tensor(x, (first + k,), DType.i64)), t)
+    merged = ops.group(x, first, len(axes))
+    return ops.gather(merged, linear, first)
+
+
+@aten("index_select")
+def index_select(x, dim, index):
+    if x.ndim == 0:
+        return x
+    return ops.gather(x, _i64(index), dim)
+
+
+@aten("take")
+def take(x, index):
+    return ops.gather(ops.reshape(x, (-1,)), _wrap(_i64(index), ops.reshape(x, (-1,)), 0), 0)
+
+
+@aten("gather")
+def gather(x, dim, index, sparse_grad=False):
+    """``out[..., j, ...] = x[..., index[..., j, ...], ...]`` along ``dim``: the other axes
+    are flattened into a row number, so that one gather on the flat tensor does it."""
+    if x.ndim == 0:
+        return ops.reshape(x, index.shape)
+    dim = dim % x.ndim
+    index = _i64(index)
+    for axis in range(x.ndim):  # ATen allows index to be smaller than x off ``dim``
+        if axis != dim and not (is_static(index.shape[axis]) and is_static(x.shape[axis])
+                                and index.shape[axis] == x.shape[axis]):
+            x = ops.slice(x, axis, 0, index.shape[axis])
+    x, index = ops.movedim(x, dim, -1), ops.movedim(index, dim, -1)
+    rows = ops.iota(as_dim(ops_numel(x.shape[:-1])), "i64", x.builder)
+    rows = ops.reshape(rows, tuple(x.shape[:-1]) + (1,))
+    linear = ops.add(ops.mul(rows, ops.size_tensor(x, (x.ndim - 1,), DType.i64)), index)
+    out = ops.gather(ops.reshape(x, (-1,)), linear, 0)
+    return ops.movedim(out, -1, dim)
+
+
+def ops_numel(shape):
+    from tdag.ir.symbols import product
+    return product(shape)
+
+
+@aten("slice_scatter")
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src``."""
+    n = x.shape[dim]
+    start = 0 if start is None else (start + n if isinstance(start, int) and start < 0 else start)
+    if step == 1:
+        stop = as_dim(start + src.shape[dim])
+        parts = [ops.slice(x, dim, 0, start), src, ops.slice(x, dim, stop, n)]
+        return ops.concat([p for p in parts if not (is_static(p.shape[dim]) and
+                                                    p.shape[dim] == 0)] or [src], dim)
+    position = ops.iota(n, "i64", x.builder)
+    offset = ops.sub(position, start)
+    inside = ops.logical_and(ops.ge(offset, 0), ops.lt(offset, as_dim(src.shape[dim] * step)))
+    inside = ops.logical_and(inside, ops.eq(ops.remainder(offset, step), 0))
+    picked = ops.gather(src, ops.clamp(ops.floor_divide(offset, step), 0,
+                                       as_dim(src.shape[dim] - 1)), dim)
+    shape = [1] * x.ndim
+    shape[dim] = n
+    return ops.where(ops.reshape(inside, shape), picked, x)
+
+
+@aten("select_scatter")
+def select_scatter(x, src, dim, index):
+    index = index + x.shape[dim] if isinstance(index, int) and index < 0 else index
+    return slice_scatter(x, ops.unsqueeze(src, dim % x.ndim), dim % x.ndim, index,
+                         as_dim(index + 1), 1)
+
+
+@aten("embedding")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return ops.gather(weight, _i64(indices), 0)

@@ -1,0 +1,221 @@
+"""Neural-network ATen ops, mapped to the derived NN ops of ``tdag.ops``.
+
+Each entry names the tdag.ops function it needs. Where that function is missing, the op is
+not "known" and torch decomposes it (see ``torch_capture.decompose_unknown``); convolution
+and average pooling have no torch decomposition, so they fall back to compositions in
+``nn_fallback``.
+"""
+from __future__ import annotations
+
+import math
+
+from tdag import ops
+from tdag.canonicalize.aten import nn_fallback
+from tdag.canonicalize.aten.registry import aten
+from tdag.errors import UnsupportedOpError
+from tdag.ir.types import DType
+
+
+def _nn(name: str):
+    """tdag.ops' version of an NN op, or the local composition until it exists."""
+    return getattr(ops, name, None) or getattr(nn_fallback, name)
+
+
+# -- convolution and pooling ---------------------------------------------------------------------
+
+@aten("convolution", "_convolution")
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+                *flags):
+    if transposed:
+        return _nn("conv_transpose")(x, weight, bias, tuple(stride), tuple(padding),
+                                     tuple(output_padding), groups, tuple(dilation))
+    return _nn("conv")(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+
+@aten("conv1d.default", "conv2d.default", "conv3d.default")
+def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _nn("conv")(x, weight, bias, stride, padding, dilation, groups)
+
+
+@aten("conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input")
+def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                   dilation=1):
+    return _nn("conv_transpose")(x, weight, bias, stride, padding, output_padding, groups,
+                                 dilation)
+
+
+@aten("max_pool1d", "max_pool2d", "max_pool3d", needs=("max_pool",))
+def max_pool(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return ops.max_pool(x, kernel_size, stride or None, padding, dilation, ceil_mode)
+
+
+@aten("max_pool2d_with_indices", "max_pool3d_with_indices", needs=("max_pool",))
+def max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    # the indices feed only max-unpooling and gradients; None makes any use of them an error
+    return max_pool(x, kernel_size, stride, padding, dilation, ceil_mode), None
+
+
+@aten("avg_pool1d", "avg_pool2d", "avg_pool3d")
+def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+    return _nn("avg_pool")(x, kernel_size, stride or None, padding, ceil_mode,
+                           count_include_pad, divisor_override)
+
+
+@aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+      "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", needs=("adaptive_avg_pool",))
+def adaptive_avg_pool(x, output_size):
+    return ops.adaptive_avg_pool(x, tuple(output_size))
+
+
+# -- softmax and norms ---------------------------------------------------------------------------
+
+@aten("_softmax", "softmax.int", needs=("softmax",))
+def softmax(x, dim, half_to_float_or_dtype=None):
+    return ops.softmax(_float(x), dim)
+
+
+@aten("_log_softmax", "log_softmax.int", needs=("log_softmax",))
+def log_softmax(x, dim, half_to_float_or_dtype=None):
+    return ops.log_softmax(_float(x), dim)
+
+
+@aten("_safe_softmax", needs=("softmax",))
+def safe_softmax(x, dim, dtype=None):
+    """softmax, with rows that are all -inf giving 0 instead of nan (masked attention)."""
+    x = _float(x)
+    empty = ops.amin(ops.eq(x, -math.inf), dim, keepdim=True)
+    return ops.where(empty, 0.0, ops.softmax(x, dim))
+
+
+def _float(x):
+    return x if x.dtype.is_float else ops.cast(x, DType.f32)
+
+
+@aten("layer_norm", needs=("layer_norm",))
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return ops.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
+
+
+@aten("native_layer_norm", needs=("layer_norm",))
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    # mean and rstd are saved for the backward pass; None makes any use of them an error
+    return layer_norm(x, normalized_shape, weight, bias, eps), None, None
+
+
+@aten("group_norm", needs=("group_norm",))
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return ops.group_norm(x, num_groups, weight, bias, eps)
+
+
+@aten("native_group_norm", needs=("group_norm",))
+def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
+    return ops.group_norm(x, group, weight, bias, eps), None, None
+
+
+@aten("_native_batch_norm_legit_no_training", needs=("batch_norm",))
+def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    return ops.batch_norm(x, running_mean, running_var, weight, bias, eps), None, None
+
+
+@aten("batch_norm", needs=("batch_norm",))
+def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
+               cudnn_enabled=True):
+    if training or running_mean is None:
+        raise UnsupportedOpError("batch norm with batch statistics (training mode): call "
+                                 "module.eval()")
+    return ops.batch_norm(x, running_mean, running_var, weight, bias, eps)
+
+
+@aten("rms_norm", needs=("rms_norm",))
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    return ops.rms_norm(x, tuple(normalized_shape), weight, eps)
+
+
+# -- activations ---------------------------------------------------------------------------------
+
+def _activation(name: str, *ops_names):
+    aten(*ops_names, needs=(name,))(lambda x, *args: getattr(ops, name)(x, *args))
+
+
+_activation("relu", "relu")
+_activation("sigmoid", "sigmoid")
+_activation("silu", "silu")
+_activation("mish", "mish")
+_activation("hardsigmoid", "hardsigmoid")
+_activation("hardswish", "hardswish")
+
+
+@aten("gelu", needs=("gelu",))
+def gelu(x, approximate="none"):
+    return ops.gelu(x, approximate)
+
+
+@aten("leaky_relu", needs=("leaky_relu",))
+def leaky_relu(x, negative_slope=0.01):
+    return ops.leaky_relu(x, negative_slope)
+
+
+@aten("hardtanh", needs=("hardtanh",))
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return ops.hardtanh(x, min_val, max_val)
+
+
+@aten("relu6", needs=("hardtanh",))
+def relu6(x):
+    return ops.hardtanh(x, 0.0, 6.0)
+
+
+@aten("softplus", needs=("softplus",))
+def softplus(x, beta=1, threshold=20):
+    return ops.softplus(x, beta, threshold)
+
+
+@aten("elu", needs=("elu",))
+def elu(x, alpha=1, scale=1, input_scale=1):
+    if scale != 1 or input_scale != 1:  # selu and celu: torch's decomposition covers them
+        raise UnsupportedOpError("elu with scale or input_scale")
+    return ops.elu(x, alpha)
+
+
+# -- attention, resampling, padding --------------------------------------------------------------
+
+@aten("scaled_dot_product_attention", needs=("scaled_dot_product_attention",))
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    return ops.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
+                                            enable_gqa)
+
+
+def _interpolate(mode: str, names, align=False):
+    def entry(x, output_size, *args):
+        align_corners = args[0] if align and args else False
+        scales = args[-1] if args else None
+        if output_size:
+            return ops.interpolate(x, size=tuple(output_size), mode=mode,
+                                   align_corners=align_corners)
+        return ops.interpolate(x, scale_factor=tuple(scales), mode=mode,
+                               align_corners=align_corners)
+    aten(*names, needs=("interpolate",))(entry)
+
+
+_interpolate("nearest", ("upsample_nearest1d.vec", "upsample_nearest2d.vec",
+                         "upsample_nearest3d.vec"))
+_interpolate("linear", ("upsample_linear1d.vec",), align=True)
+_interpolate("bilinear", ("upsample_bilinear2d.vec",), align=True)
+_interpolate("bicubic", ("upsample_bicubic2d.vec",), align=True)
+_interpolate("trilinear", ("upsample_trilinear3d.vec",), align=True)
+
+
+@aten("pad", needs=("torch_pad",))
+def pad(x, pad, mode="constant", value=None):
+    return ops.torch_pad(x, tuple(pad), mode, 0.0 if value is None else value)
+
+
+def _mode_pad(mode: str, names):
+    aten(*names, needs=("torch_pad",))(lambda x, padding: ops.torch_pad(x, tuple(padding), mode))
+
+
+_mode_pad("reflect", ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"))
+_mode_pad("replicate", ("replication_pad1d", "replication_pad2d", "replication_pad3d"))
+_mode_pad("circular", ("_pad_circular",))

@@ -1,0 +1,112 @@
+"""The ATen op table: one entry per ATen op, a short function over tdag.ops.
+
+An entry receives the node's arguments as ATen's schema orders them, with tensors already
+tdag Tensors and symbolic sizes already tdag dims, and returns a Tensor (or a tuple for ops
+with several results). Keys are an op name (``"add"``: every overload) or an overload
+(``"div.Tensor_mode"``), which wins over the name. The converter casts each result to the
+dtype torch recorded, so entries need not repeat torch's type promotion rules exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import sympy
+import torch
+
+from tdag import ops
+from tdag.deinops.builder import Tensor, active_builder
+from tdag.ir.symbols import is_static
+
+
+@dataclass(frozen=True)
+class Entry:
+    fn: Callable
+    needs: tuple = ()  # tdag.ops functions the entry calls that may not exist yet
+
+    def available(self) -> bool:
+        return all(hasattr(ops, name) for name in self.needs)
+
+
+TABLE: dict[str, Entry] = {}
+
+
+def aten(*names: str, needs: tuple = ()):
+    """Register the decorated function for the ATen ops ``names``."""
+    def register(fn: Callable) -> Callable:
+        for name in names:
+            assert name not in TABLE, f"aten.{name} registered twice"
+            TABLE[name] = Entry(fn, needs)
+        return fn
+    return register
+
+
+def key(target) -> str | None:
+    """``add.Tensor`` for ``torch.ops.aten.add.Tensor``; None outside the aten namespace."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    return f"{target.overloadpacket.__name__}.{target._overloadname}"
+
+
+def lookup(target) -> Entry | None:
+    name = key(target)
+    if name is None:
+        return None
+    entry = TABLE.get(name) or TABLE.get(name.split(".")[0])
+    return entry if entry is not None and entry.available() else None
+
+
+def supports(target) -> bool:
+    return lookup(target) is not None
+
+
+# -- helpers shared by the families ----------------------------------------------------------
+
+
+def scalar(value):
+    """A Python scalar or a Tensor for an ATen Scalar argument; a symbolic size becomes a
+    scalar tensor computed from the shapes (``batch * 4``)."""
+    if isinstance(value, sympy.Expr) and not is_static(value):
+        return dim_tensor(value)
+    if isinstance(value, sympy.Expr):
+        return int(value)
+    return value
+
+
+def dim_tensor(expr: sympy.Expr) -> Tensor:
+    """A scalar i64 tensor equal to the symbolic size ``expr`` at run time."""
+    builder = active_builder()
+    if expr.is_Integer:
+        return builder.const(int(expr))
+    if expr.is_Number:
+        return builder.const(float(expr))
+    if expr.is_Symbol:
+        return ops.sum(ops.full((expr,), 1, "i64", like=None))
+    parts = [dim_tensor(a) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return _fold(ops.add, parts)
+    if isinstance(expr, sympy.Mul):
+        return _fold(ops.mul, parts)
+    if isinstance(expr, sympy.Pow):
+        return ops.pow(ops.cast(parts[0], "f32"), parts[1])
+    if isinstance(expr, sympy.floor):
+        return ops.floor(parts[0])
+    if isinstance(expr, sympy.ceiling):
+        return ops.ceil(parts[0])
+    if isinstance(expr, sympy.Mod):
+        return ops.remainder(*parts)
+    raise NotImplementedError(f"size expression {expr}")
+
+
+def _fold(fn, parts):
+    result = parts[0]
+    for p in parts[1:]:
+        result = fn(result, p)
+    return result
+
+
+def axes_or_all(dim, ndim: int):
+    """ATen's ``dim`` list for reductions: None or [] means every axis."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(ndim))
+    return (dim,) if isinstance(dim, int) else tuple(dim)

@@ -1,0 +1,163 @@
+"""Capturing a torch model as an ExportedProgram: from a module, an ExportedProgram or a .pt2.
+
+Capture is torch.export in non-strict mode (it runs the Python forward with fake tensors, so
+it copes with more models than the strict bytecode tracer). The result is torch's training
+IR: ATen ops such as ``aten.linear`` and ``aten.layer_norm`` that the tdag table maps
+directly. Only ops the table lacks are decomposed (see ``decompose_unknown``): a full
+``run_decompositions()`` costs about three exports, and the direct mappings read better.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import zipfile
+from typing import Callable
+from unittest import mock
+
+import torch
+from torch._decomp import decomposition_table
+from torch.export import Dim, ExportedProgram
+
+from tdag.canonicalize.torch_symbols import BATCH
+from tdag.errors import FileFormatError, UnsupportedOpError
+
+
+def capture(source, example_args=(), example_kwargs=None, dynamic_batch: bool = False,
+            dynamic_shapes=None) -> ExportedProgram:
+    """An ExportedProgram for a module, an ExportedProgram, or the path of a .pt2 file."""
+    if isinstance(source, (str, os.PathLike)):
+        source = load_pt2(source)
+    if isinstance(source, ExportedProgram):
+        if not (dynamic_batch or dynamic_shapes):
+            return source
+        # re-export to change which dims are dynamic; the saved example inputs stand in
+        saved = source.example_inputs or ((), {})
+        example_args = example_args or saved[0]
+        example_kwargs = example_kwargs if example_kwargs is not None else saved[1]
+        source = source.module()
+    if not isinstance(source, torch.nn.Module):
+        raise TypeError(f"from_torch takes an nn.Module, an ExportedProgram or a .pt2 path, "
+                        f"not {type(source).__name__}")
+    args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
+    kwargs = dict(example_kwargs or {})
+    if dynamic_batch and dynamic_shapes is None:
+        return _export_dynamic_batch(source, args, kwargs)
+    return torch.export.export(source, args, kwargs, dynamic_shapes=dynamic_shapes,
+                               strict=False)
+
+
+def _export_dynamic_batch(module, args, kwargs) -> ExportedProgram:
+    """Dim 0 of every user tensor input is the symbol ``batch``.
+
+    torch.export specialises sizes 0 and 1, so an example batch of 1 is doubled for capture
+    (the graph does not depend on the example's batch size); ``min=1`` is tried first so that
+    the program accepts a batch of one, then ``min=2`` for models that branch on batch == 1.
+    """
+    args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, _batch_of_two, (args, kwargs))
+    error = None
+    for low in (1, 2):
+        batch = Dim(BATCH, min=low)
+        shapes = _batch_shapes(module, args, kwargs, batch)
+        try:
+            return torch.export.export(module, args, kwargs, dynamic_shapes=shapes, strict=False)
+        except torch._dynamo.exc.UserError as exc:  # a constraint violation: retry with min=2
+            error = exc
+    raise error
+
+
+def _batch_of_two(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, x]) if x.dim() and x.shape[0] == 1 else x
+
+
+def _batch_shapes(module, args, kwargs, batch: Dim):
+    """dynamic_shapes naming dim 0 of every tensor; keyed by forward's argument names."""
+    spec = lambda x: {0: batch} if isinstance(x, torch.Tensor) and x.dim() else None  # noqa: E731
+    shapes = lambda tree: torch.utils._pytree.tree_map(spec, tree)  # noqa: E731
+    if not kwargs:
+        return tuple(shapes(a) for a in args)
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    return {name: shapes(value) for name, value in bound.arguments.items()}
+
+
+# -- decomposition ------------------------------------------------------------------------------
+
+
+def decompose_unknown(ep: ExportedProgram, known: Callable[[object], bool],
+                      rounds: int = 4) -> ExportedProgram:
+    """Decompose the ops ``known`` rejects, with torch's decompositions: export's defaults
+    (core ATen), then torch._decomp's (which also reduce core ops such as
+    ``native_layer_norm``), then an op's own CompositeImplicitAutograd kernel.
+
+    A decomposition may itself produce ops the table lacks, hence a few rounds; ops with no
+    decomposition stay, and the converter reports them.
+    """
+    defaults = torch.export.default_decompositions()
+    for _ in range(rounds):
+        todo = {}
+        for op in _unknown_ops(ep, known):
+            decomposition = defaults.get(op) or decomposition_table.get(op)
+            if decomposition is None and op.has_kernel_for_dispatch_key(
+                    torch._C.DispatchKey.CompositeImplicitAutograd):
+                decomposition = op.decompose
+            if decomposition is not None:
+                todo[op] = decomposition
+        if not todo:
+            break
+        ep = ep.run_decompositions(todo)
+    return ep
+
+
+def _unknown_ops(ep: ExportedProgram, known) -> set:
+    return {n.target for n in ep.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            and not known(n.target)}
+
+
+# -- loading .pt2 files --------------------------------------------------------------------------
+
+
+def load_pt2(path) -> ExportedProgram:
+    """Load a file written by torch.export.save without running pickled code.
+
+    torch.export.load reads the graph from JSON (op names resolve to ``torch.ops`` only) and
+    plain tensors from raw bytes, but tensor subclasses and opaque constants are unpickled
+    (``torch.load(weights_only=False)``, ``pickle.loads``), and TorchScript objects go
+    through ``torch._C._pickle_load_obj``: each can run arbitrary code. While loading we force
+    ``weights_only=True`` (torch's restricted unpickler: tensors and containers only) and refuse
+    the other two, so a hostile file fails to load instead of running.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileFormatError(f"{path!r} is not a file")
+    if not zipfile.is_zipfile(path):
+        raise FileFormatError(f"{path!r} is not a .pt2 archive (torch.export.save writes a zip)")
+    try:
+        with _no_arbitrary_unpickling():
+            return torch.export.load(path)
+    except (RuntimeError, KeyError, ValueError, AssertionError, zipfile.BadZipFile) as exc:
+        raise FileFormatError(f"cannot load {path!r} as a torch.export program: {exc}") from exc
+
+
+class _RefusePickle:
+    """Stands in for the ``pickle`` module inside torch's .pt2 reader."""
+
+    @staticmethod
+    def loads(*args, **kwargs):
+        raise FileFormatError("the .pt2 file holds a pickled Python object; tdag refuses to "
+                              "unpickle it (it could run arbitrary code)")
+
+
+@contextlib.contextmanager
+def _no_arbitrary_unpickling():
+    from torch.export.pt2_archive import _package
+    real_load = torch.load
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        return real_load(*args, **kwargs)
+
+    with mock.patch.object(torch, "load", weights_only_load), \
+            mock.patch.object(_package, "pickle", _RefusePickle), \
+            mock.patch.object(torch._C, "_pickle_load_obj", _RefusePickle.loads):
+        yield

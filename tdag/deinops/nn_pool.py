@@ -1,0 +1,273 @@
+"""Pooling and resampling as compositions of primitives, on the trailing 1-3 spatial axes.
+
+max_pool / avg_pool = pad + unfold (one per axis) + reduce (max / sum, then divide by counts)
+adaptive pools      = unfold when the windows tile the axis, else gather of (out, k) windows
+interpolate         = gather (nearest), or two gathers + a weighted sum per axis (linear)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tdag.deinops import core
+from tdag.deinops.builder import Tensor
+from tdag.deinops.nn_util import (as_float, fill_value, ntuple, spatial_rank, static_dims, take,
+                                  trailing)
+from tdag.errors import ShapeError
+from tdag.ir.symbols import Dim, as_dim, floordiv, is_static
+
+__all__ = ["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "interpolate"]
+
+
+# -- windowed pooling -------------------------------------------------------------------------
+
+
+def _pool_length(length: Dim, k: int, s: int, p: int, dl: int, ceil_mode: bool) -> Dim:
+    """Number of windows, torch's pooling_output_shape (ceil mode drops a window that would
+    start inside the right padding)."""
+    span = dl * (k - 1) + 1
+    if not ceil_mode or s == 1:  # with stride 1 ceil and floor agree
+        return as_dim(floordiv(as_dim(length + 2 * p - span), s) + 1)
+    if not is_static(length):
+        raise ShapeError("pooling: ceil_mode with stride > 1 needs a static spatial size")
+    out = -(-(length + 2 * p - span) // s) + 1
+    return out - 1 if (out - 1) * s >= length + p else out
+
+
+def _windows(x: Tensor, d: int, kernel, stride, padding, dilation, ceil_mode: bool,
+             fill: float) -> Tensor:
+    """(..., *S) -> (..., *O, *K): padded with ``fill``, plus extra right padding in ceil
+    mode so that the last (partial) window exists."""
+    widths = [(0, 0)] * (x.ndim - d)
+    for i in range(d):
+        length = x.shape[x.ndim - d + i]
+        n = _pool_length(length, kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        needed = as_dim((n - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1)
+        extra = as_dim(needed - length - 2 * padding[i])
+        extra = max(extra, 0) if is_static(extra) else 0
+        widths.append((padding[i], padding[i] + extra))
+    x = core.pad(x, widths, fill)
+    base = x.ndim - d
+    for i in range(d):
+        x = core.unfold(x, base + i, kernel[i], stride[i], dilation[i])
+    return x
+
+
+def _pool_args(x: Tensor, kernel_size, stride, padding, dilation, spatial_dims, what: str):
+    d = spatial_rank(x, kernel_size, spatial_dims, what)
+    kernel = ntuple(kernel_size, d, f"{what} kernel_size")
+    stride = kernel if stride is None or stride == [] else ntuple(stride, d, f"{what} stride")
+    padding = ntuple(padding, d, f"{what} padding")
+    dilation = ntuple(dilation, d, f"{what} dilation")
+    for k, p in zip(kernel, padding):
+        if p > k // 2:  # torch's rule (on the kernel size, dilation aside)
+            raise ShapeError(f"{what}: padding {p} must be at most half the kernel size {k}")
+    return d, kernel, stride, padding, dilation
+
+
+def max_pool(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+             ceil_mode: bool = False, spatial_dims: int | None = None) -> Tensor:
+    """``torch.nn.functional.max_pool{1,2,3}d`` on the trailing spatial axes (their count is
+    the kernel_size tuple's length, else x.ndim - 2, or ``spatial_dims``). Padding is -inf,
+    so it never wins; nan propagates as in torch."""
+    d, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride, padding,
+                                                      dilation, spatial_dims, "max_pool")
+    windows = _windows(x, d, kernel, stride, padding, dilation, ceil_mode, fill_value(x, True))
+    return core.amax(windows, tuple(range(windows.ndim - d, windows.ndim)))
+
+
+def avg_pool(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+             count_include_pad: bool = True, divisor_override: int | None = None,
+             spatial_dims: int | None = None) -> Tensor:
+    """``torch.nn.functional.avg_pool{1,2,3}d``: window sums divided by the window size, or
+    by the count of real (unpadded) cells when ``count_include_pad`` is False."""
+    d, kernel, stride, padding, _ = _pool_args(x, kernel_size, stride, padding, 1,
+                                               spatial_dims, "avg_pool")
+    windows = _windows(as_float(x), d, kernel, stride, padding, (1,) * d, ceil_mode, 0.0)
+    sums = core.sum(windows, tuple(range(windows.ndim - d, windows.ndim)))
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ShapeError("avg_pool: divisor_override must be non-zero")
+        return core.div(sums, float(divisor_override))
+    counts = [trailing(_window_counts(x, x.ndim - d + i, kernel[i], stride[i], padding[i],
+                                      ceil_mode, count_include_pad), d - i) for i in range(d)]
+    return core.div(sums, _product(counts, sums))
+
+
+def _product(parts: list, like: Tensor):
+    """The product of per-axis counts (ints, const vectors, traced vectors) as one operand:
+    a Python float when every window agrees, else a broadcastable tensor."""
+    static = torch.ones((), dtype=torch.float64)
+    traced = None
+    for part in parts:
+        if isinstance(part, Tensor):
+            traced = part if traced is None else core.mul(traced, part)
+        else:
+            static = static * part
+    out = float(static) if static.ndim == 0 else like.builder.const(static.to(like.dtype.torch))
+    return out if traced is None else core.mul(traced, out)
+
+
+def _window_counts(x: Tensor, axis: int, k: int, s: int, p: int, ceil_mode: bool,
+                   include_pad: bool):
+    """The divisor of each window along one axis: an int when all agree, else a vector."""
+    length = x.shape[axis]
+    if not is_static(length):
+        if include_pad or p == 0:  # without ceil mode every window is whole
+            return k
+        ones = core.full((length,), 1.0, x.dtype if x.dtype.is_float else "f32", like=x)
+        windows = core.unfold(core.pad(ones, [(p, p)]), 0, k, s)
+        return core.sum(windows, 1)  # counts the real cells of each window
+    n = _pool_length(length, k, s, p, 1, ceil_mode)
+    counts = []
+    for o in range(n):  # torch's avg_pool: pool_size clips to the padded input first
+        start = o * s - p
+        end = min(start + k, length + p)
+        pool_size = end - start
+        counts.append(pool_size if include_pad else min(end, length) - max(start, 0))
+    if len(set(counts)) <= 1:
+        return counts[0] if counts else k
+    return torch.tensor(counts, dtype=torch.float64)
+
+
+# -- adaptive pooling -------------------------------------------------------------------------
+
+
+def _adaptive_sizes(x: Tensor, output_size, spatial_dims, what: str) -> tuple[int, tuple]:
+    d = spatial_rank(x, output_size, spatial_dims, what)
+    sizes = ntuple(output_size, d, f"{what} output_size")
+    lengths = static_dims(x, range(x.ndim - d, x.ndim), what)
+    return d, tuple(n if o is None else o for o, n in zip(sizes, lengths))
+
+
+def _adaptive_windows(length: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive windows: [floor(i*L/out), ceil((i+1)*L/out))."""
+    return [(i * length // out, -(-(i + 1) * length // out)) for i in range(out)]
+
+
+def _adaptive_axis(x: Tensor, axis: int, out: int, kind: str) -> Tensor:
+    """Reduce one axis to ``out`` windows: unfold when they tile it, else a gather of
+    (out, kmax) indices (short windows repeat their last index: harmless for max, masked
+    to 0 for sum)."""
+    length = x.shape[axis]
+    if out == 0 or length == 0:
+        raise ShapeError(f"adaptive pooling: cannot pool {length} cells into {out}")
+    if out == length:
+        return x
+    if length % out == 0:
+        k = length // out
+        return core.reduce(core.unfold(x, axis, k, k), kind, x.ndim)
+    spans = _adaptive_windows(length, out)
+    kmax = max(e - s for s, e in spans)
+    index = torch.tensor([[min(s + j, e - 1) for j in range(kmax)] for s, e in spans])
+    picked = take(x, axis, index)                                # (..., out, kmax, ...)
+    if kind == "sum":
+        valid = torch.tensor([[s + j < e for j in range(kmax)] for s, e in spans])
+        mask = trailing(x.builder.const(valid), x.ndim - axis + 1)
+        picked = core.where(mask, picked, 0.0)
+    return core.reduce(picked, kind, axis + 1)
+
+
+def adaptive_avg_pool(x: Tensor, output_size, spatial_dims: int | None = None) -> Tensor:
+    """``torch.nn.functional.adaptive_avg_pool{1,2,3}d`` for static spatial sizes; a None
+    entry in ``output_size`` keeps that axis."""
+    d, sizes = _adaptive_sizes(x, output_size, spatial_dims, "adaptive_avg_pool")
+    y, counts = as_float(x), []
+    for i, out in enumerate(sizes):
+        axis = x.ndim - d + i
+        y = _adaptive_axis(y, axis, out, "sum")
+        spans = _adaptive_windows(x.shape[axis], out)
+        counts.append(trailing(torch.tensor([e - s for s, e in spans], dtype=torch.float64),
+                               d - i))
+    return core.div(y, _product(counts, y))
+
+
+def adaptive_max_pool(x: Tensor, output_size, spatial_dims: int | None = None) -> Tensor:
+    """``torch.nn.functional.adaptive_max_pool{1,2,3}d`` (values only) for static sizes."""
+    d, sizes = _adaptive_sizes(x, output_size, spatial_dims, "adaptive_max_pool")
+    for i, out in enumerate(sizes):
+        x = _adaptive_axis(x, x.ndim - d + i, out, "max")
+    return x
+
+
+# -- interpolate ------------------------------------------------------------------------------
+
+_LINEAR_RANK = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None,
+                recompute_scale_factor: bool | None = None) -> Tensor:
+    """``torch.nn.functional.interpolate`` for x (N, C, *S) with static spatial sizes; modes
+    nearest, linear, bilinear, trilinear. Indices and weights are computed at trace time in
+    float32 exactly as torch's CPU kernels do, so results match to rounding."""
+    d = x.ndim - 2
+    if mode not in _LINEAR_RANK and mode != "nearest":
+        raise ShapeError(f"interpolate: unsupported mode {mode!r}")
+    if not 1 <= d <= 3 or (mode in _LINEAR_RANK and _LINEAR_RANK[mode] != d):
+        raise ShapeError(f"interpolate: mode {mode!r} does not apply to {x.type}")
+    if mode == "nearest" and align_corners:
+        raise ShapeError("interpolate: align_corners only applies to the linear modes")
+    lengths = static_dims(x, range(2, x.ndim), "interpolate")
+    sizes, scales = _target_sizes(lengths, size, scale_factor, recompute_scale_factor)
+    for i in reversed(range(d)):
+        axis = 2 + i
+        if mode == "nearest":
+            x = take(x, axis, _nearest_index(lengths[i], sizes[i], scales[i]))
+        else:
+            x = _linear_axis(x, axis, sizes[i], scales[i], bool(align_corners))
+    return x
+
+
+def _target_sizes(lengths: tuple, size, scale_factor, recompute: bool | None):
+    """Output sizes and the scales torch hands its kernels (None: derive from the sizes)."""
+    d = len(lengths)
+    if (size is None) == (scale_factor is None):
+        raise ShapeError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        return ntuple(size, d, "interpolate size"), (None,) * d
+    many = isinstance(scale_factor, (tuple, list))
+    factors = tuple(float(f) for f in scale_factor) if many else (float(scale_factor),) * d
+    if len(factors) != d:
+        raise ShapeError(f"interpolate: {len(factors)} scale factors for {d} spatial axes")
+    sizes = tuple(math.floor(n * f) for n, f in zip(lengths, factors))
+    return sizes, ((None,) * d if recompute else factors)
+
+
+def _scale(length: int, out: int, scale: float | None, align_corners: bool) -> torch.Tensor:
+    """torch's area_pixel_compute_scale, in float32."""
+    f32 = torch.float32
+    if align_corners:
+        return torch.tensor(length - 1, dtype=f32) / (out - 1) if out > 1 else \
+            torch.tensor(0.0, dtype=f32)
+    if scale is not None and scale > 0:
+        return torch.tensor(1.0 / scale, dtype=f32)
+    return torch.tensor(length, dtype=f32) / out
+
+
+def _nearest_index(length: int, out: int, scale: float | None) -> torch.Tensor:
+    """torch's nearest_idx: floor(dst * scale) clamped to the last cell."""
+    dst = torch.arange(out)
+    if out == length:
+        return dst
+    if out == 2 * length:
+        return dst // 2
+    src = torch.floor(dst.to(torch.float32) * _scale(length, out, scale, False))
+    return src.to(torch.int64).clamp(max=length - 1)
+
+
+def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None,
+                 align_corners: bool) -> Tensor:
+    """out = w0 * x[i0] + w1 * x[i1] along ``axis`` (torch's compute_indices_weights_linear)."""
+    length = x.shape[axis]
+    dst = torch.arange(out, dtype=torch.float32)
+    ratio = _scale(length, out, scale, align_corners)
+    src = ratio * dst if align_corners else (ratio * (dst + 0.5) - 0.5).clamp(min=0)
+    i0 = torch.floor(src).to(torch.int64).clamp(max=length - 1)
+    lam = (src - i0.to(torch.float32)).clamp(0, 1)
+    i1 = i0 + (i0 < length - 1).to(torch.int64)
+    rank = x.ndim - axis
+    w1 = x.builder.const(trailing(lam, rank).to(x.dtype.torch))
+    w0 = x.builder.const(trailing(1 - lam, rank).to(x.dtype.torch))
+    return core.add(core.mul(take(x, axis, i0), w0), core.mul(take(x, axis, i1), w1))

@@ -1,0 +1,229 @@
+"""The ``.tdag`` file: one safetensors file holding the text form and every weight.
+
+safetensors stores raw tensors and a string-to-string metadata header; it never unpickles, so
+opening a file from anywhere runs no code. The metadata holds:
+
+- ``format``: ``"tdag"`` (the magic) and ``tdag.version``: the format version;
+- ``tdag.text``: the program's text form (``tdag.ir.printer``);
+- ``tdag.weights``: JSON ``{"graphs": {graph: {weight: key}}, "state": {name: key}}`` mapping
+  each valued weight to its tensor key (a tensor shared by name is stored once);
+- ``tdag.sha256``: a checksum over the other metadata and every tensor's bytes, so that a
+  flipped byte anywhere is caught on load.
+
+>>> import os, tempfile, torch, tdag
+>>> from tdag import ops
+>>> prog = tdag.trace(lambda x: x * ops.param("w", torch.ones(3)), tdag.TensorSpec((3,)))
+>>> path = os.path.join(tempfile.mkdtemp(), "m.tdag")
+>>> save(prog, path)
+>>> load(path) == prog
+True
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+
+import safetensors
+import safetensors.torch
+import torch
+
+from tdag.errors import FileFormatError
+from tdag.ir.graph import Weight
+from tdag.ir.parser import parse
+from tdag.ir.printer import format_program
+from tdag.ir.program import Program
+from tdag.ir.symbols import shape_is_static
+from tdag.ir.types import DType
+
+MAGIC = "tdag"
+VERSION = "1"
+_FORMAT, _VERSION, _TEXT, _WEIGHTS, _SHA = ("format", "tdag.version", "tdag.text",
+                                            "tdag.weights", "tdag.sha256")
+
+
+# -- saving -----------------------------------------------------------------------------------
+
+class _TensorTable:
+    """Assigns tensor keys: a name whose value was already stored reuses that key."""
+
+    def __init__(self):
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._storages: set[int] = set()
+
+    def add(self, scope: str, name: str, weight: Weight) -> str | None:
+        value = weight.value
+        if value is None or value.device.type == "meta":
+            return None  # shape-only: the text form already holds the type
+        value = value.detach()
+        if name in self.tensors and _same_tensor(self.tensors[name], value):
+            return name
+        key = name if name not in self.tensors else f"{scope}/{name}"
+        while key in self.tensors:
+            key = "_" + key
+        self.tensors[key] = self._own(value)
+        return key
+
+    def _own(self, value: torch.Tensor) -> torch.Tensor:
+        # safetensors refuses tensors that share memory; copy a view of one already stored
+        value = value.cpu().contiguous()
+        if value.numel() == 0:
+            return value
+        ptr = value.untyped_storage().data_ptr()
+        if ptr in self._storages:
+            value = value.clone()
+            ptr = value.untyped_storage().data_ptr()
+        self._storages.add(ptr)
+        return value
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return a is b or torch.equal(a.cpu(), b.cpu())
+
+
+def _weight_map(prog: Program, table: _TensorTable) -> dict:
+    graphs = {}
+    for gname, graph in prog.graphs.items():
+        keys = {name: table.add(gname, name, w) for name, w in graph.weights.items()}
+        graphs[gname] = {k: v for k, v in keys.items() if v is not None}
+    state = {name: table.add("state", name, w) for name, w in prog.state.items()}
+    return {"graphs": graphs, "state": {k: v for k, v in state.items() if v is not None}}
+
+
+def _checksum(metadata: dict, tensors: dict) -> str:
+    """sha256 over the metadata (but the checksum) and every tensor's key, type and bytes."""
+    h = hashlib.sha256()
+
+    def feed(data: bytes) -> None:
+        h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no two payloads collide
+        h.update(data)
+
+    for key in sorted(k for k in metadata if k != _SHA):
+        feed(key.encode())
+        feed(metadata[key].encode())
+    for key in sorted(tensors):
+        t = tensors[key]
+        feed(key.encode())
+        feed(f"{t.dtype}{list(t.shape)}".encode())
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        feed(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return h.hexdigest()
+
+
+def save(prog: Program, path: str | os.PathLike) -> None:
+    """Write ``prog`` and its weights to ``path`` atomically (all or nothing).
+
+    The file is written to a temporary file in the same directory and renamed over ``path``,
+    so a crash mid-save leaves the old file as it was.
+    """
+    if not isinstance(prog, Program):
+        raise TypeError(f"save() takes a tdag.Program, got {type(prog).__name__}")
+    table = _TensorTable()
+    metadata = {_FORMAT: MAGIC, _VERSION: VERSION, _TEXT: format_program(prog),
+                _WEIGHTS: json.dumps(_weight_map(prog, table), sort_keys=True)}
+    metadata[_SHA] = _checksum(metadata, table.tensors)
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    # O_EXCL: never clobber another file; mode 0o666 lets the umask decide, as open() does
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        safetensors.torch.save_file(table.tensors, tmp, metadata=metadata)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+def _read(path: str) -> tuple[dict, dict]:
+    """Metadata and tensors of a safetensors file; any failure is a FileFormatError."""
+    if not os.path.isfile(path):
+        raise FileFormatError(f"{path}: no such file")
+    try:
+        with safetensors.safe_open(path, framework="pt") as f:
+            metadata = dict(f.metadata() or {})
+            if metadata.get(_FORMAT) != MAGIC:
+                raise FileFormatError(f"{path}: not a tdag file (no tdag format marker)")
+            _check_version(path, metadata)
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except FileFormatError:
+        raise
+    except Exception as exc:  # safetensors raises its own error type, OSError, ValueError...
+        raise FileFormatError(f"{path}: not a tdag file, or damaged or truncated "
+                              f"({type(exc).__name__}: {exc})") from None
+    return metadata, tensors
+
+
+def _check_version(path: str, metadata: dict) -> None:
+    version = metadata.get(_VERSION)
+    if version != VERSION:
+        raise FileFormatError(f"{path}: tdag file format version {version!r} is not supported "
+                              f"(this tdag reads version {VERSION}); upgrade tdag")
+
+
+def _attach(path: str, value: torch.Tensor, weight: Weight, where: str) -> Weight:
+    declared = weight.type
+    if DType.of(value.dtype) is not declared.dtype or (
+            shape_is_static(declared.shape) and tuple(value.shape) != declared.shape):
+        raise FileFormatError(f"{path}: weight %{where} is declared {declared} but the file "
+                              f"holds {DType.of(value.dtype).value}{list(value.shape)}")
+    return Weight(weight.kind, weight.type, value)
+
+
+def _attach_all(path: str, prog: Program, mapping: dict, tensors: dict) -> Program:
+    def fill(weights: dict, keys: dict, scope: str) -> dict:
+        result = dict(weights)
+        for name, key in keys.items():
+            if name not in weights or key not in tensors:
+                raise FileFormatError(f"{path}: weight table names %{name} ({key!r}) "
+                                      f"which the file does not hold")
+            result[name] = _attach(path, tensors[key], weights[name], f"{scope}/{name}")
+        return result
+
+    graphs = {}
+    for gname, graph in prog.graphs.items():
+        keys = mapping.get("graphs", {}).get(gname, {})
+        graphs[gname] = graph.replace(weights=fill(graph.weights, keys, gname))
+    state = fill(prog.state, mapping.get("state", {}), "state")
+    return prog.replace(graphs=graphs, state=state)
+
+
+def load(path: str | os.PathLike) -> Program:
+    """Read a Program saved with ``save``; a damaged file raises FileFormatError."""
+    path = os.fspath(path)
+    metadata, tensors = _read(path)
+    for key in (_TEXT, _WEIGHTS, _SHA):
+        if key not in metadata:
+            raise FileFormatError(f"{path}: damaged tdag file: no {key!r} entry")
+    if _checksum(metadata, tensors) != metadata[_SHA]:
+        raise FileFormatError(f"{path}: checksum mismatch: the file is damaged")
+    try:
+        mapping = json.loads(metadata[_WEIGHTS])
+    except ValueError:
+        raise FileFormatError(f"{path}: damaged weight table") from None
+    if not isinstance(mapping, dict):
+        raise FileFormatError(f"{path}: damaged weight table")
+    try:
+        prog = parse(metadata[_TEXT])
+    except FileFormatError as exc:
+        raise FileFormatError(f"{path}: {exc.args[0]}") from None
+    try:
+        return _attach_all(path, prog, mapping, tensors)
+    except (AttributeError, TypeError):  # a weight table of the wrong shape
+        raise FileFormatError(f"{path}: damaged weight table") from None

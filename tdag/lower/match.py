@@ -1,0 +1,154 @@
+"""Matching helpers shared by the lowering rules: see through broadcasts and constants.
+
+Recognition works on data flow and axis structure only (never on names or provenance):
+``trace_axes`` says which axis of a source tensor each axis of a broadcast view comes from,
+``scalar`` finds the value of a broadcast constant.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tdag.ir.op import Op
+from tdag.ir.symbols import dims_equal, is_static
+from tdag.ir.types import TensorKind
+from tdag.lower.rewrite import Context
+
+# ops that view a tensor without changing which values it holds along each source axis
+BROADCAST = frozenset({Op.unsqueeze, Op.squeeze, Op.repeat, Op.expand, Op.permute, Op.reshape})
+# ops that keep every value (a constant stays constant through them)
+SAME_VALUES = BROADCAST | {Op.group, Op.ungroup}
+
+
+def is_unit(dim) -> bool:
+    return is_static(dim) and dim == 1
+
+
+def trace_axes(ctx: Context, name: str, through=BROADCAST) -> tuple[str, tuple]:
+    """Walk back through broadcast views to a source: ``(source, mapping)`` where
+    ``mapping[i]`` is the source axis shown on axis ``i`` of ``name``, or None where ``name``
+    is a broadcast (a repeated or inserted axis). Every source axis appears exactly once: a
+    step that would drop or broadcast a real source axis ends the walk there."""
+    chain = []
+    cur = name
+    while True:
+        node = ctx.producer(cur)
+        if node is None or node.op not in through or _step(node, None, ctx) is False:
+            break
+        chain.append(node)
+        cur = node.inputs[0]
+    src, mapping = cur, tuple(range(ctx.type(cur).rank))
+    for node in reversed(chain):
+        stepped = _step(node, mapping, ctx)
+        if stepped is None:  # this step loses a source axis: start again from its output
+            src, mapping = node.name, tuple(range(node.type.rank))
+        else:
+            mapping = stepped
+    return src, mapping
+
+
+def _step(node, m, ctx: Context):
+    """The mapping after ``node``; None if it loses a source axis; False if ``node`` is not
+    a pure broadcast view at all (a reshape that regroups real axes)."""
+    op, spec = node.op, node.spec
+    in_type = ctx.type(node.inputs[0])
+    if op is Op.reshape:
+        return _reshape_step(in_type.shape, node.type.shape, m)
+    if m is None:
+        return True
+    if op is Op.permute:
+        return tuple(m[p] for p in spec.perm)
+    if op is Op.unsqueeze:
+        it = iter(m)
+        return tuple(None if i in spec.axes else next(it) for i in range(node.type.rank))
+    if op is Op.squeeze:
+        if any(m[a] is not None for a in spec.axes):
+            return None
+        return tuple(x for i, x in enumerate(m) if i not in spec.axes)
+    if op is Op.repeat:
+        grown = [a for a, s in zip(spec.axes, spec.sizes) if not is_unit(s)]
+        return None if any(m[a] is not None for a in grown) else m
+    if op is Op.expand:
+        lead = node.type.rank - in_type.rank
+        for i, d in enumerate(in_type.shape):
+            if m[i] is not None and is_unit(d) and not is_unit(node.type.shape[lead + i]):
+                return None
+        return (None,) * lead + tuple(m)
+    return False
+
+
+def _reshape_step(src_shape, dst_shape, m):
+    """A reshape that only inserts or removes size-1 axes is a broadcast view."""
+    real_in = [i for i, d in enumerate(src_shape) if not is_unit(d)]
+    real_out = [i for i, d in enumerate(dst_shape) if not is_unit(d)]
+    if len(real_in) != len(real_out) or not all(
+            dims_equal(src_shape[i], dst_shape[j]) for i, j in zip(real_in, real_out)):
+        return False
+    if m is None:
+        return True
+    if any(m[i] is not None for i, d in enumerate(src_shape) if is_unit(d)):
+        return None
+    out = [None] * len(dst_shape)
+    for i, j in zip(real_in, real_out):
+        out[j] = m[i]
+    return tuple(out)
+
+
+def is_broadcast_of(ctx: Context, name: str, source: str, kept: tuple) -> bool:
+    """Whether ``name`` shows ``source``'s axes in order on axes ``kept`` and broadcasts
+    the rest (the keepdim + broadcast of a reduction, a bias over trailing axes)."""
+    src, mapping = trace_axes(ctx, name)
+    if src != source:
+        return False
+    return tuple(i for i, a in enumerate(mapping) if a is not None) == tuple(kept) and \
+        [a for a in mapping if a is not None] == list(range(len(kept)))
+
+
+def scalar(ctx: Context, name: str) -> float | None:
+    """The value of a constant that is one number broadcast to ``name``'s shape, else None."""
+    cur = name
+    while True:
+        node = ctx.producer(cur)
+        if node is None:
+            break
+        if node.op is Op.cast:
+            if not node.type.dtype.is_float:
+                return None
+        elif node.op not in SAME_VALUES:
+            return None
+        cur = node.inputs[0]
+    weight = ctx.weight(cur)
+    if weight is None or weight.kind is not TensorKind.const or weight.value is None:
+        return None
+    value = weight.value
+    if value.numel() == 0 or value.numel() > 65536:
+        return None
+    first = value.reshape(-1)[0]
+    if value.numel() > 1 and not bool((value == first).all()):
+        return None
+    return float(first)
+
+
+def is_scalar(ctx: Context, name: str, value: float, rel: float = 1e-6) -> bool:
+    got = scalar(ctx, name)
+    if got is None:
+        return False
+    if got == value:
+        return True
+    return abs(got - value) <= rel * abs(value)
+
+
+def commuted(node, pred: Callable[[str], object]):
+    """For a commutative binary node: ``(a, b, found)`` with ``found = pred(a)`` truthy,
+    trying both operand orders; None if neither matches."""
+    a, b = node.inputs
+    for x, y in ((a, b), (b, a)):
+        found = pred(x)
+        if found is not None and found is not False:
+            return x, y, found
+    return None
+
+
+def producer_is(ctx: Context, name: str, op: Op):
+    """The node computing ``name`` if it is ``op``, else None."""
+    node = ctx.producer(name)
+    return node if node is not None and node.op is op else None
