@@ -242,6 +242,10 @@ INTERP_CASES = [  # x shape, mode, kwargs
     ((2, 3, 5, 6), "bilinear", dict(scale_factor=2.5, recompute_scale_factor=True)),
     ((2, 3, 5, 6), "bilinear", dict(size=(1, 1), align_corners=True)),
     ((2, 3, 1, 1), "bilinear", dict(size=(3, 2))),
+    ((2, 3, 5, 6), "bicubic", dict(size=(9, 4))),
+    ((2, 3, 5, 6), "bicubic", dict(size=(9, 4), align_corners=True)),
+    ((2, 3, 5, 6), "bicubic", dict(scale_factor=(2.5, 0.7))),
+    ((2, 3, 2, 1), "bicubic", dict(size=(5, 3))),
     ((1, 2, 3, 4, 5), "trilinear", dict(size=(5, 2, 7))),
     ((1, 2, 3, 4, 5), "trilinear", dict(scale_factor=(2, 1.5, 0.8), align_corners=True)),
 ]
@@ -471,7 +475,7 @@ def _float_mask(shape, seed: int, full_rows=()) -> torch.Tensor:
     return mask
 
 
-SDPA_CASES = [  # q, k, v shapes, mask kind, kwargs
+SDPA_CASES = [  # q, k, v shapes, mask kind, kwargs (masks broadcast from (L, S) or mask_shape)
     ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), None, {}),
     ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), None, dict(scale=0.3)),
     ((2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8), None, dict(is_causal=True)),
@@ -485,6 +489,8 @@ SDPA_CASES = [  # q, k, v shapes, mask kind, kwargs
     ((2, 6, 4, 8), (2, 2, 6, 8), (2, 2, 6, 4), None, dict(enable_gqa=True)),
     ((2, 6, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8), "float", dict(enable_gqa=True, is_causal=True)),
     ((4, 8), (6, 8), (6, 3), "bool", {}),                                        # no batch
+    ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), "bool_full", dict(mask_shape=(2, 1, 4, 6))),
+    ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), "float", dict(mask_shape=(3, 4, 6))),
     ((0, 3, 4, 8), (0, 3, 6, 8), (0, 3, 6, 8), None, {}),                        # empty batch
 ]
 
@@ -496,7 +502,8 @@ def test_scaled_dot_product_attention(q_shape, k_shape, v_shape, mask_kind, kwar
         check(lambda q, k, v: ops.scaled_dot_product_attention(q, k, v, **kwargs),
               lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), q, k, v)
         return
-    shape = (q_shape[-2], k_shape[-2])
+    kwargs = dict(kwargs)
+    shape = kwargs.pop("mask_shape", (q_shape[-2], k_shape[-2]))
     full = (1,) if mask_kind.endswith("full") else ()
     mask = (_bool_mask if mask_kind.startswith("bool") else _float_mask)(shape, 33, full)
     check(lambda q, k, v, m: ops.scaled_dot_product_attention(q, k, v, m, **kwargs),

@@ -127,7 +127,14 @@ def _shift(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """``torch.softmax(x, dim=axis)``: exp(x - max) / sum(exp(x - max)); an all -inf row is
-    nan, as in torch."""
+    nan, as in torch.
+
+    >>> import tdag, torch
+    >>> from tdag import ops
+    >>> prog = tdag.trace(lambda x: ops.softmax(x, -1), tdag.TensorSpec(("b", 3)))
+    >>> tdag.run(prog, torch.tensor([[0.0, 0.0, float("-inf")]]))
+    tensor([[0.5000, 0.5000, 0.0000]])
+    """
     shifted, _ = _shift(as_float(x), axis)
     e = core.exp(shifted)
     return core.div(e, core.sum(e, axis, keepdim=True))

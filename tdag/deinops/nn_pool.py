@@ -2,7 +2,8 @@
 
 max_pool / avg_pool = pad + unfold (one per axis) + reduce (max / sum, then divide by counts)
 adaptive pools      = unfold when the windows tile the axis, else gather of (out, k) windows
-interpolate         = gather (nearest), or two gathers + a weighted sum per axis (linear)
+interpolate         = gather (nearest), or 2 (linear) / 4 (cubic) gathers + a weighted sum
+                      per axis, with index and weight consts computed at trace time
 """
 from __future__ import annotations
 
@@ -70,7 +71,15 @@ def max_pool(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
              ceil_mode: bool = False, spatial_dims: int | None = None) -> Tensor:
     """``torch.nn.functional.max_pool{1,2,3}d`` on the trailing spatial axes (their count is
     the kernel_size tuple's length, else x.ndim - 2, or ``spatial_dims``). Padding is -inf,
-    so it never wins; nan propagates as in torch."""
+    so it never wins; nan propagates as in torch.
+
+    >>> import tdag
+    >>> from tdag import ops
+    >>> prog = tdag.trace(lambda x: ops.max_pool(x, 3, stride=2, ceil_mode=True),
+    ...                   tdag.TensorSpec(("b", 8, 10, 10)))
+    >>> [str(t) for t in prog.graph.output_types]
+    ['f32[b,8,5,5]']
+    """
     d, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride, padding,
                                                       dilation, spatial_dims, "max_pool")
     windows = _windows(x, d, kernel, stride, padding, dilation, ceil_mode, fill_value(x, True))
@@ -193,14 +202,14 @@ def adaptive_max_pool(x: Tensor, output_size, spatial_dims: int | None = None) -
 
 # -- interpolate ------------------------------------------------------------------------------
 
-_LINEAR_RANK = {"linear": 1, "bilinear": 2, "trilinear": 3}
+_LINEAR_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
 def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
                 align_corners: bool | None = None,
                 recompute_scale_factor: bool | None = None) -> Tensor:
     """``torch.nn.functional.interpolate`` for x (N, C, *S) with static spatial sizes; modes
-    nearest, linear, bilinear, trilinear. Indices and weights are computed at trace time in
+    nearest, linear, bilinear, bicubic, trilinear. Indices and weights are computed at trace time in
     float32 exactly as torch's CPU kernels do, so results match to rounding."""
     d = x.ndim - 2
     if mode not in _LINEAR_RANK and mode != "nearest":
@@ -216,7 +225,8 @@ def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
         if mode == "nearest":
             x = take(x, axis, _nearest_index(lengths[i], sizes[i], scales[i]))
         else:
-            x = _linear_axis(x, axis, sizes[i], scales[i], bool(align_corners))
+            resample = _cubic_axis if mode == "bicubic" else _linear_axis
+            x = resample(x, axis, sizes[i], scales[i], bool(align_corners))
     return x
 
 
@@ -259,7 +269,7 @@ def _nearest_index(length: int, out: int, scale: float | None) -> torch.Tensor:
 
 def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None,
                  align_corners: bool) -> Tensor:
-    """out = w0 * x[i0] + w1 * x[i1] along ``axis`` (torch's compute_indices_weights_linear)."""
+    """out = w0 x[i0] + w1 x[i1] along ``axis`` (torch's compute_indices_weights_linear)."""
     length = x.shape[axis]
     dst = torch.arange(out, dtype=torch.float32)
     ratio = _scale(length, out, scale, align_corners)
@@ -267,7 +277,44 @@ def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None,
     i0 = torch.floor(src).to(torch.int64).clamp(max=length - 1)
     lam = (src - i0.to(torch.float32)).clamp(0, 1)
     i1 = i0 + (i0 < length - 1).to(torch.int64)
+    return _weighted_taps(x, axis, [(i0, 1 - lam), (i1, lam)])
+
+
+def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None,
+                align_corners: bool) -> Tensor:
+    """Four taps i-1..i+2 (clamped to the axis) with Keys' cubic weights, A = -0.75, as
+    torch's upsample_bicubic2d; the source index is not clamped at 0 here."""
+    length = x.shape[axis]
+    dst = torch.arange(out, dtype=torch.float32)
+    ratio = _scale(length, out, scale, align_corners)
+    src = ratio * dst if align_corners else ratio * (dst + 0.5) - 0.5
+    base = torch.floor(src)
+    t = src - base
+    weights = [_keys_far(t + 1), _keys_near(t), _keys_near(1 - t), _keys_far(2 - t)]
+    taps = [((base.to(torch.int64) + j - 1).clamp(0, length - 1), w)
+            for j, w in enumerate(weights)]
+    return _weighted_taps(x, axis, taps)
+
+
+_KEYS_A = -0.75  # torch's bicubic constant
+
+
+def _keys_near(v: torch.Tensor) -> torch.Tensor:
+    """Keys' cubic kernel for |v| <= 1."""
+    return ((_KEYS_A + 2) * v - (_KEYS_A + 3)) * v * v + 1
+
+
+def _keys_far(v: torch.Tensor) -> torch.Tensor:
+    """Keys' cubic kernel for 1 < |v| < 2."""
+    return ((_KEYS_A * v - 5 * _KEYS_A) * v + 8 * _KEYS_A) * v - 4 * _KEYS_A
+
+
+def _weighted_taps(x: Tensor, axis: int, taps: list) -> Tensor:
+    """sum over taps of weight * x gathered at index, along ``axis``; weights are consts."""
     rank = x.ndim - axis
-    w1 = x.builder.const(trailing(lam, rank).to(x.dtype.torch))
-    w0 = x.builder.const(trailing(1 - lam, rank).to(x.dtype.torch))
-    return core.add(core.mul(take(x, axis, i0), w0), core.mul(take(x, axis, i1), w1))
+    out = None
+    for index, weight in taps:
+        w = x.builder.const(trailing(weight, rank).to(x.dtype.torch))
+        term = core.mul(take(x, axis, index), w)
+        out = term if out is None else core.add(out, term)
+    return out

@@ -1,7 +1,7 @@
 """Parse the text form (see ``tdag.ir.printer``) back into a Program.
 
-A file may come from anywhere, so nothing here evaluates code: a regex tokenizer per line and a
-recursive-descent parser over lines. Dims go through ``symbols.parse_dim`` (itself a small
+A file may come from anywhere, so nothing here evaluates code: a regex tokenizer per line
+(``tdag.ir.lexer``) and a recursive-descent parser over lines. Dims go through ``symbols.parse_dim`` (itself a small
 parser); specs are rebuilt as their exact dataclass types from the field annotations.
 
 >>> import tdag
@@ -12,282 +12,30 @@ True
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import json
-import re
 import types
 import typing
-from dataclasses import dataclass
 from functools import lru_cache
 
 import sympy
 import torch
 
 from tdag.deinops import REGISTRY
-from tdag.errors import FileFormatError, TdagError
-from tdag.ir.graph import TDAG, Node, Value, Weight
+from tdag.errors import FileFormatError
+from tdag.ir.graph import TDAG, Node, Weight
+from tdag.ir.lexer import Expr, Ident, Line, Ref, to_dim, to_float
 from tdag.ir.op import Op
 from tdag.ir.printer import parse_plain_origin
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, parse_dim, product, shape_is_static
-from tdag.ir.types import DType, Origin, TensorKind, TensorType
+from tdag.ir.types import Origin, TensorKind
 
-_STRING = r'"(?:[^"\\\n]|\\.)*"'
-_TOKEN = re.compile(rf"""
-    (?P<ws>\s+)
-  | (?P<comment>\#.*)
-  | (?P<string>{_STRING})
-  | (?P<name>%(?:[A-Za-z0-9_](?:[A-Za-z0-9_.:]*[A-Za-z0-9_])?|{_STRING}))
-  | (?P<number>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)
-  | (?P<ident>[A-Za-z_](?:[A-Za-z0-9_.:]*[A-Za-z0-9_])?)
-  | (?P<punct>//|\*\*|[-+*/()\[\]{{}},=:@])
-""", re.X)
-_ARITH = frozenset({"+", "-", "*", "/", "//", "**"})
 _KINDS = {k.value: k for k in TensorKind}
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
-    kind: str  # string | name | number | ident | punct
-    text: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Ident:
-    """A bare word in a value: an enum member, a dim symbol, inf or nan (the field decides)."""
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Expr:
-    """A dimension expression (``2*b``, ``floor(s/2)+1``), kept as text for parse_dim."""
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Ref:
-    """A ``%name`` used as a value (a controller's condition)."""
-    name: str
-
-
-# -- one line ---------------------------------------------------------------------------------
-
-class _Line:
-    """The tokens of one line and a cursor over them; every error names the line."""
-
-    def __init__(self, lineno: int, text: str):
-        self.lineno, self.text, self.pos = lineno, text, 0
-        self.tokens: list[_Tok] = []
-        self.comment: str | None = None
-        self._tokenize()
-
-    def _tokenize(self) -> None:
-        pos = 0
-        while pos < len(self.text):
-            m = _TOKEN.match(self.text, pos)
-            if m is None:
-                self.error(f"unexpected character {self.text[pos]!r}")
-            kind = m.lastgroup
-            if kind == "comment":
-                self.comment = m.group()[1:]
-                break
-            if kind != "ws":
-                self.tokens.append(_Tok(kind, m.group(), m.start(), m.end()))
-            pos = m.end()
-
-    def error(self, message: str) -> typing.NoReturn:
-        raise FileFormatError(f"line {self.lineno}: {message}: {self.text.strip()!r}")
-
-    @contextlib.contextmanager
-    def guard(self):
-        """Turn a failure deep in a conversion (a bad dim, enum, spec) into a line error."""
-        try:
-            yield
-        except FileFormatError:
-            raise
-        except (TdagError, ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
-            self.error(str(exc) or type(exc).__name__)
-
-    def peek(self, offset: int = 0) -> _Tok | None:
-        i = self.pos + offset
-        return self.tokens[i] if i < len(self.tokens) else None
-
-    def at(self, text: str, offset: int = 0) -> bool:
-        tok = self.peek(offset)
-        return tok is not None and tok.kind in ("punct", "ident") and tok.text == text
-
-    def take(self, what: str = "more text") -> _Tok:
-        tok = self.peek()
-        if tok is None:
-            self.error(f"line ends where {what} was expected")
-        self.pos += 1
-        return tok
-
-    def expect(self, text: str) -> _Tok:
-        tok = self.take(repr(text))
-        if tok.kind not in ("punct", "ident") or tok.text != text:
-            self.error(f"expected {text!r}, found {tok.text!r}")
-        return tok
-
-    def done(self) -> None:
-        tok = self.peek()
-        if tok is not None:
-            self.error(f"unexpected {tok.text!r}")
-
-    # -- atoms ----------------------------------------------------------------------------
-
-    def name(self) -> str:
-        tok = self.take("a %name")
-        if tok.kind != "name":
-            self.error(f"expected a %name, found {tok.text!r}")
-        return json.loads(tok.text[1:]) if tok.text[1] == '"' else tok.text[1:]
-
-    def ident(self) -> str:
-        """A graph name: a bare word or a quoted string."""
-        tok = self.take("a name")
-        if tok.kind == "ident":
-            return tok.text
-        if tok.kind == "string":
-            return json.loads(tok.text)
-        self.error(f"expected a name, found {tok.text!r}")
-
-    def type(self) -> TensorType:
-        tok = self.take("a type")
-        try:
-            dtype = DType(tok.text)
-        except ValueError:
-            self.error(f"unknown dtype {tok.text!r}")
-        self.expect("[")
-        dims = []
-        while not self.at("]"):
-            dims.append(_to_dim(self.value()))
-            if not self.at("]"):
-                self.expect(",")
-        self.expect("]")
-        return TensorType(tuple(dims), dtype)
-
-    def params(self) -> tuple:
-        """``(%a: f32[4], %b: i64[])``."""
-        self.expect("(")
-        values = []
-        while not self.at(")"):
-            name = self.name()
-            self.expect(":")
-            values.append(Value(name, self.type()))
-            if not self.at(")"):
-                self.expect(",")
-        self.expect(")")
-        return tuple(values)
-
-    def names(self) -> tuple:
-        """``%a, %b, %c`` up to the end of the line."""
-        result = []
-        while self.peek() is not None:
-            result.append(self.name())
-            if self.peek() is not None:
-                self.expect(",")
-        return tuple(result)
-
-    def arguments(self) -> tuple[tuple, dict]:
-        """``(%a, %b, key=value, ...)``: names first, then keywords."""
-        self.expect("(")
-        inputs, keywords = [], {}
-        while not self.at(")"):
-            tok = self.peek()
-            if tok is not None and tok.kind == "name":
-                if keywords:
-                    self.error(f"input {tok.text} after a keyword argument")
-                inputs.append(self.name())
-            elif tok is not None and tok.kind == "ident" and self.at("=", 1):
-                self.pos += 2
-                if tok.text in keywords:
-                    self.error(f"argument {tok.text!r} given twice")
-                keywords[tok.text] = self.value()
-            else:
-                self.error(f"expected %name or key=value, found {tok.text if tok else 'end'!r}")
-            if not self.at(")"):
-                self.expect(",")
-        self.expect(")")
-        return tuple(inputs), keywords
-
-    # -- values ---------------------------------------------------------------------------
-
-    def value(self):
-        """A tuple ``(a, b)``, a list ``[a, b]`` or an atom (number, word, dim expression)."""
-        if self.at("(") or self.at("["):
-            close = ")" if self.take().text == "(" else "]"
-            items, trailing = [], False
-            while not self.at(close):
-                items.append(self.value())
-                trailing = self.at(",")
-                if not self.at(close):
-                    self.expect(",")
-            self.expect(close)
-            if close == ")" and len(items) == 1 and not trailing:
-                self.error("a one-element tuple needs a trailing comma: (x,)")
-            return tuple(items) if close == ")" else items
-        return self._atom()
-
-    def _atom(self):
-        start, depth = self.pos, 0
-        while (tok := self.peek()) is not None:
-            if tok.kind == "punct" and tok.text not in _ARITH | {"(", ")"}:
-                if depth:
-                    self.error(f"unexpected {tok.text!r} inside parentheses")
-                break
-            if tok.text == ")" and tok.kind == "punct":
-                if depth == 0:
-                    break
-                depth -= 1
-            elif tok.text == "(" and tok.kind == "punct":
-                depth += 1
-            self.pos += 1
-        toks = self.tokens[start:self.pos]
-        if not toks:
-            self.error("expected a value")
-        return self._classify(toks)
-
-    def _classify(self, toks: list[_Tok]):
-        first = toks[0]
-        if len(toks) == 1:
-            if first.kind == "number":
-                return float(first.text) if any(c in first.text for c in ".eE") else int(first.text)
-            if first.kind == "string":
-                return json.loads(first.text)
-            if first.kind == "name":
-                self.pos -= 1
-                return _Ref(self.name())
-            if first.kind == "ident":
-                return {"True": True, "False": False, "None": None}.get(first.text,
-                                                                       _Ident(first.text))
-        if len(toks) == 2 and first.text == "-" and toks[1].kind == "number":
-            return -self._classify(toks[1:])
-        if any(t.kind in ("string", "name") for t in toks):
-            self.error("expected a value")
-        return _Expr(self.text[first.start:toks[-1].end])
-
-
 # -- converting parsed values to typed ones ---------------------------------------------------
-
-def _to_dim(v) -> Dim:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    if isinstance(v, (_Ident, _Expr)):
-        return parse_dim(v.text)
-    raise ValueError(f"not a dimension: {v!r}")
-
-
-def _to_float(v) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return v  # an int stays an int: the field held exactly what was printed
-    if isinstance(v, (_Ident, _Expr)) and v.text.lstrip("-") in ("inf", "nan"):
-        return float(v.text)
-    raise ValueError(f"not a number: {v!r}")
-
 
 def _literal(v):
     """A const's values: (nested lists of) numbers and bools."""
@@ -297,7 +45,7 @@ def _literal(v):
         if v is None:
             raise ValueError("None is not a tensor value")
         return v
-    return _to_float(v)
+    return to_float(v)
 
 
 def _generic(v):
@@ -306,9 +54,9 @@ def _generic(v):
         return tuple(_generic(x) for x in v)
     if isinstance(v, list):
         return [_generic(x) for x in v]
-    if isinstance(v, (_Ident, _Expr)):
+    if isinstance(v, (Ident, Expr)):
         return float(v.text) if v.text.lstrip("-") in ("inf", "nan") else parse_dim(v.text)
-    if isinstance(v, _Ref):
+    if isinstance(v, Ref):
         raise ValueError(f"a %name is not a spec value: %{v.name}")
     return v
 
@@ -318,12 +66,12 @@ def _convert(v, hint):
     if hint is None or hint is typing.Any:
         return _generic(v)
     if hint == Dim:
-        return _to_dim(v)
+        return to_dim(v)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return _convert_union(v, args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(v.text if isinstance(v, _Ident) else v)
+        return hint(v.text if isinstance(v, Ident) else v)
     if hint is bool or hint is str:
         if not isinstance(v, hint):
             raise ValueError(f"expected a {hint.__name__}, got {v!r}")
@@ -333,7 +81,7 @@ def _convert(v, hint):
             raise ValueError(f"expected an int, got {v!r}")
         return v
     if hint is float:
-        return _to_float(v)
+        return to_float(v)
     if hint is tuple or origin is tuple:
         return _convert_tuple(v, args)
     return _generic(v)
@@ -344,7 +92,7 @@ def _convert_union(v, args):
         return None
     rest = [a for a in args if a is not type(None)]
     if sympy.Expr in rest:
-        return _to_dim(v)
+        return to_dim(v)
     for arg in rest:
         try:
             return _convert(v, arg)
@@ -374,7 +122,7 @@ def _field_hints(spec_type: type) -> dict:
                 if isinstance(f.default, enum.Enum)}
 
 
-def _build_spec(op: Op, bracket, keywords: dict, line: _Line):
+def _build_spec(op: Op, bracket, keywords: dict, line: Line):
     prim = REGISTRY.get(op)
     if prim is None:
         line.error(f"op {op.value!r} has no registered primitive")
@@ -391,11 +139,11 @@ def _build_spec(op: Op, bracket, keywords: dict, line: _Line):
     return prim.spec_type(**{k: _convert(v, hints.get(k)) for k, v in keywords.items()})
 
 
-def _origin(line: _Line) -> Origin:
+def _origin(line: Line) -> Origin:
     text = (line.comment or "").strip()
     if not text.startswith('"'):
         return parse_plain_origin(text)
-    quoted = _Line(line.lineno, text)
+    quoted = Line(line.lineno, text)
     parts = []
     for i, sep in enumerate(("@", "(", ")")):
         tok = quoted.take("a quoted string")
@@ -409,7 +157,7 @@ def _origin(line: _Line) -> Origin:
 
 # -- statements -------------------------------------------------------------------------------
 
-def _weight(line: _Line, kind: TensorKind) -> tuple[str, Weight]:
+def _weight(line: Line, kind: TensorKind) -> tuple[str, Weight]:
     """``%name: type [= values]`` after the kind word."""
     name = line.name()
     line.expect(":")
@@ -428,7 +176,7 @@ def _weight(line: _Line, kind: TensorKind) -> tuple[str, Weight]:
     return name, Weight(kind, ttype, value)
 
 
-def _kind(line: _Line, default: TensorKind | None) -> TensorKind:
+def _kind(line: Line, default: TensorKind | None) -> TensorKind:
     """An optional kind word (``param``, ``buffer``, ``const``) before a weight's name."""
     tok = line.peek()
     if tok is not None and tok.kind == "ident":
@@ -441,7 +189,7 @@ def _kind(line: _Line, default: TensorKind | None) -> TensorKind:
     return default
 
 
-def _node(line: _Line) -> Node:
+def _node(line: Line) -> Node:
     name = line.name()
     line.expect(":")
     ttype = line.type()
@@ -467,12 +215,12 @@ class _Parser:
     def __init__(self, text: str):
         self.lines = []
         for i, raw in enumerate(text.split("\n")):
-            line = _Line(i + 1, raw.rstrip("\r"))
+            line = Line(i + 1, raw.rstrip("\r"))
             if line.tokens:
                 self.lines.append(line)
         self.pos = 0
 
-    def next(self, what: str) -> _Line:
+    def next(self, what: str) -> Line:
         if self.pos == len(self.lines):
             last = self.lines[-1].lineno if self.lines else 0
             raise FileFormatError(f"line {last}: text ends where {what} was expected")
@@ -510,7 +258,7 @@ class _Parser:
         line.expect(text)
         line.done()
 
-    def tdag(self, header: _Line) -> tuple[str, TDAG]:
+    def tdag(self, header: Line) -> tuple[str, TDAG]:
         header.expect("tdag")
         name = header.ident()
         inputs = header.params()
@@ -536,7 +284,7 @@ class _Parser:
                 else:
                     line.error("expected a weight, a node or 'return'")
 
-    def block(self, inputs: tuple, header: _Line, what: str) -> Block:
+    def block(self, inputs: tuple, header: Line, what: str) -> Block:
         """Steps up to ``return``; the caller reads the closing line."""
         header.expect("{")
         header.done()
@@ -549,7 +297,7 @@ class _Parser:
                     return Block(inputs, tuple(steps), line.names())
                 steps.append(self.step(line))
 
-    def step(self, line: _Line):
+    def step(self, line: Line):
         outputs = []
         while (tok := line.peek()) is not None and tok.kind == "name":
             outputs.append(line.name())
@@ -571,11 +319,11 @@ class _Parser:
             return self.loop(line, tuple(outputs))
         line.error("expected 'call', 'if', 'loop' or 'return'")
 
-    def if_(self, line: _Line, outputs: tuple) -> If:
+    def if_(self, line: Line, outputs: tuple) -> If:
         line.take()
         inputs, keywords = line.arguments()
         cond = _keywords(line, keywords, {"cond"}).get("cond")
-        if not isinstance(cond, _Ref):
+        if not isinstance(cond, Ref):
             line.error("if needs cond=%name")
         line.expect("then")
         then_branch = self.block(line.params(), line, "then")
@@ -587,25 +335,25 @@ class _Parser:
         self.close("}")
         return If(cond.name, inputs, then_branch, else_branch, outputs)
 
-    def loop(self, line: _Line, outputs: tuple) -> Loop:
+    def loop(self, line: Line, outputs: tuple) -> Loop:
         line.take()
         inputs, keywords = line.arguments()
         keywords = _keywords(line, keywords, {"count", "cond", "scanned"})
         cond = keywords.get("cond")
-        if cond is not None and not isinstance(cond, _Ref):
+        if cond is not None and not isinstance(cond, Ref):
             line.error("loop cond must be a %name")
         scanned = keywords.get("scanned", 0)
         if not isinstance(scanned, int) or isinstance(scanned, bool):
             line.error("loop scanned must be an int")
         count = keywords.get("count")
-        count = None if count is None else _to_dim(count)
+        count = None if count is None else to_dim(count)
         line.expect("body")
         body = self.block(line.params(), line, "loop body")
         self.close("}")
         return Loop(inputs, body, outputs, count, cond.name if cond else None, scanned)
 
 
-def _keywords(line: _Line, keywords: dict, allowed: set) -> dict:
+def _keywords(line: Line, keywords: dict, allowed: set) -> dict:
     for key in keywords:
         if key not in allowed:
             line.error(f"unknown argument {key!r}")

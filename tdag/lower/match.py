@@ -23,11 +23,13 @@ def is_unit(dim) -> bool:
     return is_static(dim) and dim == 1
 
 
-def trace_axes(ctx: Context, name: str, through=BROADCAST) -> tuple[str, tuple]:
+def trace_axes(ctx: Context, name: str, through=BROADCAST,
+               units: bool = False) -> tuple[str, tuple]:
     """Walk back through broadcast views to a source: ``(source, mapping)`` where
     ``mapping[i]`` is the source axis shown on axis ``i`` of ``name``, or None where ``name``
     is a broadcast (a repeated or inserted axis). Every source axis appears exactly once: a
-    step that would drop or broadcast a real source axis ends the walk there."""
+    step that would drop or broadcast a real source axis ends the walk there. With
+    ``units=True`` a size-1 source axis may be broadcast (numpy semantics) and stays mapped."""
     chain = []
     cur = name
     while True:
@@ -38,7 +40,7 @@ def trace_axes(ctx: Context, name: str, through=BROADCAST) -> tuple[str, tuple]:
         cur = node.inputs[0]
     src, mapping = cur, tuple(range(ctx.type(cur).rank))
     for node in reversed(chain):
-        stepped = _step(node, mapping, ctx)
+        stepped = _step(node, mapping, ctx, units)
         if stepped is None:  # this step loses a source axis: start again from its output
             src, mapping = node.name, tuple(range(node.type.rank))
         else:
@@ -46,7 +48,7 @@ def trace_axes(ctx: Context, name: str, through=BROADCAST) -> tuple[str, tuple]:
     return src, mapping
 
 
-def _step(node, m, ctx: Context):
+def _step(node, m, ctx: Context, units: bool = False):
     """The mapping after ``node``; None if it loses a source axis; False if ``node`` is not
     a pure broadcast view at all (a reshape that regroups real axes)."""
     op, spec = node.op, node.spec
@@ -66,11 +68,12 @@ def _step(node, m, ctx: Context):
         return tuple(x for i, x in enumerate(m) if i not in spec.axes)
     if op is Op.repeat:
         grown = [a for a, s in zip(spec.axes, spec.sizes) if not is_unit(s)]
-        return None if any(m[a] is not None for a in grown) else m
+        return None if not units and any(m[a] is not None for a in grown) else m
     if op is Op.expand:
         lead = node.type.rank - in_type.rank
         for i, d in enumerate(in_type.shape):
-            if m[i] is not None and is_unit(d) and not is_unit(node.type.shape[lead + i]):
+            if not units and m[i] is not None and is_unit(d) and \
+                    not is_unit(node.type.shape[lead + i]):
                 return None
         return (None,) * lead + tuple(m)
     return False

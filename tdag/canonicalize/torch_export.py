@@ -1,0 +1,349 @@
+"""``from_torch``: an ExportedProgram's ATen graph, walked node by node into a tdag Program.
+
+Placeholders become inputs (user inputs, flattened as torch.export flattens the calling
+convention) and weights (parameters, buffers and constants under their state-dict names);
+each ATen node is emitted through the op table inside ``Builder.scope(origin)``; outputs are
+the flattened user outputs. Unsupported ops are collected over the whole graph and reported
+in one UnsupportedOpError.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from tdag import ops
+from tdag.canonicalize import aten
+from tdag.canonicalize.torch_capture import capture, decompose_unknown
+from tdag.canonicalize.torch_names import dim_names, origin_of
+from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
+from tdag.deinops.builder import Builder, Tensor
+from tdag.errors import TdagError, UnsupportedOpError
+from tdag.ir.graph import TDAG
+from tdag.ir.program import Program
+from tdag.ir.symbols import shapes_equal
+from tdag.ir.types import DType, Origin, TensorKind, TensorType
+
+
+def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool = False,
+               dynamic_shapes=None) -> Program:
+    """Canonicalize a torch model into a tdag Program.
+
+    ``source`` is an ``nn.Module`` (exported with ``example_args``/``example_kwargs``), an
+    ``ExportedProgram``, or the path of a ``.pt2`` file written by ``torch.export.save``.
+    ``dynamic_batch=True`` makes dim 0 of every input the symbol ``batch``;
+    ``dynamic_shapes`` takes torch.export's own spec instead. Weights on the meta device give
+    a shape-only program (weights with no value).
+
+    >>> import torch, tdag
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    >>> prog = from_torch(model, (torch.randn(2, 4),), dynamic_batch=True)
+    >>> [str(t) for t in prog.input_types], sorted(prog.graph.weights)
+    (['f32[batch,4]'], ['0.bias', '0.weight'])
+    """
+    ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
+    ep = decompose_unknown(ep, aten.supports)
+    names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
+    return convert(ep, names)
+
+
+def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
+    """The Program of an ExportedProgram whose ops the table knows; ``names`` maps
+    (user input number, axis) to the name of that dynamic dimension."""
+    converter = _Converter(ep, names or {})
+    with converter.builder.active():
+        converter.run()
+    return Program.from_tdag(live(converter.graph))
+
+
+class _Missing:
+    """A value the table does not compute (saved statistics, pooling indices)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
+class _Poisoned:
+    """The output of a node that could not be converted; its users are skipped."""
+
+
+_POISONED = _Poisoned()
+
+
+class _Converter:
+    def __init__(self, ep: ExportedProgram, names: dict):
+        self.ep = ep
+        self.names = names
+        self.builder = Builder()
+        self.symbols = SymbolMap()
+        self.env: dict = {}
+        self.problems: list[tuple[str, Origin]] = []
+        self.origins: dict = {}
+        self.graph: TDAG | None = None
+
+    # -- the walk -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._name_symbols()
+        specs = iter(self.ep.graph_signature.input_specs)
+        self._precheck()
+        outputs = None
+        for node in self.ep.graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node, next(specs))
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "get_attr":
+                self._get_attr(node)
+            elif node.op == "output":
+                outputs = self._outputs(node)
+        if self.problems:
+            raise unsupported_error(self.problems)
+        self.graph = self.builder.build(outputs)
+
+    def _precheck(self) -> None:
+        """Report every op the table lacks before converting anything."""
+        for node in self.ep.graph.nodes:
+            if node.op == "call_function" and not self._is_scalar(node) \
+                    and not self._is_noop(node) and node.target is not operator.getitem \
+                    and not aten.supports(node.target):
+                self.problems.append((_why_unsupported(node.target), self._origin(node)))
+        if self.problems:
+            raise unsupported_error(self.problems)
+
+    def _name_symbols(self) -> None:
+        """Name torch's symbols after the dims the caller named, else after input and axis."""
+        users = [n for n, s in zip(self._placeholders(), self.ep.graph_signature.input_specs)
+                 if s.kind is InputKind.USER_INPUT and isinstance(n.meta.get("val"), torch.Tensor)]
+        for pass_named in (True, False):
+            for i, node in enumerate(users):
+                for axis, size in enumerate(node.meta["val"].shape):
+                    expr = size.node.expr if is_symbolic(size) else None
+                    if expr is None or not expr.is_Symbol:
+                        continue
+                    name = self.names.get((i, axis))
+                    if pass_named and name:
+                        self.symbols.name(expr, name)
+                    elif not pass_named:
+                        self.symbols.name(expr, f"{node.name}_{axis}")
+
+    def _placeholders(self):
+        return [n for n in self.ep.graph.nodes if n.op == "placeholder"]
+
+    # -- placeholders ---------------------------------------------------------------------------
+
+    def _placeholder(self, node, spec) -> None:
+        val = node.meta.get("val")
+        kind = spec.kind
+        if kind is InputKind.USER_INPUT:
+            if isinstance(val, torch.Tensor):
+                name = node.name if node.name not in self.builder._taken else \
+                    self.builder.fresh(node.name + "_")
+                self.env[node] = self.builder.input(name, self._type(val))
+            else:  # ints and the like were specialised into the graph by torch.export
+                self.env[node] = self._scalar(val)
+        elif kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            self.env[node] = self._weight(spec, val)
+        elif kind is InputKind.TOKEN:
+            self.env[node] = None
+        else:
+            self.problems.append((f"input {spec.target or node.name} of kind {kind.name}",
+                                  Origin(op="placeholder", scope=node.name)))
+            self.env[node] = _POISONED
+
+    def _weight(self, spec, val) -> Tensor:
+        target = spec.target
+        if spec.kind is InputKind.PARAMETER:
+            value, kind = self.ep.state_dict[target], TensorKind.parameter
+        elif spec.kind is InputKind.BUFFER:
+            value = self.ep.state_dict[target] if spec.persistent else self.ep.constants[target]
+            kind = TensorKind.buffer
+        else:
+            value, kind = self.ep.constants[target], TensorKind.const
+        value = value.detach() if isinstance(value, torch.Tensor) else None
+        return self.builder.weight(target, kind, value, self._type(val))
+
+    def _get_attr(self, node) -> None:
+        value = getattr(self.ep.graph_module, node.target, None)
+        if isinstance(value, torch.Tensor):
+            self.env[node] = self.builder.weight(node.target, TensorKind.const,
+                                                 value.detach(), self._type(value))
+        else:
+            self.env[node] = value  # a submodule, for higher-order ops
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def _call(self, node) -> None:
+        if self._is_noop(node):
+            self.env[node] = None
+            return
+        args, kwargs = self._args(node.args), self._args(node.kwargs)
+        if _poisoned(args) or _poisoned(kwargs):
+            self.env[node] = _POISONED
+            return
+        if node.target is operator.getitem:
+            self.env[node] = self._getitem(node, *args)
+            return
+        if self._is_scalar(node):
+            self.env[node] = self._scalar(node.meta["val"], node)
+            return
+        origin = self._origin(node)
+        with self.builder.scope(origin):
+            try:
+                result = aten.lookup(node.target).fn(*args, **kwargs)
+                self.env[node] = self._fit(node, result)
+            except (UnsupportedOpError, NotImplementedError) as exc:
+                self.problems.append((f"{origin.op}: {exc}", origin))
+                self.env[node] = _POISONED
+
+    def _args(self, value):
+        if isinstance(value, torch.fx.Node):
+            result = self.env[value]
+            if isinstance(result, _Missing):
+                raise UnsupportedOpError(f"uses {result.what}, which tdag does not compute")
+            return result
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._args(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._args(v) for k, v in value.items()}
+        return value
+
+    def _getitem(self, node, value, index):
+        item = value[index]
+        if item is None and isinstance(node.meta.get("val"), torch.Tensor):
+            return _Missing(f"output {index} of {node.args[0].name}")
+        return item
+
+    def _is_scalar(self, node) -> bool:
+        """Sizes and other Python scalars: their value is known from torch's trace."""
+        val = node.meta.get("val", _POISONED)
+        return isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+    def _is_noop(self, node) -> bool:
+        """Runtime assertions (``_assert_scalar``...): they have no value and no users."""
+        return "val" in node.meta and node.meta["val"] is None and not node.users \
+            and node.target is not operator.getitem
+
+    def _scalar(self, val, node=None):
+        if val is None or isinstance(val, (str, torch.dtype, torch.device)):
+            return val
+        if is_symbolic(val):
+            unbacked = [s for s in val.node.expr.free_symbols if s.name.startswith("u")]
+            if unbacked:
+                origin = self._origin(node) if node is not None else Origin()
+                self.problems.append((f"{origin.op}: a data-dependent value (.item(), nonzero) "
+                                      "cannot be a tdag size", origin))
+                return _POISONED
+            return self.symbols.dim(val) if isinstance(val, torch.SymInt) else \
+                self.symbols.dim(val.node.expr)
+        return val
+
+    # -- results --------------------------------------------------------------------------------
+
+    def _fit(self, node, result):
+        """Cast to the dtype torch recorded and check the shape against torch's."""
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return self._fit_one(node, result, val)
+        if isinstance(val, (list, tuple)) and isinstance(result, (list, tuple)):
+            return tuple(self._fit_one(node, r, v) if isinstance(v, torch.Tensor) and
+                         r is not None else r for r, v in zip(result, val))
+        return result
+
+    def _fit_one(self, node, result, val: torch.Tensor) -> Tensor:
+        expected = self._type(val)
+        if not isinstance(result, Tensor):
+            result = self.builder.const(result, expected.dtype)
+        if result.dtype is not expected.dtype:
+            result = ops.cast(result, expected.dtype)
+        if not shapes_equal(result.shape, expected.shape):
+            if result.ndim == expected.rank == 0 or _numel_one(result, expected):
+                return ops.reshape(result, expected.shape)
+            raise TdagError(f"{node.target} became {result.type} but torch computed "
+                            f"{expected}: a bug in tdag's entry for it",
+                            node=result.name, origin=self.builder.origin)
+        return result
+
+    def _type(self, val: torch.Tensor) -> TensorType:
+        return TensorType(tuple(self.symbols.dim(d) for d in val.shape), DType.of(val.dtype))
+
+    def _origin(self, node) -> Origin:
+        return origin_of(node, self.origins)
+
+    # -- outputs --------------------------------------------------------------------------------
+
+    def _outputs(self, node) -> list[Tensor]:
+        values = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
+        outputs = []
+        for spec, value in zip(self.ep.graph_signature.output_specs, values):
+            if spec.kind is OutputKind.USER_OUTPUT:
+                result = self._args(value) if isinstance(value, torch.fx.Node) else value
+                if result is not None and not isinstance(result, _Poisoned):
+                    outputs.append(self._as_output(result))
+            elif spec.kind is not OutputKind.TOKEN:
+                self.problems.append((f"the model writes {spec.kind.name.lower()} "
+                                      f"{spec.target}: stateful modules are not supported",
+                                      Origin(op="output", scope=spec.target or "")))
+        return outputs
+
+    def _as_output(self, value) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        if hasattr(value, "free_symbols"):
+            return aten.registry.dim_tensor(value)
+        return self.builder.const(value)
+
+
+def _poisoned(value) -> bool:
+    if isinstance(value, _Poisoned):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_poisoned(v) for v in value)
+    if isinstance(value, dict):
+        return any(_poisoned(v) for v in value.values())
+    return False
+
+
+def _numel_one(result: Tensor, expected: TensorType) -> bool:
+    """torch sometimes records [1] where the composition gives [] (or back): same data."""
+    return all(d == 1 for d in result.shape) and all(d == 1 for d in expected.shape)
+
+
+def _why_unsupported(target) -> str:
+    name = aten.key(target) or getattr(target, "__name__", str(target))
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"{name}: control flow and wrapped subgraphs are not supported yet"
+    entry = aten.registry.TABLE.get(name) or aten.registry.TABLE.get(name.split(".")[0])
+    if entry is not None:
+        return f"aten.{name}: needs tdag.ops.{', '.join(entry.needs)}"
+    return f"aten.{name}: no tdag mapping" if aten.key(target) else f"{name}: not an ATen op"
+
+
+def unsupported_error(problems) -> UnsupportedOpError:
+    """One error naming every unsupported op with its module path and source line."""
+    lines = []
+    for what, origin in problems:
+        where = " @ " + origin.scope if origin.scope else ""
+        where += f" ({origin.location})" if origin.location else ""
+        lines.append(f"  {what}{where}")
+    distinct = sorted({what.split(":")[0] for what, _ in problems})
+    error = UnsupportedOpError(f"{len(problems)} unsupported op use(s) ({', '.join(distinct)}):\n"
+                               + "\n".join(lines))
+    error.problems = list(problems)
+    return error
+
+
+def live(graph: TDAG) -> TDAG:
+    """Drop nodes no output depends on (statistics and indices the table computed for
+    multi-result ops) and the consts only they read."""
+    needed = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if node.name in needed:
+            kept.append(node)
+            needed.update(node.inputs)
+    weights = {k: w for k, w in graph.weights.items()
+               if w.kind is not TensorKind.const or k in needed}
+    return graph.replace(nodes=tuple(reversed(kept)), weights=weights)

@@ -1,0 +1,40 @@
+"""Lowering: recognise primitive patterns that a framework runs as one kernel.
+
+Importing this package registers the kernel ops (``Family.KERNEL``) so that ``tdag.verify``,
+``tdag.run`` and ``tdag.cost`` understand lowered programs.
+
+>>> import tdag, tdag.lower
+>>> from tdag import ops
+>>> prog = tdag.trace(lambda a, b: ops.matmul(a, b), tdag.TensorSpec(("b", 4, 8)),
+...                   tdag.TensorSpec((8, 3)))
+>>> [n.op.value for n in tdag.lower.lower(prog).graph.nodes]
+['einsum']
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tdag.ir.program import Program
+from tdag.lower import kernels, kernels_nn  # noqa: F401  (registration)
+from tdag.lower import movement
+from tdag.lower.contraction import contraction_rule, einsum_bias_rule
+from tdag.lower.passes import Pass, PassError, run_passes
+from tdag.lower.rewrite import rule_pass
+
+PASSES: dict[str, Pass] = {
+    "contraction": rule_pass(contraction_rule),
+    "movement": rule_pass(*movement.RULES),
+    "fuse": rule_pass(einsum_bias_rule),
+}
+
+DEFAULT = ("contraction", "movement", "fuse")
+
+
+def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:
+    """Replace recognised patterns by kernels, running ``passes`` to a fixed point.
+
+    The result is a valid Program with the same outputs under ``tdag.run``."""
+    return run_passes(prog, passes, PASSES, check=check)
+
+
+__all__ = ["DEFAULT", "PASSES", "PassError", "lower"]

@@ -1,0 +1,96 @@
+"""Movement chains -> one reshape, one permute or one expand (a framework view each).
+
+The rules keep values and only shorten chains, so a recognised kernel that left reshapes
+around it (a conv's output split into groups and merged back) ends up with none.
+"""
+from __future__ import annotations
+
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.lower.kernels import Expand, Reshape
+from tdag.lower.match import BROADCAST, is_unit, trace_axes
+from tdag.lower.rewrite import Alias, Context
+
+# ops that keep the row-major order of elements: any chain of them is one reshape
+RESHAPES = frozenset({Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.reshape})
+
+
+def reshape_source(ctx: Context, name: str) -> str:
+    """The first value before a run of reshape-like ops ending at ``name``."""
+    node = ctx.producer(name)
+    while node is not None and node.op in RESHAPES:
+        name = node.inputs[0]
+        node = ctx.producer(name)
+    return name
+
+
+def reshape_rule(node: Node, ctx: Context):
+    """reshape-like(reshape-like(x)) -> reshape(x); reshape(x) to x's own shape -> x"""
+    if node.op not in RESHAPES:
+        return None
+    src = reshape_source(ctx, node.inputs[0]) if ctx.op(node.inputs[0]) in RESHAPES \
+        else node.inputs[0]
+    if ctx.type(src).same_as(node.type):
+        return Alias(src)
+    if node.op is Op.reshape and src == node.inputs[0]:
+        return "already one reshape"
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.reshape, Reshape(node.type.shape), src))
+
+
+def permute_rule(node: Node, ctx: Context):
+    """permute(permute(x, p), q) -> permute(x, p[q]); the identity permutation -> x"""
+    if node.op is not Op.permute:
+        return None
+    perm, src = node.spec.perm, node.inputs[0]
+    inner = ctx.producer(src)
+    if inner is not None and inner.op is Op.permute:
+        perm, src = tuple(inner.spec.perm[p] for p in perm), inner.inputs[0]
+    if perm == tuple(range(len(perm))):
+        return Alias(src)
+    if src == node.inputs[0]:
+        return "a single permute"
+    from tdag.deinops.movement import Permute
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.permute, Permute(perm), src))
+
+
+_BROADCAST_ONLY = BROADCAST - {Op.permute}
+
+
+def expand_rule(node: Node, ctx: Context):
+    """unsqueeze/reshape/repeat/expand chain -> expand(x) (or reshape(x) + expand)"""
+    if node.op not in (Op.repeat, Op.expand):
+        return None
+    src, mapping = trace_axes(ctx, node.name, _BROADCAST_ONLY, units=True)
+    if src == node.name:
+        return "not a broadcast of a source"
+    if ctx.type(src).same_as(node.type):
+        return Alias(src)
+    shown = [i for i, a in enumerate(mapping) if a is not None]
+    rank = node.type.rank
+    aligned = shown == list(range(rank - len(shown), rank))
+    if aligned and node.op is Op.expand and node.inputs[0] == src:
+        return "already one expand"
+    emit = ctx.emitter(node)
+    base = src
+    if not aligned:  # put size-1 axes where the broadcast ones go, then expand
+        first = shown[0] if shown else rank
+        src_shape = ctx.type(src).shape
+        shape = tuple(1 if mapping[i] is None else src_shape[mapping[i]] for i in range(first, rank))
+        producer = ctx.producer(node.inputs[0])
+        if node.op is Op.expand and producer is not None and producer.op is Op.reshape and \
+                producer.inputs[0] == src and tuple(producer.type.shape) == shape:
+            return "already reshape + expand"
+        base = emit(Op.reshape, Reshape(shape), src)
+    return emit.finish(emit(Op.expand, Expand(node.type.shape), base))
+
+
+def unit_repeat_rule(node: Node, ctx: Context):
+    """repeat to size 1 (a no-op) -> x"""
+    if node.op is Op.repeat and all(is_unit(s) for s in node.spec.sizes):
+        return Alias(node.inputs[0])
+    return None
+
+
+RULES = (unit_repeat_rule, reshape_rule, permute_rule, expand_rule)

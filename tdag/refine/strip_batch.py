@@ -1,0 +1,442 @@
+"""Batch stripping: ``strip_batch`` gives the per-sample Program, ``add_batch`` its inverse.
+
+Each value is tracked in one of three states while the nodes are rewritten in order:
+
+- free (``None``): it does not depend on the batch (weights and what is computed from them);
+  the node is copied as it is;
+- ``Batched(p)``: axis ``p`` is the batch; the per-sample value is the value without it, so
+  the node's spec loses axis ``p`` (reduce axes shift, a permutation loses an entry);
+- ``Folded(p)``: a reshape merged the batch into axis ``p`` as its outermost factor (torch's
+  ``[b, s, d] -> [b*s, d]`` around a matmul); the per-sample axis is ``1/b`` as long, and the
+  reshape that splits ``b`` back out returns the value to ``Batched(p)``.
+
+A free operand of an elementwise op with a batched one is a broadcast (an explicit repeat
+over the batch axis): the repeat is rebuilt without the batch axis. An op that works along
+the batch axis (a reduction over it, a gather along it, a slice of it) mixes samples and
+raises ``BatchError`` naming the node and its module path.
+
+>>> import tdag, torch
+>>> from tdag import ops
+>>> prog = tdag.trace(lambda x: ops.exp(x) + 1.0, tdag.TensorSpec(("b", 4)))
+>>> [str(t) for t in tdag.strip_batch(prog).input_types]
+['f32[4]']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from tdag.deinops import REGISTRY
+from tdag.deinops.indexing import Gather
+from tdag.deinops.movement import (Group, Permute, Repeat, Slice, Squeeze, Ungroup, Unsqueeze,
+                                   ungroup_sizes)
+from tdag.errors import ShapeError, TdagError
+from tdag.ir.graph import TDAG, Node, Value
+from tdag.ir.op import Family, Op
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, symbol
+from tdag.ir.types import TensorType
+from tdag.refine.batch_axes import MIXING, RULES, drop_spec
+from tdag.refine.dataflow import Names, all_names, prune
+
+
+class BatchError(TdagError):
+    """A batch axis that cannot be removed or added: the op mixes samples."""
+
+
+@dataclass(frozen=True)
+class Batched:
+    axis: int
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The batch is the outermost factor of axis ``axis``."""
+
+    axis: int
+
+
+def strip_batch(prog: Program, axis: int = 0) -> Program:
+    """The per-sample Program: every input loses axis ``axis``, the batch.
+
+    Running it on each sample and stacking the results reproduces ``prog``; an output that
+    has its batch axis elsewhere is stacked there.
+    """
+    if not prog.inputs:
+        raise BatchError("strip_batch: the program has no inputs, so no batch axis")
+    batch = _batch_size(prog.inputs, axis)
+    states = [Batched(axis)] * len(prog.inputs)
+    return _rewrite_program(prog, states, lambda g, s: _Strip(g, s, batch).run(),
+                            lambda t, s: _strip_type(t, s, batch), "strip_batch")
+
+
+def add_batch(prog: Program, name: str = "b") -> Program:
+    """The inverse of ``strip_batch``: every input and output gains a leading batch axis of
+    symbolic size ``name``."""
+    if name in _program_symbols(prog):
+        raise ShapeError(f"add_batch: the symbol {name!r} is already a dimension of the "
+                         "program; pass another name")
+    batch = symbol(name)
+    states = [Batched(0)] * len(prog.inputs)
+    return _rewrite_program(prog, states, lambda g, s: _Add(g, s, batch).run(),
+                            lambda t, s: t if s is None else t.with_shape((batch,) + t.shape),
+                            "add_batch")
+
+
+def _batch_size(inputs, axis: int) -> Dim:
+    sizes = []
+    for value in inputs:
+        if value.type.rank <= axis:
+            raise BatchError(f"strip_batch: input %{value.name}: {value.type} has no axis {axis}")
+        sizes.append(value.type.shape[axis])
+    if not all(dims_equal(s, sizes[0]) for s in sizes):
+        raise BatchError("strip_batch: inputs disagree on the batch size: "
+                         + ", ".join(f"%{v.name}: {v.type}" for v in inputs))
+    return sizes[0]
+
+
+def _strip_type(t: TensorType, state, batch: Dim) -> TensorType:
+    if state is None:
+        return t
+    shape = list(t.shape)
+    if isinstance(state, Batched):
+        del shape[state.axis]
+    else:
+        shape[state.axis] = _divide(shape[state.axis], batch)
+    return t.with_shape(shape)
+
+
+def _divide(dim: Dim, batch: Dim) -> Dim | None:
+    """dim / batch when it divides exactly, else None."""
+    if is_static(dim) and is_static(batch):
+        return dim // batch if batch and dim % batch == 0 else None
+    q = sympy.cancel(sympy.sympify(dim) / batch)
+    return as_dim(q) if q.is_polynomial() and sympy.denom(q) == 1 else None
+
+
+def _program_symbols(prog: Program) -> set[str]:
+    names: set[str] = set()
+    for graph in prog.graphs.values():
+        for t in graph.types().values():
+            for d in t.shape:
+                names |= free_symbols(d)
+    return names
+
+
+# -- one TDAG ---------------------------------------------------------------------------------
+
+class _Rewriter:
+    """Shared machinery: the new nodes, their types, and a state per old name."""
+
+    def __init__(self, graph: TDAG, states, batch: Dim):
+        self.graph, self.batch = graph, batch
+        self.old_types = graph.types()
+        self.producer = {n.name: n for n in graph.nodes}
+        self.state = {v.name: s for v, s in zip(graph.inputs, states)}
+        self.env = {name: name for name in self.old_types}  # old name -> new name
+        self.types: dict[str, TensorType] = {}
+        self.nodes: list[Node] = []
+        self.names = Names(all_names(graph))
+        self.shape_cache: dict = {}
+        self.cache: dict = {}
+
+    def run(self):
+        inputs = tuple(Value(v.name, self.new_type(v.type, self.state[v.name]))
+                       for v in self.graph.inputs)
+        self.types.update((v.name, v.type) for v in inputs)
+        self.types.update((k, w.type) for k, w in self.graph.weights.items())
+        for node in self.graph.nodes:
+            states = [self.state.get(n) for n in node.inputs]
+            if all(s is None for s in states):
+                self.emit(node, node.op, node.spec, [self.env[n] for n in node.inputs],
+                          node.name)
+                self.state[node.name] = None
+            else:
+                self.state[node.name] = self.rewrite(node, states)
+        outputs = tuple(self.env[n] for n in self.graph.outputs)
+        graph = prune(TDAG(inputs, self.graph.weights, self.nodes, outputs))
+        self.check(graph)
+        return graph, [self.state.get(n) for n in self.graph.outputs]
+
+    def emit(self, origin: Node, op: Op, spec, inputs, name: str | None = None) -> str:
+        """Append a node (typed by its op's shape rule) and return its name."""
+        name = name if name is not None else self.names.fresh(f"{origin.name}_b")
+        in_types = tuple(self.types[n] for n in inputs)
+        key = (op, spec, in_types)
+        out = self.shape_cache.get(key)
+        if out is None:
+            try:
+                out = self.shape_cache[key] = REGISTRY[op].shape(spec, in_types)
+            except ShapeError as exc:
+                raise self.error(origin, f"cannot be rewritten: {exc.args[0]}") from None
+        self.nodes.append(Node(name, op, tuple(inputs), spec, out, origin.origin))
+        self.types[name] = out
+        return name
+
+    def alias(self, node: Node, new_name: str) -> None:
+        """``node`` becomes a no-op: its users read ``new_name``."""
+        self.env[node.name] = new_name
+
+    def error(self, node: Node, reason: str) -> BatchError:
+        return BatchError(f"{self.pass_name}: {node.op.value} {reason}", node=node.name,
+                          origin=node.origin)
+
+    def check(self, graph: TDAG) -> None:
+        pass
+
+
+class _Strip(_Rewriter):
+    pass_name = "strip_batch"
+
+    def new_type(self, t: TensorType, state) -> TensorType:
+        return _strip_type(t, state, self.batch)
+
+    def rewrite(self, node: Node, states) -> object:
+        if node.op in RULES:
+            return self.one_input(node, states[0])
+        if node.op in Family.ELEMENTWISE:
+            return self.elementwise(node, states)
+        if node.op is Op.gather:
+            return self.gather(node, states)
+        raise self.error(node, "has no batch-stripping rule")
+
+    def one_input(self, node: Node, state) -> object:
+        x = node.inputs[0]
+        in_type = self.old_types[x]
+        rule = RULES[node.op]
+        p = state.axis
+        if p not in rule.touched(node.spec, in_type):
+            if isinstance(state, Batched):
+                spec = drop_spec(node.op, node.spec, in_type, p)
+                self.emit(node, node.op, spec, [self.env[x]], node.name)
+                return Batched(rule.out_axis(node.spec, in_type, p))
+            self.emit(node, node.op, _keep_folded(node.op, node.spec, p), [self.env[x]],
+                      node.name)
+            return Folded(rule.out_axis(node.spec, in_type, p))
+        if node.op is Op.group and p == node.spec.axis:
+            return self.fold_in(node, state)
+        if node.op is Op.ungroup and isinstance(state, Folded):
+            return self.split_out(node, in_type)
+        raise self.error(node, f"mixes samples: it {MIXING.get(node.op, 'works along the batch')}")
+
+    def fold_in(self, node: Node, state) -> Folded:
+        """A group whose first axis is the batch: the batch becomes an outer factor."""
+        x, p = self.env[node.inputs[0]], node.spec.axis
+        if isinstance(state, Folded):
+            self.emit(node, Op.group, node.spec, [x], node.name)
+        elif node.spec.count > 2:
+            self.emit(node, Op.group, Group(p, node.spec.count - 1), [x], node.name)
+        else:
+            self.alias(node, x)
+        return Folded(p)
+
+    def split_out(self, node: Node, in_type: TensorType) -> object:
+        """An ungroup of a folded axis: splitting the batch back out gives Batched again."""
+        p = node.spec.axis
+        sizes = ungroup_sizes(node.spec, in_type.shape[p])
+        x = self.env[node.inputs[0]]
+        if dims_equal(sizes[0], self.batch):
+            rest = tuple(sizes[1:])
+            if len(rest) > 1:
+                self.emit(node, Op.ungroup, Ungroup(p, rest), [x], node.name)
+            else:
+                self.alias(node, x)
+            return Batched(p)
+        outer = _divide(sizes[0], self.batch)
+        if outer is None:
+            raise self.error(node, f"splits the batch {format_dim(self.batch)} folded into "
+                                   f"axis {p} into sizes that do not keep it outermost")
+        self.emit(node, Op.ungroup, Ungroup(p, (outer,) + tuple(sizes[1:])), [x], node.name)
+        return Folded(p)
+
+    def elementwise(self, node: Node, states) -> object:
+        batched = {s for s in states if s is not None}
+        if len(batched) > 1:
+            raise self.error(node, "mixes samples: its operands carry the batch on different "
+                                   "axes (" + ", ".join(map(str, sorted(batched, key=str))) + ")")
+        (target,) = batched
+        inputs = [self.env[n] if s is not None else self.broadcast(n, target, node)
+                  for n, s in zip(node.inputs, states)]
+        self.emit(node, node.op, node.spec, inputs, node.name)
+        return target
+
+    def broadcast(self, name: str, target, user: Node) -> str:
+        """A free operand next to a batched one: rebuild its repeat without the batch."""
+        key = (name, target)
+        if key in self.cache:
+            return self.cache[key]
+        rep = self.producer.get(name)
+        p = target.axis
+        if rep is None or rep.op is not Op.repeat or p not in rep.spec.axes:
+            raise self.error(user, f"mixes samples: operand %{name} does not depend on the "
+                                   f"batch yet has a batch-sized axis {p} that is not a broadcast")
+        i = rep.spec.axes.index(p)
+        axes = list(rep.spec.axes)
+        sizes = list(rep.spec.sizes)
+        x = self.env[rep.inputs[0]]
+        if isinstance(target, Batched):
+            x = self.emit(rep, Op.squeeze, Squeeze((p,)), [x])
+            del axes[i], sizes[i]
+            axes = [a - (a > p) for a in axes]
+        else:
+            outer = _divide(sizes[i], self.batch)
+            if outer is None:
+                raise self.error(user, f"operand %{name} broadcasts to {format_dim(sizes[i])}, "
+                                       f"not a multiple of the batch")
+            sizes[i] = outer
+            if outer == 1:
+                del axes[i], sizes[i]
+        if axes:
+            x = self.emit(rep, Op.repeat, Repeat(tuple(axes), tuple(sizes)), [x])
+        self.cache[key] = x
+        return x
+
+    def gather(self, node: Node, states) -> object:
+        table, index = states
+        axis = node.spec.axis
+        if table is not None and index is not None:
+            raise self.error(node, "mixes samples: both the table and the indices are batched")
+        x, i = (self.env[n] for n in node.inputs)
+        if index is not None:
+            self.emit(node, Op.gather, node.spec, [x, i], node.name)
+            return type(index)(axis + index.axis)
+        p = table.axis
+        if p == axis:
+            raise self.error(node, f"mixes samples: it {MIXING[Op.gather]}")
+        out = p if p < axis else p + self.old_types[node.inputs[1]].rank - 1
+        spec = Gather(axis - (p < axis)) if isinstance(table, Batched) else node.spec
+        self.emit(node, Op.gather, spec, [x, i], node.name)
+        return type(table)(out)
+
+    def check(self, graph: TDAG) -> None:
+        """A symbolic batch must be gone: a surviving node that still mentions it depends on
+        the batch size itself (an iota over it, a broadcast to it)."""
+        if is_static(self.batch) or not self.batch.is_Symbol:
+            return
+        name = self.batch.name
+        for node in graph.nodes:
+            if any(name in free_symbols(d) for d in node.type.shape):
+                raise self.error(node, f"depends on the batch size {name}: {node.type}")
+
+
+def _keep_folded(op: Op, spec, p: int):
+    """The spec for a folded input: unchanged, but a slice drops its full-range entry on p."""
+    if op is not Op.slice or p not in spec.axes:
+        return spec
+    keep = [i for i, a in enumerate(spec.axes) if a != p]
+    return Slice(*(tuple(field[i] for i in keep)
+                   for field in (spec.axes, spec.starts, spec.stops, spec.steps)))
+
+
+class _Add(_Rewriter):
+    """Inserts a batch axis at 0 in every value that depends on the inputs."""
+
+    pass_name = "add_batch"
+
+    def new_type(self, t: TensorType, state) -> TensorType:
+        return t if state is None else t.with_shape((self.batch,) + t.shape)
+
+    def rewrite(self, node: Node, states) -> object:
+        if node.op in RULES:
+            spec = RULES[node.op].insert0(node.spec)
+            self.emit(node, node.op, spec, [self.env[node.inputs[0]]], node.name)
+            return Batched(0)
+        if node.op in Family.ELEMENTWISE:
+            inputs = [self.env[n] if s is not None else self.broadcast(n, node)
+                      for n, s in zip(node.inputs, states)]
+            self.emit(node, node.op, node.spec, inputs, node.name)
+            return Batched(0)
+        if node.op is Op.gather:
+            return self.gather(node, states)
+        raise self.error(node, "has no batch-adding rule")
+
+    def broadcast(self, name: str, user: Node) -> str:
+        """A free operand next to a batched one: unsqueeze + repeat over the batch."""
+        if name not in self.cache:
+            x = self.emit(user, Op.unsqueeze, Unsqueeze((0,)), [self.env[name]])
+            self.cache[name] = self.emit(user, Op.repeat, Repeat((0,), (self.batch,)), [x])
+        return self.cache[name]
+
+    def gather(self, node: Node, states) -> object:
+        table, index = states
+        x, i = (self.env[n] for n in node.inputs)
+        axis = node.spec.axis
+        if table is not None and index is not None:
+            raise self.error(node, "has batched table and indices (a per-sample lookup table)")
+        if table is not None:
+            self.emit(node, Op.gather, Gather(axis + 1), [x, i], node.name)
+            return Batched(0)
+        if axis == 0:
+            self.emit(node, Op.gather, node.spec, [x, i], node.name)
+            return Batched(0)
+        # the batch lands at ``axis``: move it to the front
+        rank = self.old_types[node.name].rank + 1
+        g = self.emit(node, Op.gather, node.spec, [x, i])
+        perm = (axis,) + tuple(a for a in range(rank) if a != axis)
+        self.emit(node, Op.permute, Permute(perm), [g], node.name)
+        return Batched(0)
+
+
+# -- the program ------------------------------------------------------------------------------
+
+def _rewrite_program(prog: Program, states, rewrite_graph, retype, what: str) -> Program:
+    """Rewrite every TDAG for the states its callers give it (one copy per distinct set of
+    argument states) and retype the blocks' values."""
+    graphs: dict[str, TDAG] = {}
+    made: dict = {}
+
+    def call(name: str, arg_states) -> tuple:
+        key = (name, tuple(arg_states))
+        if key not in made:
+            graph, outs = rewrite_graph(prog.graphs[name], arg_states)
+            new_name = name if name not in graphs else f"{name}_{len(made)}"
+            graphs[new_name] = graph
+            made[key] = (new_name, outs)
+        return made[key]
+
+    def block(blk: Block, arg_states) -> tuple:
+        env = {name: None for name in prog.state}
+        env.update((v.name, s) for v, s in zip(blk.inputs, arg_states))
+        steps = []
+        for step in blk.steps:
+            args = [env[n] for n in step.inputs]
+            step, outs = _step(step, args, call, block, what)
+            for name, s in zip(step.outputs, outs):
+                if name in prog.state and s is not None:
+                    raise BatchError(f"{what}: writes state %{name} with a batch-dependent "
+                                     "value; state is shared by every sample")
+                env[name] = s
+            steps.append(step)
+        inputs = tuple(Value(v.name, retype(v.type, s)) for v, s in zip(blk.inputs, arg_states))
+        return Block(inputs, tuple(steps), blk.outputs), [env[n] for n in blk.outputs]
+
+    main, _ = block(prog.main, states)
+    return Program(graphs, main, prog.state)
+
+
+def _step(step, args, call, block, what: str) -> tuple:
+    if isinstance(step, Call):
+        name, outs = call(step.graph, args)
+        return Call(name, step.inputs, step.outputs), outs
+    if isinstance(step, If):
+        then_branch, outs = block(step.then_branch, args)
+        else_branch, else_outs = block(step.else_branch, args)
+        if outs != else_outs:
+            raise BatchError(f"{what}: the branches of an if put the batch on different axes")
+        return If(step.cond, step.inputs, then_branch, else_branch, step.outputs), outs
+    if isinstance(step, Loop):
+        body, outs = block(step.body, [None, *args])
+        offset = 1 if step.cond is not None else 0
+        if outs[offset:offset + len(args)] != list(args):
+            raise BatchError(f"{what}: a loop changes where its carried values hold the batch")
+        scanned = [None if s is None else type(s)(s.axis + 1) for s in outs[offset + len(args):]]
+        if what == "add_batch" and any(s is not None for s in scanned):
+            raise BatchError("add_batch: a loop scans a batched value (it would stack it "
+                             "before the batch axis)")
+        return Loop(step.inputs, body, step.outputs, step.count, step.cond, step.scanned), \
+            list(args) + scanned
+    raise BatchError(f"{what}: unknown controller {type(step).__name__}")
+
+
+__all__ = ["BatchError", "add_batch", "strip_batch"]
