@@ -13,6 +13,9 @@ from tdag.errors import (FileFormatError, InvalidModelError, PatternError, Shape
                          TdagError, UnsupportedOpError)
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.interpreter import run
+from tdag.ir.parser import parse
+from tdag.ir.serialize import load, save
+from tdag.refine.cost import CostReport, cost
 from tdag.ir.op import Family, Op
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
@@ -24,5 +27,5 @@ __all__ = [
     "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "FileFormatError", "If",
     "InvalidModelError", "Loop", "Node", "Op", "Origin", "PatternError", "Program", "ShapeError",
     "TdagError", "TensorKind", "TensorSpec", "TensorType", "UnsupportedOpError", "Value",
-    "Weight", "ops", "run", "trace", "verify",
+    "Weight", "CostReport", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import sympy
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -113,7 +114,8 @@ def _every_spec_graph() -> TDAG:
     e(Op.slice, Slice((1, 2), (1, 0), (s - 1, 6), (2, 3)), x)
     e(Op.pad, Pad(((0, 0), (b, 1), (2, 0)), -math.inf), x)
     e(Op.select, Select(1, s - 1), x)
-    e(Op.repeat, Repeat((0, 3), (b, 2 * s)), u)
+    e(Op.repeat, Repeat((0, 3), (sympy.Max(b, 2), 2 * s)), u)
+    e(Op.pad, Pad(((0, sympy.Mod(s, 3)), (0, 0), (0, 0)), 0.0), x)
     w = e(Op.unfold, Unfold(1, 3, 2, 2), x)
     e(Op.fold, Fold(1, 2, 2, s), w)
     for kind in ReduceKind:
@@ -143,7 +145,8 @@ def test_every_primitive_spec_round_trips():
     for snippet in ("reduce[prod](%x, axes=(0, 2))", "divide[floor]", "compare[ge]",
                     "cast[bf16]", "value=-inf", "sizes=(-1, 2)", "stops=(s-1, 6)",
                     "index=s-1", "iota(length=2*s+1, dtype=f32)", "length=s)",
-                    "widths=((0, 0), (b, 1), (2, 0))"):
+                    "widths=((0, 0), (b, 1), (2, 0))", "sizes=(Max(2,b), 2*s)",
+                    "f32[b+Mod(s,3),s,6]"):
         assert snippet in text, snippet
 
 

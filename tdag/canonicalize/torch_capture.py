@@ -83,9 +83,9 @@ def _batch_shapes(module, args, kwargs, batch: Dim):
 # -- decomposition ------------------------------------------------------------------------------
 
 
-def decompose_unknown(ep: ExportedProgram, known: Callable[[object], bool],
+def decompose_unknown(ep: ExportedProgram, known: Callable[[torch.fx.Node], bool],
                       rounds: int = 4) -> ExportedProgram:
-    """Decompose the ops ``known`` rejects, with torch's decompositions: export's defaults
+    """Decompose the ops of the nodes ``known`` rejects, with torch's decompositions: export's defaults
     (core ATen), then torch._decomp's (which also reduce core ops such as
     ``native_layer_norm``), then an op's own CompositeImplicitAutograd kernel.
 
@@ -104,14 +104,17 @@ def decompose_unknown(ep: ExportedProgram, known: Callable[[object], bool],
                 todo[op] = decomposition
         if not todo:
             break
-        ep = ep.run_decompositions(todo)
+        try:
+            ep = ep.run_decompositions(todo)
+        except RecursionError:  # a CIA kernel that calls its own op: report it unsupported
+            break
     return ep
 
 
 def _unknown_ops(ep: ExportedProgram, known) -> set:
     return {n.target for n in ep.graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-            and not known(n.target)}
+            and not known(n)}
 
 
 # -- loading .pt2 files --------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
     (['f32[batch,4]'], ['0.bias', '0.weight'])
     """
     ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
-    ep = decompose_unknown(ep, aten.supports)
+    ep = decompose_unknown(ep, handled)
     names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
     return convert(ep, names)
 
@@ -106,9 +106,7 @@ class _Converter:
     def _precheck(self) -> None:
         """Report every op the table lacks before converting anything."""
         for node in self.ep.graph.nodes:
-            if node.op == "call_function" and not self._is_scalar(node) \
-                    and not self._is_noop(node) and node.target is not operator.getitem \
-                    and not aten.supports(node.target):
+            if node.op == "call_function" and not handled(node):
                 self.problems.append((_why_unsupported(node.target), self._origin(node)))
         if self.problems:
             raise unsupported_error(self.problems)
@@ -176,7 +174,7 @@ class _Converter:
     # -- calls ----------------------------------------------------------------------------------
 
     def _call(self, node) -> None:
-        if self._is_noop(node):
+        if is_noop(node):
             self.env[node] = None
             return
         args, kwargs = self._args(node.args), self._args(node.kwargs)
@@ -186,7 +184,7 @@ class _Converter:
         if node.target is operator.getitem:
             self.env[node] = self._getitem(node, *args)
             return
-        if self._is_scalar(node):
+        if is_scalar(node):
             self.env[node] = self._scalar(node.meta["val"], node)
             return
         origin = self._origin(node)
@@ -215,16 +213,6 @@ class _Converter:
         if item is None and isinstance(node.meta.get("val"), torch.Tensor):
             return _Missing(f"output {index} of {node.args[0].name}")
         return item
-
-    def _is_scalar(self, node) -> bool:
-        """Sizes and other Python scalars: their value is known from torch's trace."""
-        val = node.meta.get("val", _POISONED)
-        return isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
-
-    def _is_noop(self, node) -> bool:
-        """Runtime assertions (``_assert_scalar``...): they have no value and no users."""
-        return "val" in node.meta and node.meta["val"] is None and not node.users \
-            and node.target is not operator.getitem
 
     def _scalar(self, val, node=None):
         if val is None or isinstance(val, (str, torch.dtype, torch.device)):
@@ -294,6 +282,24 @@ class _Converter:
         if hasattr(value, "free_symbols"):
             return aten.registry.dim_tensor(value)
         return self.builder.const(value)
+
+
+def handled(node) -> bool:
+    """Whether the converter can take this call_function node as it is."""
+    return node.target is operator.getitem or is_scalar(node) or is_noop(node) \
+        or aten.supports(node.target)
+
+
+def is_scalar(node) -> bool:
+    """Sizes and other Python scalars: their value is known from torch's trace."""
+    val = node.meta.get("val", _POISONED)
+    return isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def is_noop(node) -> bool:
+    """Runtime assertions (``_assert_scalar``...): they have no value and no users."""
+    return "val" in node.meta and node.meta["val"] is None and not node.users \
+        and node.target is not operator.getitem
 
 
 def _poisoned(value) -> bool:

@@ -28,6 +28,7 @@ _TOKEN = re.compile(rf"""
   | (?P<punct>//|\*\*|[-+*/()\[\]{{}},=:@])
 """, re.X)
 _ARITH = frozenset({"+", "-", "*", "/", "//", "**"})
+_WORDS = {"True": True, "False": False, "None": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,18 +222,20 @@ class Line:
         return self._atom()
 
     def _atom(self):
+        """Tokens up to a ``,`` ``)`` or ``]`` outside parentheses (``Max(b,2)`` is one atom)."""
         start, depth = self.pos, 0
         while (tok := self.peek()) is not None:
-            if tok.kind == "punct" and tok.text not in _ARITH | {"(", ")"}:
-                if depth:
-                    self.error(f"unexpected {tok.text!r} inside parentheses")
-                break
-            if tok.text == ")" and tok.kind == "punct":
-                if depth == 0:
+            if tok.kind == "punct":
+                if tok.text == "(":
+                    depth += 1
+                elif tok.text == ")":
+                    if depth == 0:
+                        break
+                    depth -= 1
+                elif tok.text not in _ARITH and not (tok.text == "," and depth):
+                    if depth:
+                        self.error(f"unexpected {tok.text!r} inside parentheses")
                     break
-                depth -= 1
-            elif tok.text == "(" and tok.kind == "punct":
-                depth += 1
             self.pos += 1
         toks = self.tokens[start:self.pos]
         if not toks:
@@ -243,14 +246,14 @@ class Line:
         first = toks[0]
         if len(toks) == 1:
             if first.kind == "number":
-                return float(first.text) if any(c in first.text for c in ".eE") else int(first.text)
+                is_float = any(c in first.text for c in ".eE")
+                return float(first.text) if is_float else int(first.text)
             if first.kind == "string":
                 return json.loads(first.text)
             if first.kind == "name":
                 return Ref(_decode_name(first))
             if first.kind == "ident":
-                return {"True": True, "False": False, "None": None}.get(first.text,
-                                                                       Ident(first.text))
+                return _WORDS.get(first.text, Ident(first.text))
         if len(toks) == 2 and first.text == "-" and toks[1].kind == "number":
             return -self._classify(toks[1:])
         if any(t.kind in ("string", "name") for t in toks):

@@ -1,8 +1,9 @@
 """Parse the text form (see ``tdag.ir.printer``) back into a Program.
 
 A file may come from anywhere, so nothing here evaluates code: a regex tokenizer per line
-(``tdag.ir.lexer``) and a recursive-descent parser over lines. Dims go through ``symbols.parse_dim`` (itself a small
-parser); specs are rebuilt as their exact dataclass types from the field annotations.
+(``tdag.ir.lexer``) and a recursive-descent parser over lines. Dims go through
+``symbols.parse_dim`` (itself a small parser); specs are rebuilt as their exact dataclass
+types from the field annotations.
 
 >>> import tdag
 >>> from tdag import ops
@@ -41,11 +42,9 @@ def _literal(v):
     """A const's values: (nested lists of) numbers and bools."""
     if isinstance(v, list):
         return [_literal(x) for x in v]
-    if isinstance(v, bool) or v is None:
-        if v is None:
-            raise ValueError("None is not a tensor value")
-        return v
-    return to_float(v)
+    if v is None:
+        raise ValueError("None is not a tensor value")
+    return v if isinstance(v, bool) else to_float(v)
 
 
 def _generic(v):
@@ -145,7 +144,7 @@ def _origin(line: Line) -> Origin:
         return parse_plain_origin(text)
     quoted = Line(line.lineno, text)
     parts = []
-    for i, sep in enumerate(("@", "(", ")")):
+    for sep in ("@", "(", ")"):
         tok = quoted.take("a quoted string")
         if tok.kind != "string":
             quoted.error("expected a quoted provenance string")
@@ -363,9 +362,11 @@ def _keywords(line: Line, keywords: dict, allowed: set) -> dict:
 def _assemble(graphs: dict, state: dict, main: Block | None) -> Program:
     if main is not None:
         return Program(graphs, main, state)
-    if len(graphs) != 1:
-        raise FileFormatError("the text holds no 'program' block and "
-                              f"{len(graphs)} tdags; a lone tdag needs no program block")
+    if not graphs:
+        raise FileFormatError("the text holds no tdag and no program")
+    if len(graphs) > 1:
+        raise FileFormatError(f"the text holds {len(graphs)} tdags but no 'program' block "
+                              "to say how they are called")
     name, graph = next(iter(graphs.items()))
     return Program.from_tdag(graph, name).replace(state=state)
 

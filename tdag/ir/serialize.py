@@ -30,7 +30,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from tdag.errors import FileFormatError
+from tdag.errors import FileFormatError, TdagError
 from tdag.ir.graph import Weight
 from tdag.ir.parser import parse
 from tdag.ir.printer import format_program
@@ -98,19 +98,19 @@ def _checksum(metadata: dict, tensors: dict) -> str:
     """sha256 over the metadata (but the checksum) and every tensor's key, type and bytes."""
     h = hashlib.sha256()
 
-    def feed(data: bytes) -> None:
-        h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no two payloads collide
-        h.update(data)
+    def feed(data) -> None:
+        view = memoryview(data)
+        h.update(view.nbytes.to_bytes(8, "little"))  # length-prefixed: no two payloads collide
+        h.update(view)
 
     for key in sorted(k for k in metadata if k != _SHA):
         feed(key.encode())
         feed(metadata[key].encode())
     for key in sorted(tensors):
-        t = tensors[key]
+        t = tensors[key].detach().cpu().contiguous().reshape(-1)
         feed(key.encode())
-        feed(f"{t.dtype}{list(t.shape)}".encode())
-        flat = t.detach().cpu().contiguous().reshape(-1)
-        feed(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        feed(f"{t.dtype}{list(tensors[key].shape)}".encode())
+        feed(t.view(torch.uint8).numpy() if t.numel() else b"")  # no copy of the data
     return h.hexdigest()
 
 
@@ -179,10 +179,15 @@ def _check_version(path: str, metadata: dict) -> None:
 
 def _attach(path: str, value: torch.Tensor, weight: Weight, where: str) -> Weight:
     declared = weight.type
-    if DType.of(value.dtype) is not declared.dtype or (
+    try:
+        dtype = DType.of(value.dtype)
+    except TdagError:
+        raise FileFormatError(f"{path}: weight %{where} has unsupported dtype "
+                              f"{value.dtype}") from None
+    if dtype is not declared.dtype or (
             shape_is_static(declared.shape) and tuple(value.shape) != declared.shape):
         raise FileFormatError(f"{path}: weight %{where} is declared {declared} but the file "
-                              f"holds {DType.of(value.dtype).value}{list(value.shape)}")
+                              f"holds {dtype.value}{list(value.shape)}")
     return Weight(weight.kind, weight.type, value)
 
 

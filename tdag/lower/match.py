@@ -155,3 +155,89 @@ def producer_is(ctx: Context, name: str, op: Op):
     """The node computing ``name`` if it is ``op``, else None."""
     node = ctx.producer(name)
     return node if node is not None and node.op is op else None
+
+
+# -- chains of views and pointwise ops --------------------------------------------------------
+
+POINTWISE_UNARY = frozenset({Op.neg, Op.reciprocal, Op.exp, Op.log, Op.erf, Op.tanh})
+SCALAR_BINARY = frozenset({Op.add, Op.multiply, Op.divide, Op.pow})
+
+
+def trace_chain(ctx: Context, name: str) -> tuple[str, tuple, list]:
+    """Like ``trace_axes``, but also through unary ops and binary ops with a scalar
+    operand, which commute with views. Returns ``(source, mapping, ops)`` with ``ops`` the
+    pointwise steps from the source outwards: ``(op, None)`` for unary ops,
+    ``(op, value, scalar_first)`` for ``op(x, value)`` (or ``op(value, x)``)."""
+    ops, views = [], []
+    cur = name
+    while True:
+        node = ctx.producer(cur)
+        if node is None:
+            break
+        if node.op in BROADCAST and _step(node, None, ctx) is not False:
+            views.append(node)
+            cur = node.inputs[0]
+            continue
+        step = _pointwise(node, ctx)
+        if step is None:
+            break
+        ops.append(step[0])
+        views.append(None)  # a pointwise op keeps the axes
+        cur = step[1]
+    mapping = tuple(range(ctx.type(cur).rank))
+    for node in reversed(views):
+        if node is None:
+            continue
+        mapping = _step(node, mapping, ctx)
+        if mapping is None:
+            return name, tuple(range(ctx.type(name).rank)), []
+    return cur, mapping, list(reversed(ops))
+
+
+def _pointwise(node, ctx: Context):
+    if node.op in POINTWISE_UNARY:
+        return (node.op, None), node.inputs[0]
+    if node.op in SCALAR_BINARY:
+        if node.op is Op.divide and node.spec.mode.value != "true":
+            return None
+        a, b = node.inputs
+        vb, va = scalar(ctx, b), scalar(ctx, a)
+        if vb is not None and va is None:
+            return (node.op, vb, False), a
+        if va is not None and vb is None:
+            return (node.op, va, True), b
+    return None
+
+
+def linear_coefficient(ops) -> float | None:
+    """The c of ``ops`` that compute ``c * x`` (negations and scalings), else None."""
+    coef = 1.0
+    for step in ops:
+        if step[0] is Op.neg:
+            coef = -coef
+        elif step[0] is Op.multiply:
+            coef *= step[1]
+        elif step[0] is Op.divide and not step[2]:
+            coef /= step[1]
+        else:
+            return None
+    return coef
+
+
+def close(a: float, b: float, rel: float = 1e-5) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def maps_reduced(mapping, axes, rank: int) -> bool:
+    """Whether ``mapping`` (a view of a reduction over ``axes`` of a rank-``rank`` tensor)
+    shows the kept axes in place and broadcasts the reduced ones."""
+    if len(mapping) != rank:
+        return False
+    kept = [a for a in range(rank) if a not in axes]
+    for i, m in enumerate(mapping):
+        if i in axes:
+            if m is not None:
+                return False
+        elif m is None or kept[m] != i:
+            return False
+    return True

@@ -359,7 +359,7 @@ def _format_table(report: CostReport, by: str, depth: int | None) -> str:
 
 def _rows(report: CostReport, by: str, depth: int | None) -> list:
     if by == "scope":
-        return [("  " * d + s.name, s.total) for d, s in report.scopes.walk()
+        return [("  " * (d - 1) + s.name, s.total) for d, s in report.scopes.walk()
                 if (depth is None or d <= depth) and s.path]
     table = {"op": report.per_op, "graph": report.per_graph,
              "node": {f"{g}:%{n}": f for (g, n), f in report.per_node.items()}}.get(by)

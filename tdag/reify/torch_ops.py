@@ -238,8 +238,8 @@ def _einsum(node, a, code):
         w = f"{y}.mT" if plan.transpose_b else y
         bias = a[2] if len(a) == 3 else "None"
         return f"F.linear({x}, {w}, {bias})"
-    if not plan.transpose_b_free:
-        y = f"{y}.mT" if plan.transpose_b else y
+    if plan.transpose_b:
+        y = f"{y}.mT"
     out = f"torch.matmul({x}, {y})"
     return f"{out} + {a[2]}" if len(a) == 3 else out
 

@@ -287,10 +287,12 @@ def _bool_only(name: str, fn):
     aten(name)(entry)
 
 
-_bool_only("bitwise_and", ops.logical_and)
-_bool_only("bitwise_or", ops.logical_or)
-_bool_only("bitwise_xor", lambda x, y: ops.ne(x, y))
-_bool_only("bitwise_not", ops.logical_not)
+for _names, _fn in ((("bitwise_and", "__and__"), ops.logical_and),
+                    (("bitwise_or", "__or__"), ops.logical_or),
+                    (("bitwise_xor", "__xor__"), ops.ne),
+                    (("bitwise_not",), ops.logical_not)):
+    for _name in _names:
+        _bool_only(_name, _fn)
 
 
 @aten("isnan")

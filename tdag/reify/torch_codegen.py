@@ -1,0 +1,257 @@
+"""Python source for one TDAG: ``def _g_<name>(self, *inputs): ... return (outputs,)``.
+
+One line per live node (``EMIT`` in torch_ops). Two peepholes keep the code as short as
+hand-written torch: a broadcast scalar const becomes a Python literal (``x * 0.5``), and an
+operand of a broadcasting elementwise op that is an expand/repeat view reads the unexpanded
+tensor (torch broadcasts it implicitly). Nodes nothing reads are not emitted.
+"""
+from __future__ import annotations
+
+import keyword
+import math
+import re
+
+import sympy
+
+from tdag.errors import UnsupportedOpError
+from tdag.ir.graph import TDAG, Node
+from tdag.ir.op import Op
+from tdag.ir.symbols import Dim, dims_equal, is_static
+from tdag.ir.types import DType, TensorKind
+from tdag.lower.match import scalar
+from tdag.lower.rewrite import Context
+from tdag.reify.torch_ops import BROADCASTING, EMIT, accepts_literal
+
+RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
+            "len", "tuple", "list", "getattr", "setattr"}
+
+
+class Scope:
+    """Python identifiers for tdag names, unique within one generated function."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+        self.taken: set[str] = set(RESERVED)
+
+    def __call__(self, name: str) -> str:
+        if name not in self.names:
+            base = re.sub(r"\W", "_", name)
+            if not base.isidentifier() or keyword.iskeyword(base) or base.startswith(("s_", "_")):
+                base = "v_" + base
+            ident, i = base, 1
+            while ident in self.taken:
+                ident, i = f"{base}_{i}", i + 1
+            self.taken.add(ident)
+            self.names[name] = ident
+        return self.names[name]
+
+    def fresh(self, hint: str) -> str:
+        return self(f"{hint}#{len(self.names)}")
+
+
+def literal(value) -> str:
+    """A Python literal for a scalar (inf and nan included)."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        return repr(value)
+    return repr(value)
+
+
+def dim_expr(dim: Dim, used: set | None = None) -> str:
+    """A Python expression for a (symbolic) Dim over ``s_<name>`` variables."""
+    if is_static(dim):
+        return str(dim)
+    if used is not None:
+        used.update(s.name for s in dim.free_symbols)
+    return _sym(sympy.sympify(dim))
+
+
+def _sym(e) -> str:
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return f"s_{e.name}"
+    if e.is_Add:
+        return "(" + " + ".join(_sym(a) for a in e.args) + ")"
+    if e.is_Mul:
+        num, den = sympy.fraction(e)
+        if den != 1:
+            return f"({_sym(num)} // {_sym(den)})"
+        return "(" + " * ".join(_sym(a) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+        return f"({_sym(e.base)} ** {int(e.exp)})"
+    if isinstance(e, sympy.floor):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        return f"({_sym(num)} // {_sym(den)})"
+    if isinstance(e, sympy.ceiling):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        return f"(-(-{_sym(num)} // {_sym(den)}))"
+    if isinstance(e, sympy.Mod):
+        return f"({_sym(e.args[0])} % {_sym(e.args[1])})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        fn = "max" if isinstance(e, sympy.Max) else "min"
+        return f"{fn}({', '.join(_sym(a) for a in e.args)})"
+    raise UnsupportedOpError(f"cannot express the dimension {e} in Python")
+
+
+class Code:
+    """What an emitter may ask while writing one node."""
+
+    def __init__(self, ctx: Context, device: str):
+        self.ctx, self.device = ctx, device
+        self.symbols: set[str] = set()
+
+    def dim(self, d: Dim) -> str:
+        return dim_expr(d, self.symbols)
+
+    def shape(self, dims, tuple_: bool = False) -> str:
+        """Dims as call arguments; one symbolic dim among static ones becomes -1."""
+        dims = list(dims)
+        dynamic = [i for i, d in enumerate(dims) if not is_static(d)]
+        parts = ["-1" if len(dynamic) == 1 and i == dynamic[0] else self.dim(d)
+                 for i, d in enumerate(dims)]
+        if tuple_:
+            return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+        return ", ".join(parts) if parts else "()"
+
+    def shape_of(self, name: str) -> tuple:
+        return self.ctx.type(name).shape
+
+    def rank(self, name: str) -> int:
+        return self.ctx.type(name).rank
+
+    @staticmethod
+    def same_dim(a: Dim, b: Dim) -> bool:
+        return dims_equal(a, b)
+
+    @staticmethod
+    def literal(value) -> str:
+        return literal(value)
+
+
+def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
+    """The source of the method for ``graph`` and the symbols its caller must pass."""
+    scope = Scope()
+    ctx = Context(graph)
+    params = [scope(v.name) for v in graph.inputs]
+    device = _device_expr(graph, params, weight_expr)
+    code = Code(ctx, device)
+    exprs, refs = {}, {}
+    for node in graph.nodes:
+        args, used = _operands(node, ctx, scope)
+        exprs[node.name] = EMIT[node.op](node, args, code)
+        refs[node.name] = used
+    live = _live(graph, refs)
+    body = []
+    for w in graph.weights:
+        if w in live:
+            body.append(f"{scope(w)} = {weight_expr(w)}")
+    for node in graph.nodes:
+        if node.name in live:
+            body.append(f"{scope(node.name)} = {exprs[node.name]}")
+    outs = [scope(o) for o in graph.outputs]
+    body.append(f"return ({', '.join(outs)},)")
+    header, free = _bind_symbols(graph, params, code.symbols)
+    signature = ", ".join(["self"] + params + [f"s_{s}" for s in free])
+    lines = [f"def _g_{name}({signature}):"] + ["    " + line for line in header + body]
+    return "\n".join(lines), free
+
+
+def _device_expr(graph: TDAG, params, weight_expr) -> str:
+    if params:
+        return f"{params[0]}.device"
+    return "self._tdag_device.device"
+
+
+def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
+    """Expressions for node's operands after the literal and implicit-broadcast peepholes."""
+    names = list(node.inputs)
+    exprs = [scope(n) for n in names]
+    used = list(names)
+    literals = [None] * len(names)
+    for i, n in enumerate(names):
+        if accepts_literal(node, i):
+            value = scalar(ctx, n)
+            if value is not None:
+                literals[i] = _typed_literal(value, ctx.type(n).dtype)
+    tensors = [i for i in range(len(names)) if literals[i] is None and
+               not (node.op is Op.where and i == 0)]
+    if not tensors:  # keep one real tensor so the result has the right shape and dtype
+        keep = 1 if node.op is Op.where else 0
+        literals[keep] = None
+    for i, lit in enumerate(literals):
+        if lit is not None:
+            exprs[i], used[i] = lit, None
+    if node.op in BROADCASTING:
+        _unexpand(node, ctx, scope, exprs, used, literals)
+    return exprs, {u for u in used if u is not None}
+
+
+def _typed_literal(value: float, dtype: DType) -> str:
+    if dtype is DType.bool:
+        return literal(bool(value))
+    if not dtype.is_float:
+        return literal(int(value))
+    return literal(float(value))
+
+
+def _unexpand(node: Node, ctx: Context, scope: Scope, exprs, used, literals) -> None:
+    """Read the source of expand/repeat operands when implicit broadcasting rebuilds them."""
+    shapes = [ctx.type(n).shape if literals[i] is None else () for i, n in enumerate(node.inputs)]
+    for i, n in enumerate(node.inputs):
+        producer = ctx.producer(n)
+        if literals[i] is not None or producer is None or producer.op not in (Op.expand, Op.repeat):
+            continue
+        src = producer.inputs[0]
+        trial = list(shapes)
+        trial[i] = ctx.type(src).shape
+        if _broadcasts_to(trial, node.type.shape):
+            shapes = trial
+            exprs[i], used[i] = scope(src), src
+
+
+def _broadcasts_to(shapes, target) -> bool:
+    rank = len(target)
+    for axis in range(rank):
+        covered = False
+        for shape in shapes:
+            j = axis - (rank - len(shape))
+            if j < 0:
+                continue
+            d = shape[j]
+            if dims_equal(d, target[axis]):
+                covered = True
+            elif not (is_static(d) and d == 1):
+                return False
+        if not covered and not (is_static(target[axis]) and target[axis] == 1):
+            return False
+    return True
+
+
+def _live(graph: TDAG, refs: dict) -> set[str]:
+    live = set(graph.outputs)
+    for node in reversed(graph.nodes):
+        if node.name in live:
+            live.update(refs[node.name])
+    return live
+
+
+def _bind_symbols(graph: TDAG, params, symbols: set) -> tuple[list[str], list[str]]:
+    """Lines binding each used symbol from an input's shape; the rest come from the caller."""
+    lines, bound = [], set()
+    for value, param in zip(graph.inputs, params):
+        for i, d in enumerate(value.type.shape):
+            if not is_static(d) and d.is_Symbol and d.name in symbols and d.name not in bound:
+                lines.append(f"s_{d.name} = {param}.shape[{i}]")
+                bound.add(d.name)
+    return lines, sorted(symbols - bound)
+
+
+def is_weight_kind(graph: TDAG, name: str, kind: TensorKind) -> bool:
+    w = graph.weights.get(name)
+    return w is not None and w.kind is kind
