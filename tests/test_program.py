@@ -292,3 +292,14 @@ def test_loop_count_may_be_a_symbolic_expression():
     for _ in range(4):
         expected = expected * 0.5 + 1.0
     torch.testing.assert_close(run_checked(prog, x), expected, rtol=0, atol=0)
+
+
+def test_state_written_in_a_loop_is_seen_after_it():
+    """A later step of the enclosing block reads the state the loop body wrote."""
+    prog = accumulator_program(steps=5)
+    read = graph(lambda total: total * 1.0, TensorSpec(()), names=["total"])
+    main = Block(prog.main.inputs, prog.main.steps + (Call("read", ("total",), ("t",)),),
+                 ("out", "t"))
+    prog = Program({**prog.graphs, "read": read}, main, prog.state)
+    out, t = run_checked(prog, torch.tensor([[1.0, 2.0]]))
+    assert t.item() == 15.0

@@ -9,6 +9,7 @@ directly. Only ops the table lacks are decomposed (see ``decompose_unknown``): a
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import zipfile
@@ -35,7 +36,7 @@ def capture(source, example_args=(), example_kwargs=None, dynamic_batch: bool = 
         saved = source.example_inputs or ((), {})
         example_args = example_args or saved[0]
         example_kwargs = example_kwargs if example_kwargs is not None else saved[1]
-        source = source.module()
+        source = source.module(check_guards=False)
     if not isinstance(source, torch.nn.Module):
         raise TypeError(f"from_torch takes an nn.Module, an ExportedProgram or a .pt2 path, "
                         f"not {type(source).__name__}")
@@ -85,30 +86,49 @@ def _batch_shapes(module, args, kwargs, batch: Dim):
 
 def decompose_unknown(ep: ExportedProgram, known: Callable[[torch.fx.Node], bool],
                       rounds: int = 4) -> ExportedProgram:
-    """Decompose the ops of the nodes ``known`` rejects, with torch's decompositions: export's defaults
-    (core ATen), then torch._decomp's (which also reduce core ops such as
-    ``native_layer_norm``), then an op's own CompositeImplicitAutograd kernel.
+    """Decompose the ops of the nodes ``known`` rejects, with torch's decompositions.
 
-    A decomposition may itself produce ops the table lacks, hence a few rounds; ops with no
-    decomposition stay, and the converter reports them.
+    A decomposition may itself produce ops the table lacks, hence a few rounds. A
+    decomposition torch cannot apply (some of torch._decomp's emit prims, some CIA kernels
+    call their own op) is skipped; ops left undecomposed are reported by the converter.
     """
-    defaults = torch.export.default_decompositions()
+    failed: set = set()
     for _ in range(rounds):
-        todo = {}
-        for op in _unknown_ops(ep, known):
-            decomposition = defaults.get(op) or decomposition_table.get(op)
-            if decomposition is None and op.has_kernel_for_dispatch_key(
-                    torch._C.DispatchKey.CompositeImplicitAutograd):
-                decomposition = op.decompose
-            if decomposition is not None:
-                todo[op] = decomposition
+        todo = {op: d for op in _unknown_ops(ep, known) if op not in failed
+                and (d := _decomposition(op)) is not None}
         if not todo:
             break
         try:
             ep = ep.run_decompositions(todo)
-        except RecursionError:  # a CIA kernel that calls its own op: report it unsupported
-            break
+        except Exception:  # noqa: BLE001  (torch raises many types here): retry one by one
+            before = len(failed)
+            for op, decomposition in todo.items():
+                try:
+                    ep = ep.run_decompositions({op: decomposition})
+                except Exception:  # noqa: BLE001
+                    failed.add(op)
+            if len(failed) - before == len(todo):
+                break
     return ep
+
+
+def _decomposition(op):
+    """export's default (core ATen) decomposition, else torch._decomp's (which also reduces
+    core ops such as ``native_layer_norm``), else the op's CompositeImplicitAutograd kernel."""
+    defaults = _default_decompositions()
+    # CustomDecompTable.get skips its lazily added CIA entries; indexing does not
+    if op in defaults:
+        return defaults[op]
+    if op in decomposition_table:
+        return decomposition_table[op]
+    if op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        return op.decompose
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _default_decompositions():
+    return torch.export.default_decompositions()
 
 
 def _unknown_ops(ep: ExportedProgram, known) -> set:

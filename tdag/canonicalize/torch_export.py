@@ -16,7 +16,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from tdag import ops
 from tdag.canonicalize import aten
+from tdag.canonicalize.aten.registry import is_inplace
 from tdag.canonicalize.torch_capture import capture, decompose_unknown
+from tdag.canonicalize.torch_inplace import inplace_safe
 from tdag.canonicalize.torch_names import dim_names, origin_of
 from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
 from tdag.deinops.builder import Builder, Tensor
@@ -192,6 +194,8 @@ class _Converter:
             try:
                 result = aten.lookup(node.target).fn(*args, **kwargs)
                 self.env[node] = self._fit(node, result)
+                if is_inplace(node.target):  # readers of the mutated value now read this
+                    self.env[node.args[0]] = self.env[node]
             except (UnsupportedOpError, NotImplementedError) as exc:
                 self.problems.append((f"{origin.op}: {exc}", origin))
                 self.env[node] = _POISONED
@@ -286,8 +290,9 @@ class _Converter:
 
 def handled(node) -> bool:
     """Whether the converter can take this call_function node as it is."""
-    return node.target is operator.getitem or is_scalar(node) or is_noop(node) \
-        or aten.supports(node.target)
+    if node.target is operator.getitem or is_scalar(node) or is_noop(node):
+        return True
+    return aten.supports(node.target) and inplace_safe(node)
 
 
 def is_scalar(node) -> bool:

@@ -114,18 +114,28 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
 expand = broadcast_to
 
 
-def _operands(*values, dtype: DType | None = None) -> list[Tensor]:
+def _describe(values) -> str:
+    """Operands as an error message names them: ``%x: f32[2,3], 2.5``."""
+    return ", ".join(f"%{v.name}: {v.type}" if isinstance(v, Tensor) else repr(v)
+                     for v in values)
+
+
+def _operands(*values, dtype: DType | None = None, what: str = "elementwise") -> list[Tensor]:
     """Promote and broadcast operands of an elementwise op to one type."""
     builder = _builder(*values)
     if dtype is None:
         dtype = result_dtype(*values)
     tensors = [as_tensor(v, builder, dtype) for v in values]
-    shape = broadcast_shapes(*(t.shape for t in tensors))
+    try:
+        shape = broadcast_shapes(*(t.shape for t in tensors))
+    except ShapeError as exc:
+        raise ShapeError(f"{what}: {exc.args[0]} (operands: {_describe(values)})",
+                         origin=builder.origin) from None
     return [broadcast_to(t, shape) for t in tensors]
 
 
 def _binary(op: Op, a, b, spec=None, dtype=None) -> Tensor:
-    x, y = _operands(a, b, dtype=dtype)
+    x, y = _operands(a, b, dtype=dtype, what=op.value)
     return x.builder.emit(op, spec, x, y)
 
 
@@ -148,7 +158,7 @@ def neg(x: Tensor) -> Tensor:
 
 
 def sub(a, b) -> Tensor:
-    x, y = _operands(a, b)
+    x, y = _operands(a, b, what="sub")
     return x.builder.emit(Op.add, None, x, neg(y))
 
 
@@ -246,7 +256,11 @@ def where(cond, a, b) -> Tensor:
     dtype = result_dtype(a, b)
     c = as_tensor(cond, builder, DType.bool)
     x, y = as_tensor(a, builder, dtype), as_tensor(b, builder, dtype)
-    shape = broadcast_shapes(c.shape, x.shape, y.shape)
+    try:
+        shape = broadcast_shapes(c.shape, x.shape, y.shape)
+    except ShapeError as exc:
+        raise ShapeError(f"where: {exc.args[0]} (operands: {_describe([c, x, y])})",
+                         origin=builder.origin) from None
     return builder.emit(Op.where, None, broadcast_to(c, shape), broadcast_to(x, shape),
                         broadcast_to(y, shape))
 
@@ -269,12 +283,12 @@ def logical_or(a, b) -> Tensor:
 
 def maximum(a, b) -> Tensor:
     """Elementwise max that propagates nan, as torch.maximum."""
-    x, y = _operands(a, b)
+    x, y = _operands(a, b, what="maximum")
     return where(logical_or(gt(x, y), isnan(x)), x, y)
 
 
 def minimum(a, b) -> Tensor:
-    x, y = _operands(a, b)
+    x, y = _operands(a, b, what="minimum")
     return where(logical_or(lt(x, y), isnan(x)), x, y)
 
 
@@ -380,7 +394,11 @@ def reshape(x: Tensor, *shape) -> Tensor:
     """Reshape as group/ungroup over matching segments; squeeze/unsqueeze for size-1 axes."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    target = _resolve_wildcard(x.shape, tuple(as_dim(s) for s in shape))
+    try:
+        target = _resolve_wildcard(x.shape, tuple(as_dim(s) for s in shape))
+    except ShapeError as exc:
+        raise ShapeError(f"{exc.args[0]} (operand: {_describe([x])})",
+                         origin=x.builder.origin) from None
     segments = _reshape_segments(x.shape, target)
     if segments is None:  # no segment structure (symbolic mismatch): merge all, split all
         x = group(x, 0, x.ndim) if x.ndim else unsqueeze(x, 0)
@@ -600,8 +618,13 @@ def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     dtype = xs[0].dtype
     for x in xs[1:]:
         dtype = DType.of(torch.promote_types(dtype.torch, x.dtype.torch))
-    xs = [cast(x, dtype) for x in xs]
     axis = norm_axis(axis, xs[0].ndim)
+    for x in xs[1:]:
+        if x.ndim != xs[0].ndim or not all(dims_equal(d, e) for i, (d, e)
+                                           in enumerate(zip(x.shape, xs[0].shape)) if i != axis):
+            raise ShapeError(f"concat: operands differ off axis {axis} (operands: "
+                             f"{_describe(xs)})", origin=x.builder.origin)
+    xs = [cast(x, dtype) for x in xs]
     xs = [x for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)] or xs[:1]
     if len(xs) == 1:
         return xs[0]
@@ -794,6 +817,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     """torch.matmul as unsqueeze + repeat + multiply + reduce-sum, batch dims broadcast."""
     builder = _builder(a, b)
     a, b = as_tensor(a, builder), as_tensor(b, builder)
+    operands = [a, b]
     dtype = result_dtype(a, b)
     a, b = cast(a, dtype), cast(b, dtype)
     squeeze_a = a.ndim == 1
@@ -803,7 +827,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if squeeze_b:
         b = unsqueeze(b, 1)
     if not dims_equal(a.shape[-1], b.shape[-2]):
-        raise ShapeError(f"matmul: {a.type} and {b.type} disagree on the contracted axis")
+        raise ShapeError(f"matmul: the contracted axes disagree (operands: "
+                         f"{_describe(operands)})", origin=builder.origin)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k = a.shape[-2:]
     n = b.shape[-1]

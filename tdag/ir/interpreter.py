@@ -88,7 +88,11 @@ def run_tdag(graph: TDAG, args: Sequence[torch.Tensor], bindings: Mapping | None
         try:
             args_ = [env[n] for n in node.inputs]
         except KeyError as exc:
-            raise InvalidModelError(f"dangling name %{exc.args[0]}", node=node.name,
+            missing = exc.args[0]
+            problem = ("is used before its definition (a cycle, or nodes out of topological "
+                       "order)" if any(n.name == missing for n in graph.nodes[i:])
+                       else "is not defined (a dangling name)")
+            raise InvalidModelError(f"{where}: input %{missing} {problem}", node=node.name,
                                     origin=node.origin) from None
         try:
             env[node.name] = REGISTRY[node.op].evaluate(node.spec, args_, resolve)
@@ -121,8 +125,11 @@ def _run_block(prog: Program, block: Block, args: Sequence[torch.Tensor], store:
     bound = bind(block.inputs, args, bindings, "program")
     env = dict(store)
     env.update((v.name, t) for v, t in zip(block.inputs, args))
+    inputs = {v.name for v in block.inputs}
     for step in block.steps:
         outs = _run_step(prog, step, env, store, bound)
+        if not isinstance(step, Call):  # a branch or loop body may have written the state
+            env.update((k, store[k]) for k in prog.state if k in store and k not in inputs)
         for name, value in zip(step.outputs, outs):
             env[name] = value
             if name in prog.state:

@@ -16,18 +16,25 @@ from typing import Sequence
 
 from tdag.ir.program import Program
 from tdag.lower import kernels, kernels_nn  # noqa: F401  (registration)
-from tdag.lower import movement
-from tdag.lower.contraction import contraction_rule, einsum_bias_rule
+from tdag.lower import activations, attention, conv, movement, norms, pool, softmax
+from tdag.lower.contraction import contraction_rule, einsum_bias_rule, einsum_permute_rule
 from tdag.lower.passes import Pass, PassError, run_passes
 from tdag.lower.rewrite import rule_pass
 
 PASSES: dict[str, Pass] = {
-    "contraction": rule_pass(contraction_rule),
+    "contraction": rule_pass(contraction_rule, einsum_permute_rule),
+    "activations": rule_pass(*activations.RULES),
+    "softmax": rule_pass(*softmax.RULES),
+    "norms": rule_pass(*norms.RULES),
+    "conv": rule_pass(*conv.RULES),
+    "pool": rule_pass(*pool.RULES),
+    "attention": rule_pass(*attention.RULES),
     "movement": rule_pass(*movement.RULES),
-    "fuse": rule_pass(einsum_bias_rule),
+    "fuse": rule_pass(einsum_bias_rule, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("contraction", "movement", "fuse")
+DEFAULT = ("contraction", "activations", "softmax", "norms", "conv", "pool", "attention",
+           "movement", "fuse")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

@@ -12,7 +12,7 @@ import string
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.lower.kernels import Einsum, Reshape
+from tdag.lower.kernels import Einsum, Reshape, parse_equation
 from tdag.lower.match import is_unit, producer_is, trace_axes
 from tdag.lower.rewrite import Context
 
@@ -78,3 +78,16 @@ def trailing_source(ctx: Context, name: str, rank: int) -> str | None:
     if tuple(mapping[rank - n:]) != tuple(range(n)) or any(a is not None for a in mapping[:rank - n]):
         return None
     return src
+
+
+def einsum_permute_rule(node: Node, ctx: Context):
+    """permute(einsum(a, b)) -> einsum(a, b) with the output letters permuted"""
+    if node.op is not Op.permute:
+        return None
+    found = producer_is(ctx, node.inputs[0], Op.einsum)
+    if found is None or len(found.inputs) != 2 or not ctx.single_use(node.inputs[0]):
+        return "not a permuted einsum"
+    ins, out = parse_equation(found.spec.equation)
+    equation = f"{ins[0]},{ins[1]}->{''.join(out[p] for p in node.spec.perm)}"
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.einsum, Einsum(equation), *found.inputs))

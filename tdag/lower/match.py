@@ -241,3 +241,17 @@ def maps_reduced(mapping, axes, rank: int) -> bool:
         elif m is None or kept[m] != i:
             return False
     return True
+
+
+def reshape_groups(src_shape, dst_shape) -> list[tuple[tuple, tuple]] | None:
+    """Runs of source axes paired with runs of target axes of equal size (a reshape's
+    structure): ``[((in axes), (out axes)), ...]``; None if there is no such pairing."""
+    from tdag.deinops.core import _reshape_segments
+    segments = _reshape_segments(tuple(src_shape), tuple(dst_shape))
+    if segments is None:
+        return None
+    groups, i, j = [], 0, 0
+    for n_in, sizes in segments:
+        groups.append((tuple(range(i, i + n_in)), tuple(range(j, j + len(sizes)))))
+        i, j = i + n_in, j + len(sizes)
+    return groups

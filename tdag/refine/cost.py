@@ -39,11 +39,30 @@ from tdag.deinops import REGISTRY
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Family
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
+from tdag.ir.symbols import Dim, as_dim, format_dim, product, symbol
 from tdag.refine.fusion import contraction_flops, fused_traffic, view_accesses
 
-# kernel placeholders (tdag/lower) whose flops are contraction flops
-_CONTRACTION_WORDS = ("matmul", "einsum", "conv", "attention", "linear", "mm")
+
+# -- contraction flops of kernel placeholders (tdag/lower), by torch's flop counter -----------
+# Their own cost rules also count a fused bias or softmax; matmul_flops count 2*M*K*N only.
+
+def _einsum_matmul(spec, ins, out) -> Dim:
+    from tdag.lower.kernels import label_sizes
+    return as_dim(2 * product(label_sizes(spec, ins[:2]).values()))
+
+
+def _attention_matmul(spec, ins, out) -> Dim:
+    q, k, v = ins[:3]
+    scores = product(q.shape[:-1] + (k.shape[-2],))
+    return as_dim(2 * scores * (q.shape[-1] + v.shape[-1]))
+
+
+_KERNEL_MATMUL = {
+    "einsum": _einsum_matmul,
+    "conv": lambda spec, ins, out: as_dim(2 * out.numel * product(ins[1].shape[1:])),
+    "conv_transpose": lambda spec, ins, out: as_dim(2 * ins[0].numel * product(ins[1].shape[1:])),
+    "attention": _attention_matmul,
+}
 
 
 @dataclass(frozen=True)
@@ -269,19 +288,11 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         if c is None:
             c = rule_cache[key] = REGISTRY[node.op].cost(node.spec, in_types, node.type)
         mm = matmul.get(node.name, 0)
-        if node.op in kernels and _is_contraction_kernel(node.op):
-            mm = c.flops
+        if node.op in kernels and node.op.value in _KERNEL_MATMUL:
+            mm = _KERNEL_MATMUL[node.op.value](node.spec, in_types, node.type)
         result[node.name] = Figures(c.flops, mm, c.bytes_read, c.bytes_written,
                                     reads.get(node.name, 0), writes.get(node.name, 0))
     return result
-
-
-def _is_contraction_kernel(op) -> bool:
-    contractions = getattr(Family, "CONTRACTION", None)
-    if contractions is not None:
-        return op in contractions
-    name = getattr(op, "value", str(op)).lower()
-    return any(word in name for word in _CONTRACTION_WORDS)
 
 
 # -- the program's control flow ---------------------------------------------------------------

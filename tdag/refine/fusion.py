@@ -26,13 +26,21 @@ from dataclasses import dataclass
 
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Family, Op
-from tdag.ir.symbols import Dim
+from tdag.ir.symbols import Dim, as_dim
 
-FREE_VIEWS = Family.VIEW | frozenset({Op.pad})
+
+def _ops(*names: str) -> frozenset:
+    """The ops of these names that exist (kernel placeholders come with tdag.lower)."""
+    return frozenset(getattr(Op, n) for n in names if hasattr(Op, n))
+
+
+FREE_VIEWS = Family.VIEW | _ops("pad", "reshape", "expand")
 # views that read source elements more than once: fusing through them would recompute
-EXPANDING = frozenset({Op.repeat, Op.unfold})
+EXPANDING = _ops("repeat", "unfold", "expand")
 # views that give a tensor an axis its source does not index (contraction operands)
-INSERTING = frozenset({Op.repeat, Op.unfold, Op.unsqueeze})
+INSERTING = _ops("repeat", "unfold", "unsqueeze", "expand")
+# ops that fuse into their producer's kernel as an epilogue
+POINTWISE = Family.ELEMENTWISE | _ops("gelu", "silu", "sigmoid", "relu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +75,7 @@ def view_accesses(graph: TDAG, types: dict) -> dict[str, Access]:
 
 @dataclass
 class _Kernel:
-    has_reduce: bool = False
+    has_reduce: bool = False  # holds a reduction (or another op that is not pointwise)
     open: bool = True        # no other kernel has read its output yet
 
 
@@ -87,7 +95,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access]) -> tuple[dict, dict]:
             k = len(kernels)
             kernels.append(_Kernel())
         kernel_of[node.name] = k
-        kernels[k].has_reduce |= node.op in (Op.reduce, Op.fold)
+        kernels[k].has_reduce |= node.op not in POINTWISE
         for name in node.inputs:
             acc = access[name]
             if kernel_of.get(acc.source) == k:
@@ -109,7 +117,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access]) -> tuple[dict, dict]:
 
 def _join(node, access, producer, kernel_of, kernels) -> int | None:
     """The kernel ``node`` fuses into, or None when it starts one."""
-    if node.op in Family.ELEMENTWISE:
+    if node.op in POINTWISE:
         candidates = node.inputs
     elif node.op in (Op.reduce, Op.fold):
         candidates = node.inputs[:1]
@@ -132,23 +140,20 @@ def contraction_flops(graph: TDAG, access: dict[str, Access]) -> dict[str, Dim]:
     """Per multiply node that is a contraction: 2 * (elements of the broadcast product).
 
     A contraction is a multiply whose operands both reach it through an axis-inserting view
-    (each indexes an axis the other does not: matmul, conv windows, einsum) from a source
-    with more than one element (a scalar scale is not a contraction), feeding a reduce-sum
-    directly or through views. This is torch.utils.flop_counter's 2*M*K*N.
+    (each indexes an axis the other does not: matmul, conv windows, einsum), feeding a
+    reduce-sum directly or through views. This is torch.utils.flop_counter's 2*M*K*N.
+    (``x * x`` summed, a variance, is not: neither operand gains an axis.)
     """
     from tdag.deinops.reduce import ReduceKind
     summed = set()
     for node in graph.nodes:
         if node.op is Op.reduce and node.spec.kind is ReduceKind.sum:
             summed.add(access[node.inputs[0]].source)
-    sizes = {v.name: v.type.numel for v in graph.inputs}
-    sizes.update((k, w.type.numel) for k, w in graph.weights.items())
-    sizes.update((n.name, n.type.numel) for n in graph.nodes)
     result = {}
     for node in graph.nodes:
         if node.op is not Op.multiply or node.name not in summed:
             continue
         operands = [access[name] for name in node.inputs]
-        if all(a.inserted and sizes[a.source] != 1 for a in operands):
-            result[node.name] = 2 * node.type.numel
+        if all(a.inserted for a in operands):
+            result[node.name] = as_dim(2 * node.type.numel)
     return result

@@ -84,9 +84,13 @@ def _ungroup_group(node, ctx):
 
 def _squeeze_unsqueeze(node, ctx):
     inner = ctx.made(node.inputs[0], Op.unsqueeze)
-    if inner and sorted(inner.spec.axes) == sorted(node.spec.axes):
+    if not inner or not set(node.spec.axes) <= set(inner.spec.axes):
+        return None
+    if set(node.spec.axes) == set(inner.spec.axes):
         return inner.inputs[0]
-    return None
+    left = [a - sum(1 for b in node.spec.axes if b < a)
+            for a in inner.spec.axes if a not in node.spec.axes]
+    return node.replace(op=Op.unsqueeze, inputs=inner.inputs, spec=Unsqueeze(tuple(left)))
 
 
 def _unsqueeze_squeeze(node, ctx):
@@ -202,7 +206,7 @@ RULES = [
     Rule(Op.permute, _permute_permute),      # permute(permute(x, p), q) -> permute(x, p[q])
     Rule(Op.group, _group_ungroup),          # group(ungroup(x, a, s), a, len(s)) -> x
     Rule(Op.ungroup, _ungroup_group),        # ungroup(group(x, a, n), a, x.shape[a:a+n]) -> x
-    Rule(Op.squeeze, _squeeze_unsqueeze),    # squeeze(unsqueeze(x, A), A) -> x
+    Rule(Op.squeeze, _squeeze_unsqueeze),    # squeeze(unsqueeze(x, A), B <= A) -> unsqueeze(x, A-B)
     Rule(Op.unsqueeze, _unsqueeze_squeeze),  # unsqueeze(squeeze(x, A), A) -> x
     Rule(Op.unsqueeze, _unsqueeze_unsqueeze),  # unsqueeze(unsqueeze(x, A), B) -> unsqueeze(x, A+B)
     Rule(Op.squeeze, _squeeze_squeeze),      # squeeze(squeeze(x, A), B) -> squeeze(x, A+B)

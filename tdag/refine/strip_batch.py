@@ -5,10 +5,13 @@ Each value is tracked in one of three states while the nodes are rewritten in or
 - free (``None``): it does not depend on the batch (weights and what is computed from them);
   the node is copied as it is;
 - ``Batched(p)``: axis ``p`` is the batch; the per-sample value is the value without it, so
-  the node's spec loses axis ``p`` (reduce axes shift, a permutation loses an entry);
-- ``Folded(p)``: a reshape merged the batch into axis ``p`` as its outermost factor (torch's
-  ``[b, s, d] -> [b*s, d]`` around a matmul); the per-sample axis is ``1/b`` as long, and the
-  reshape that splits ``b`` back out returns the value to ``Batched(p)``.
+  the node's spec loses axis ``p`` (reduce axes shift, a permutation loses an entry). A
+  free value repeated to the batch size (a bias, a zero initial state) is a *broadcast*
+  ``Batched(p)``: the same per sample, so it may also take part in ops along ``p``, rebuilt
+  at full size, when the batch is static;
+- ``Folded(p, inner)``: a reshape merged the batch into axis ``p`` (torch's
+  ``[b, s, d] -> [b*s, d]`` around a matmul, ``inner`` = s); the per-sample axis is ``1/b``
+  as long, and the reshape that splits the batch back out returns the value to Batched.
 
 A free operand of an elementwise op with a batched one is a broadcast (an explicit repeat
 over the batch axis): the repeat is rebuilt without the batch axis. An op that works along
@@ -23,7 +26,7 @@ raises ``BatchError`` naming the node and its module path.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
@@ -35,7 +38,8 @@ from tdag.errors import ShapeError, TdagError
 from tdag.ir.graph import TDAG, Node, Value
 from tdag.ir.op import Family, Op
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, symbol
+from tdag.ir.symbols import (Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, product,
+                             symbol)
 from tdag.ir.types import TensorType
 from tdag.refine.batch_axes import MIXING, RULES, drop_spec
 from tdag.refine.dataflow import Names, all_names, prune
@@ -47,14 +51,20 @@ class BatchError(TdagError):
 
 @dataclass(frozen=True)
 class Batched:
+    """Axis ``axis`` is the batch. A ``broadcast`` one does not depend on the samples: a
+    weight repeated to the batch size (zeros for a first hidden state, a bias)."""
+
     axis: int
+    broadcast: bool = False
 
 
 @dataclass(frozen=True)
 class Folded:
-    """The batch is the outermost factor of axis ``axis``."""
+    """A reshape merged the batch into axis ``axis``, with ``inner`` elements after each
+    batch index (``[b, s, d] -> [b*s, d]`` has inner ``s``)."""
 
     axis: int
+    inner: Dim = 1
 
 
 def strip_batch(prog: Program, axis: int = 0) -> Program:
@@ -149,15 +159,18 @@ class _Rewriter:
         for node in self.graph.nodes:
             states = [self.state.get(n) for n in node.inputs]
             if all(s is None for s in states):
-                self.emit(node, node.op, node.spec, [self.env[n] for n in node.inputs],
-                          node.name)
-                self.state[node.name] = None
+                self.state[node.name] = self.free(node)
             else:
                 self.state[node.name] = self.rewrite(node, states)
         outputs = tuple(self.env[n] for n in self.graph.outputs)
         graph = prune(TDAG(inputs, self.graph.weights, self.nodes, outputs))
         self.check(graph)
         return graph, [self.state.get(n) for n in self.graph.outputs]
+
+    def free(self, node: Node) -> object:
+        """A node none of whose inputs depends on the batch: copied as it is."""
+        self.emit(node, node.op, node.spec, [self.env[n] for n in node.inputs], node.name)
+        return None
 
     def emit(self, origin: Node, op: Op, spec, inputs, name: str | None = None) -> str:
         """Append a node (typed by its op's shape rule) and return its name."""
@@ -192,6 +205,16 @@ class _Strip(_Rewriter):
     def new_type(self, t: TensorType, state) -> TensorType:
         return _strip_type(t, state, self.batch)
 
+    def free(self, node: Node) -> object:
+        """A free repeat to the batch size is a broadcast over the batch: its per-sample
+        value is the repeat without that axis."""
+        if node.op is Op.repeat:
+            for a, size in zip(node.spec.axes, node.spec.sizes):
+                if dims_equal(size, self.batch):
+                    self.env[node.name] = self.without(node, Batched(a))
+                    return Batched(a, broadcast=True)
+        return super().free(node)
+
     def rewrite(self, node: Node, states) -> object:
         if node.op in RULES:
             return self.one_input(node, states[0])
@@ -207,107 +230,149 @@ class _Strip(_Rewriter):
         rule = RULES[node.op]
         p = state.axis
         if p not in rule.touched(node.spec, in_type):
-            if isinstance(state, Batched):
-                spec = drop_spec(node.op, node.spec, in_type, p)
-                self.emit(node, node.op, spec, [self.env[x]], node.name)
-                return Batched(rule.out_axis(node.spec, in_type, p))
-            self.emit(node, node.op, _keep_folded(node.op, node.spec, p), [self.env[x]],
-                      node.name)
-            return Folded(rule.out_axis(node.spec, in_type, p))
-        if node.op is Op.group and p == node.spec.axis:
-            return self.fold_in(node, state)
+            out = replace(state, axis=rule.out_axis(node.spec, in_type, p))
+            spec = drop_spec(node.op, node.spec, in_type, p) if isinstance(state, Batched) \
+                else _keep_folded(node.op, node.spec, p)
+            self.emit(node, node.op, spec, [self.env[x]], node.name)
+            return out
+        if node.op is Op.group:
+            return self.fold_in(node, state, in_type)
         if node.op is Op.ungroup and isinstance(state, Folded):
-            return self.split_out(node, in_type)
+            return self.split_out(node, state, in_type)
+        if isinstance(state, Batched) and state.broadcast:
+            return self.as_free(node, [state])
         raise self.error(node, f"mixes samples: it {MIXING.get(node.op, 'works along the batch')}")
 
-    def fold_in(self, node: Node, state) -> Folded:
-        """A group whose first axis is the batch: the batch becomes an outer factor."""
-        x, p = self.env[node.inputs[0]], node.spec.axis
+    def fold_in(self, node: Node, state, in_type: TensorType) -> Folded:
+        """A group that merges the batch axis with others: the batch becomes a factor of the
+        merged axis, with ``inner`` elements after it."""
+        axis, count = node.spec.axis, node.spec.count
+        inner = as_dim(product(in_type.shape[state.axis + 1:axis + count]))
+        x = self.env[node.inputs[0]]
         if isinstance(state, Folded):
             self.emit(node, Op.group, node.spec, [x], node.name)
-        elif node.spec.count > 2:
-            self.emit(node, Op.group, Group(p, node.spec.count - 1), [x], node.name)
+            return Folded(axis, as_dim(state.inner * inner))
+        if count > 2:
+            self.emit(node, Op.group, Group(axis, count - 1), [x], node.name)
         else:
             self.alias(node, x)
-        return Folded(p)
+        return Folded(axis, inner)
 
-    def split_out(self, node: Node, in_type: TensorType) -> object:
-        """An ungroup of a folded axis: splitting the batch back out gives Batched again."""
+    def split_out(self, node: Node, state: Folded, in_type: TensorType) -> object:
+        """An ungroup of a folded axis: find the part that holds the batch. Where it is the
+        batch alone, the value is Batched again."""
         p = node.spec.axis
-        sizes = ungroup_sizes(node.spec, in_type.shape[p])
+        sizes = list(ungroup_sizes(node.spec, in_type.shape[p]))
         x = self.env[node.inputs[0]]
-        if dims_equal(sizes[0], self.batch):
-            rest = tuple(sizes[1:])
-            if len(rest) > 1:
-                self.emit(node, Op.ungroup, Ungroup(p, rest), [x], node.name)
-            else:
-                self.alias(node, x)
-            return Batched(p)
-        outer = _divide(sizes[0], self.batch)
-        if outer is None:
-            raise self.error(node, f"splits the batch {format_dim(self.batch)} folded into "
-                                   f"axis {p} into sizes that do not keep it outermost")
-        self.emit(node, Op.ungroup, Ungroup(p, (outer,) + tuple(sizes[1:])), [x], node.name)
-        return Folded(p)
+        suffix: Dim = 1
+        for j in reversed(range(len(sizes))):
+            rest = _divide(state.inner, suffix)  # the inner part left for sizes[j]
+            if rest is not None and _divide(sizes[j], as_dim(self.batch * rest)) is not None:
+                alone = dims_equal(sizes[j], self.batch)
+                if alone:
+                    del sizes[j]
+                else:
+                    sizes[j] = _divide(sizes[j], self.batch)
+                if len(sizes) > 1:
+                    self.emit(node, Op.ungroup, Ungroup(p, tuple(sizes)), [x], node.name)
+                else:
+                    self.alias(node, x)
+                return Batched(p + j) if alone else Folded(p + j, rest)
+            suffix = as_dim(suffix * sizes[j])
+        raise self.error(node, f"splits the axis that holds the batch {format_dim(self.batch)} "
+                               "across its boundary")
 
     def elementwise(self, node: Node, states) -> object:
-        batched = {s for s in states if s is not None}
-        if len(batched) > 1:
+        layouts = {s for s in states if s is not None and not _is_broadcast(s)}
+        if len(layouts) > 1:
             raise self.error(node, "mixes samples: its operands carry the batch on different "
-                                   "axes (" + ", ".join(map(str, sorted(batched, key=str))) + ")")
-        (target,) = batched
-        inputs = [self.env[n] if s is not None else self.broadcast(n, target, node)
+                                   "axes (" + ", ".join(sorted(map(str, layouts))) + ")")
+        if layouts:
+            target = layouts.pop()
+        else:
+            spread = {s.axis for s in states if s is not None}
+            if len(spread) > 1:
+                return self.as_free(node, states)
+            target = Batched(spread.pop(), broadcast=True)
+        inputs = [self.env[n] if _fits(s, target) else self.adapt(n, target, node)
                   for n, s in zip(node.inputs, states)]
         self.emit(node, node.op, node.spec, inputs, node.name)
         return target
 
-    def broadcast(self, name: str, target, user: Node) -> str:
+    def adapt(self, name: str, target, user: Node) -> str:
         """A free operand next to a batched one: rebuild its repeat without the batch."""
-        key = (name, target)
+        rep = self.producer.get(name)
+        if rep is None or rep.op is not Op.repeat or target.axis not in rep.spec.axes:
+            raise self.error(user, f"mixes samples: operand %{name} does not depend on the "
+                                   f"batch yet has a batch-sized axis {target.axis} that is not "
+                                   "a broadcast")
+        return self.without(rep, target)
+
+    def without(self, rep: Node, target) -> str:
+        """The free repeat ``rep`` as it is per sample: without its batch axis (Batched), or
+        with ``1/batch`` of it (Folded)."""
+        key = (rep.name, target)
         if key in self.cache:
             return self.cache[key]
-        rep = self.producer.get(name)
         p = target.axis
-        if rep is None or rep.op is not Op.repeat or p not in rep.spec.axes:
-            raise self.error(user, f"mixes samples: operand %{name} does not depend on the "
-                                   f"batch yet has a batch-sized axis {p} that is not a broadcast")
         i = rep.spec.axes.index(p)
-        axes = list(rep.spec.axes)
-        sizes = list(rep.spec.sizes)
+        axes, sizes = list(rep.spec.axes), list(rep.spec.sizes)
         x = self.env[rep.inputs[0]]
         if isinstance(target, Batched):
             x = self.emit(rep, Op.squeeze, Squeeze((p,)), [x])
             del axes[i], sizes[i]
             axes = [a - (a > p) for a in axes]
         else:
-            outer = _divide(sizes[i], self.batch)
-            if outer is None:
-                raise self.error(user, f"operand %{name} broadcasts to {format_dim(sizes[i])}, "
-                                       f"not a multiple of the batch")
-            sizes[i] = outer
-            if outer == 1:
+            sizes[i] = _divide(sizes[i], self.batch)
+            if sizes[i] is None:
+                raise self.error(rep, "broadcasts to a size that is not a multiple of the batch")
+            if sizes[i] == 1:
                 del axes[i], sizes[i]
         if axes:
             x = self.emit(rep, Op.repeat, Repeat(tuple(axes), tuple(sizes)), [x])
         self.cache[key] = x
         return x
 
+    def as_free(self, node: Node, states) -> None:
+        """Run ``node`` on full-size values: a broadcast over the batch is rebuilt as it was
+        (possible only for a static batch)."""
+        inputs = [self.materialize(n, s, node) for n, s in zip(node.inputs, states)]
+        self.emit(node, node.op, node.spec, inputs, node.name)
+        return None
+
+    def materialize(self, name: str, state, user: Node) -> str:
+        if state is None:
+            return self.env[name]
+        if not _is_broadcast(state) or not is_static(self.batch):
+            raise self.error(user, f"mixes samples or depends on the batch size "
+                                   f"{format_dim(self.batch)}")
+        key = (name, "full")
+        if key not in self.cache:
+            x = self.emit(user, Op.unsqueeze, Unsqueeze((state.axis,)), [self.env[name]])
+            self.cache[key] = self.emit(user, Op.repeat, Repeat((state.axis,), (self.batch,)),
+                                        [x])
+        return self.cache[key]
+
     def gather(self, node: Node, states) -> object:
         table, index = states
-        axis = node.spec.axis
+        x, i = (self.env[n] for n in node.inputs)
+        if _is_broadcast(table) and index is not None:
+            x, table = self.materialize(node.inputs[0], table, node), None
         if table is not None and index is not None:
             raise self.error(node, "mixes samples: both the table and the indices are batched")
-        x, i = (self.env[n] for n in node.inputs)
+        axis = node.spec.axis
         if index is not None:
             self.emit(node, Op.gather, node.spec, [x, i], node.name)
-            return type(index)(axis + index.axis)
+            return replace(index, axis=axis + index.axis)
         p = table.axis
         if p == axis:
+            if _is_broadcast(table):
+                return self.as_free(node, states)
             raise self.error(node, f"mixes samples: it {MIXING[Op.gather]}")
         out = p if p < axis else p + self.old_types[node.inputs[1]].rank - 1
         spec = Gather(axis - (p < axis)) if isinstance(table, Batched) else node.spec
         self.emit(node, Op.gather, spec, [x, i], node.name)
-        return type(table)(out)
+        return replace(table, axis=out)
 
     def check(self, graph: TDAG) -> None:
         """A symbolic batch must be gone: a surviving node that still mentions it depends on
@@ -318,6 +383,21 @@ class _Strip(_Rewriter):
         for node in graph.nodes:
             if any(name in free_symbols(d) for d in node.type.shape):
                 raise self.error(node, f"depends on the batch size {name}: {node.type}")
+
+
+def _is_broadcast(state) -> bool:
+    return isinstance(state, Batched) and state.broadcast
+
+
+def _fits(state, target) -> bool:
+    """An operand in ``state`` can be used as it is next to ``target``."""
+    return state == target or (_is_broadcast(state) and isinstance(target, Batched)
+                               and state.axis == target.axis)
+
+
+def _layout(state):
+    """Where a value holds the batch, whether or not it is a broadcast."""
+    return replace(state, broadcast=False) if isinstance(state, Batched) else state
 
 
 def _keep_folded(op: Op, spec, p: int):
@@ -422,15 +502,16 @@ def _step(step, args, call, block, what: str) -> tuple:
     if isinstance(step, If):
         then_branch, outs = block(step.then_branch, args)
         else_branch, else_outs = block(step.else_branch, args)
-        if outs != else_outs:
+        if list(map(_layout, outs)) != list(map(_layout, else_outs)):
             raise BatchError(f"{what}: the branches of an if put the batch on different axes")
         return If(step.cond, step.inputs, then_branch, else_branch, step.outputs), outs
     if isinstance(step, Loop):
         body, outs = block(step.body, [None, *args])
         offset = 1 if step.cond is not None else 0
-        if outs[offset:offset + len(args)] != list(args):
+        if list(map(_layout, outs[offset:offset + len(args)])) != list(map(_layout, args)):
             raise BatchError(f"{what}: a loop changes where its carried values hold the batch")
-        scanned = [None if s is None else type(s)(s.axis + 1) for s in outs[offset + len(args):]]
+        scanned = [None if s is None else replace(s, axis=s.axis + 1)
+                   for s in outs[offset + len(args):]]
         if what == "add_batch" and any(s is not None for s in scanned):
             raise BatchError("add_batch: a loop scans a batched value (it would stack it "
                              "before the batch axis)")

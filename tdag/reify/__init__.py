@@ -4,6 +4,7 @@
 Both lower the program first (``lower=True``) and handle every primitive and kernel.
 """
 from tdag.lower import kernels as _kernels  # noqa: F401  (kernel ops must be registered)
+from tdag.reify.to_onnx import to_onnx
 from tdag.reify.to_torch import TdagModule, to_torch
 
-__all__ = ["TdagModule", "to_torch"]
+__all__ = ["TdagModule", "to_onnx", "to_torch"]

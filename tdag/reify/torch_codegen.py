@@ -181,7 +181,7 @@ def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
                 literals[i] = _typed_literal(value, ctx.type(n).dtype)
     tensors = [i for i in range(len(names)) if literals[i] is None and
                not (node.op is Op.where and i == 0)]
-    if not tensors:  # keep one real tensor so the result has the right shape and dtype
+    if not tensors and names:  # keep one real tensor so the result has the right shape and dtype
         keep = 1 if node.op is Op.where else 0
         literals[keep] = None
     for i, lit in enumerate(literals):

@@ -182,6 +182,8 @@ def _multiply(node, a, code):
 def _divide(node, a, code):
     if node.spec.mode is DivideMode.true:
         return f"{a[0]} / {a[1]}"
+    if node.spec.mode in (DivideMode.remainder, DivideMode.fmod):
+        return f"torch.{node.spec.mode.value}({a[0]}, {a[1]})"
     return f"torch.div({a[0]}, {a[1]}, rounding_mode={node.spec.mode.value!r})"
 
 

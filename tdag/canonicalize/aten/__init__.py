@@ -1,6 +1,6 @@
 """The ATen op table, split by family; importing this package registers every entry."""
 from tdag.canonicalize.aten import (contraction, creation, elementwise, indexing,  # noqa: F401
-                                    movement, nn, reduce)
+                                    movement, nn, recurrent, reduce)
 from tdag.canonicalize.aten.registry import TABLE, Entry, key, lookup, supports
 
 __all__ = ["TABLE", "Entry", "key", "lookup", "supports"]

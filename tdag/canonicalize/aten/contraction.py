@@ -9,6 +9,12 @@ def _scale(x, factor):
     return x if factor == 1 else ops.mul(x, factor)
 
 
+def _blas(bias, product, beta, alpha):
+    """beta * bias + alpha * product; beta == 0 ignores bias (even nan), as BLAS does."""
+    out = _scale(product, alpha)
+    return out if beta == 0 else ops.add(_scale(bias, beta), out)
+
+
 @aten("mm", "bmm", "matmul", "dot", "mv", "vdot", "inner.default")
 def matmul(a, b):
     return ops.matmul(a, b)
@@ -19,10 +25,19 @@ def linear(x, weight, bias=None):
     return ops.linear(x, weight, bias)
 
 
-@aten("addmm", "addbmm.default", "baddbmm", "addmv")
+@aten("addmm", "baddbmm", "addmv")
 def addmm(bias, a, b, beta=1, alpha=1):
-    out = _scale(ops.matmul(a, b), alpha)
-    return out if beta == 0 else ops.add(_scale(bias, beta), out)
+    return _blas(bias, ops.matmul(a, b), beta, alpha)
+
+
+@aten("addbmm")
+def addbmm(bias, a, b, beta=1, alpha=1):  # the batch of products is summed
+    return _blas(bias, ops.sum(ops.matmul(a, b), 0), beta, alpha)
+
+
+@aten("addr")
+def addr(bias, a, b, beta=1, alpha=1):
+    return _blas(bias, outer(a, b), beta, alpha)
 
 
 @aten("outer", "ger")

@@ -63,9 +63,7 @@ def fmod(x, y):
 @aten("pow")
 def pow_(x, exponent):
     x, exponent = scalar(x), scalar(exponent)
-    if exponent == 1 and not isinstance(exponent, bool) and isinstance(exponent, (int, float)):
-        return x
-    if isinstance(exponent, (int, float)) and exponent == 2:
+    if isinstance(exponent, (int, float)) and exponent == 2 and hasattr(x, "dtype"):
         return ops.mul(x, x)  # exact, as torch computes x*x for pow(x, 2)
     return ops.pow(x, exponent)
 
@@ -133,12 +131,21 @@ def exp2(x):
 
 @aten("expm1")
 def expm1(x):
-    return ops.sub(ops.exp(x), 1.0)
+    """exp(x) - 1 without cancellation near 0 (Kahan): (u - 1) * x / log(u), u = exp(x)."""
+    u = ops.exp(x)
+    um1 = ops.sub(u, 1.0)
+    fixed = ops.mul(um1, ops.div(x, ops.log(u)))
+    return ops.where(ops.eq(um1, 0.0), x, ops.where(ops.eq(u, float("inf")), u,
+                                                    ops.where(ops.eq(um1, -1.0), um1, fixed)))
 
 
 @aten("log1p")
 def log1p(x):
-    return ops.log(ops.add(x, 1.0))
+    """log(1 + x) without cancellation near 0 (Kahan): log(u) * x / (u - 1), u = 1 + x."""
+    u = ops.add(x, 1.0)
+    um1 = ops.sub(u, 1.0)
+    fixed = ops.mul(ops.log(u), ops.div(x, um1))
+    return ops.where(ops.eq(um1, 0.0), x, ops.where(ops.eq(u, float("inf")), u, fixed))
 
 
 @aten("log2")

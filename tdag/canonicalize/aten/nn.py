@@ -1,47 +1,40 @@
 """Neural-network ATen ops, mapped to the derived NN ops of ``tdag.ops``.
 
-Each entry names the tdag.ops function it needs. Where that function is missing, the op is
-not "known" and torch decomposes it (see ``torch_capture.decompose_unknown``); convolution
-and average pooling have no torch decomposition, so they fall back to compositions in
-``nn_fallback``.
+Each entry names the tdag.ops function it needs: where that function is missing, the op is
+not "known" and torch decomposes it instead (see ``torch_capture.decompose_unknown``).
 """
 from __future__ import annotations
 
 import math
 
 from tdag import ops
-from tdag.canonicalize.aten import nn_fallback
 from tdag.canonicalize.aten.registry import aten
 from tdag.errors import UnsupportedOpError
 from tdag.ir.types import DType
 
 
-def _nn(name: str):
-    """tdag.ops' version of an NN op, or the local composition until it exists."""
-    return getattr(ops, name, None) or getattr(nn_fallback, name)
-
-
 # -- convolution and pooling ---------------------------------------------------------------------
 
-@aten("convolution", "_convolution")
+@aten("convolution", "_convolution", needs=("conv", "conv_transpose"))
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
                 *flags):
     if transposed:
-        return _nn("conv_transpose")(x, weight, bias, tuple(stride), tuple(padding),
-                                     tuple(output_padding), groups, tuple(dilation))
-    return _nn("conv")(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+        return ops.conv_transpose(x, weight, bias, tuple(stride), tuple(padding),
+                                  tuple(output_padding), groups, tuple(dilation))
+    return ops.conv(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
-@aten("conv1d.default", "conv2d.default", "conv3d.default")
+@aten("conv1d", "conv2d", "conv3d", needs=("conv",))
 def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _nn("conv")(x, weight, bias, stride, padding, dilation, groups)
+    return ops.conv(x, weight, bias, stride, padding, dilation, groups)
 
 
-@aten("conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input")
+@aten("conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input",
+      needs=("conv_transpose",))
 def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                    dilation=1):
-    return _nn("conv_transpose")(x, weight, bias, stride, padding, output_padding, groups,
-                                 dilation)
+    return ops.conv_transpose(x, weight, bias, stride, padding, output_padding, groups,
+                              dilation)
 
 
 @aten("max_pool1d", "max_pool2d", "max_pool3d", needs=("max_pool",))
@@ -55,10 +48,10 @@ def max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil
     return max_pool(x, kernel_size, stride, padding, dilation, ceil_mode), None
 
 
-@aten("avg_pool1d", "avg_pool2d", "avg_pool3d")
+@aten("avg_pool1d", "avg_pool2d", "avg_pool3d", needs=("avg_pool",))
 def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
              divisor_override=None):
-    return _nn("avg_pool")(x, kernel_size, stride or None, padding, ceil_mode,
+    return ops.avg_pool(x, kernel_size, stride or None, padding, ceil_mode,
                            count_include_pad, divisor_override)
 
 

@@ -49,11 +49,22 @@ def key(target) -> str | None:
 
 
 def lookup(target) -> Entry | None:
+    """The entry for an op; an in-place op (``add_``) gets its functional op's entry, and the
+    converter decides whether rebinding the mutated value is safe (torch_inplace)."""
     name = key(target)
     if name is None:
         return None
-    entry = TABLE.get(name) or TABLE.get(name.split(".")[0])
+    packet, overload = name.split(".", 1)
+    if is_inplace(target):
+        packet = packet[:-1]
+    entry = TABLE.get(f"{packet}.{overload}") or TABLE.get(packet)
     return entry if entry is not None and entry.available() else None
+
+
+def is_inplace(target) -> bool:
+    """``add_`` mutates its first argument; ``__and__`` is a dunder, not in-place."""
+    name = target.overloadpacket.__name__
+    return name.endswith("_") and not name.endswith("__")
 
 
 def supports(target) -> bool:
@@ -106,7 +117,10 @@ def _fold(fn, parts):
 
 
 def axes_or_all(dim, ndim: int):
-    """ATen's ``dim`` list for reductions: None or [] means every axis."""
+    """ATen's ``dim`` list for reductions: None or [] means every axis; a scalar (rank 0)
+    accepts dim 0 or -1 and has no axis to reduce."""
+    if ndim == 0:
+        return ()
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return tuple(range(ndim))
     return (dim,) if isinstance(dim, int) else tuple(dim)

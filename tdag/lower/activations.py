@@ -1,0 +1,189 @@
+"""Elementwise chains -> the framework's fused activations (sigmoid, silu, gelu, relu).
+
+Constants are matched by value (a broadcast scalar const), operands of add and multiply in
+either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
+any association.
+"""
+from __future__ import annotations
+
+import math
+
+from tdag.deinops.elementwise import CompareKind
+from tdag.deinops.primitive import NoSpec
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.lower.kernels_nn import Gelu
+from tdag.lower.match import close, is_scalar, producer_is, scalar
+from tdag.lower.rewrite import Context
+
+
+def _minus_scalar_op(ctx: Context, name: str, op: Op, value: float) -> str | None:
+    """``name = op(y, value)`` with the scalar on either side -> y."""
+    node = producer_is(ctx, name, op)
+    if node is None:
+        return None
+    a, b = node.inputs
+    if is_scalar(ctx, b, value):
+        return a
+    if is_scalar(ctx, a, value) and op in (Op.add, Op.multiply):
+        return b
+    return None
+
+
+def _negated(ctx: Context, name: str) -> str | None:
+    """-y as neg(y) or y * -1 -> y."""
+    node = producer_is(ctx, name, Op.neg)
+    return node.inputs[0] if node is not None else _minus_scalar_op(ctx, name, Op.multiply, -1.0)
+
+
+def sigmoid_denominator(ctx: Context, name: str) -> str | None:
+    """``1 + exp(-x)`` -> x."""
+    e = _minus_scalar_op(ctx, name, Op.add, 1.0)
+    exp = producer_is(ctx, e, Op.exp) if e is not None else None
+    return _negated(ctx, exp.inputs[0]) if exp is not None else None
+
+
+def _sigmoid_of(ctx: Context, name: str) -> str | None:
+    """sigmoid(x) as a kernel, 1/(1 + exp(-x)) or reciprocal(1 + exp(-x)) -> x."""
+    node = ctx.producer(name)
+    if node is None:
+        return None
+    if node.op is Op.sigmoid:
+        return node.inputs[0]
+    if node.op is Op.reciprocal:
+        return sigmoid_denominator(ctx, node.inputs[0])
+    if node.op is Op.divide and node.spec.mode.value == "true" and is_scalar(ctx, node.inputs[0], 1.0):
+        return sigmoid_denominator(ctx, node.inputs[1])
+    return None
+
+
+def _unary(node: Node, ctx: Context, op: Op, x: str, spec=None):
+    emit = ctx.emitter(node)
+    return emit.finish(emit(op, spec if spec is not None else NoSpec(), x))
+
+
+def sigmoid_rule(node: Node, ctx: Context):
+    """1 / (1 + exp(-x)) -> sigmoid(x)"""
+    if node.op not in (Op.reciprocal, Op.divide) or not node.type.dtype.is_float:
+        return None
+    x = _sigmoid_of(ctx, node.name)
+    return _unary(node, ctx, Op.sigmoid, x) if x is not None else "not a sigmoid"
+
+
+def silu_rule(node: Node, ctx: Context):
+    """x / (1 + exp(-x)) -> silu(x);  x * sigmoid(x) -> silu(x)"""
+    if not node.type.dtype.is_float:
+        return None
+    if node.op is Op.divide and node.spec.mode.value == "true":
+        x, den = node.inputs
+        if sigmoid_denominator(ctx, den) == x:
+            return _unary(node, ctx, Op.silu, x)
+    if node.op is Op.multiply:
+        for x, s in (node.inputs, reversed(node.inputs)):
+            if _sigmoid_of(ctx, s) == x:
+                return _unary(node, ctx, Op.silu, x)
+    return "not a silu"
+
+
+def factors(ctx: Context, name: str, depth: int = 4) -> tuple[float, list[str]]:
+    """``name`` as ``coef * prod(terms)`` through nested multiplies by scalars and tensors."""
+    value = scalar(ctx, name)
+    if value is not None:
+        return value, []
+    node = producer_is(ctx, name, Op.multiply)
+    if node is None or depth == 0:
+        return 1.0, [name]
+    coef, terms = 1.0, []
+    for operand in node.inputs:
+        c, t = factors(ctx, operand, depth - 1)
+        coef, terms = coef * c, terms + t
+    return coef, terms
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_TANH_SCALE = math.sqrt(2.0 / math.pi)
+
+
+def gelu_rule(node: Node, ctx: Context):
+    """x * 0.5 * (1 + erf(x / sqrt 2)) -> gelu(x);  the tanh form -> gelu(x, 'tanh')"""
+    if node.op is not Op.multiply or not node.type.dtype.is_float:
+        return None
+    coef, terms = factors(ctx, node.name)
+    if len(terms) != 2 or not close(coef, 0.5):
+        return "not half a product of two terms"
+    for x, t in (terms, reversed(terms)):
+        inner = _minus_scalar_op(ctx, t, Op.add, 1.0)
+        fn = ctx.producer(inner) if inner is not None else None
+        if fn is None:
+            continue
+        if fn.op is Op.erf and _scaled(ctx, fn.inputs[0], x, _SQRT_HALF):
+            return _unary(node, ctx, Op.gelu, x, Gelu("none"))
+        if fn.op is Op.tanh and _tanh_argument(ctx, fn.inputs[0], x):
+            return _unary(node, ctx, Op.gelu, x, Gelu("tanh"))
+    return "not a gelu"
+
+
+def _scaled(ctx: Context, name: str, x: str, k: float) -> bool:
+    """Whether ``name`` is ``k * x`` (a multiply by k or a divide by 1/k)."""
+    coef, terms = factors(ctx, name)
+    if terms == [x] and close(coef, k):
+        return True
+    node = producer_is(ctx, name, Op.divide)
+    if node is not None and node.inputs[0] == x:
+        d = scalar(ctx, node.inputs[1])
+        return d is not None and d != 0 and close(1.0 / d, k)
+    return False
+
+
+def _tanh_argument(ctx: Context, name: str, x: str) -> bool:
+    """sqrt(2/pi) * (x + 0.044715 x^3)."""
+    coef, terms = factors(ctx, name)
+    if len(terms) != 1 or not close(coef, _TANH_SCALE):
+        return False
+    add = producer_is(ctx, terms[0], Op.add)
+    if add is None:
+        return False
+    for a, b in (add.inputs, reversed(add.inputs)):
+        c, cube = factors(ctx, b)
+        if a == x and close(c, 0.044715) and _is_cube(ctx, cube, x):
+            return True
+    return False
+
+
+def _is_cube(ctx: Context, terms: list, x: str) -> bool:
+    if terms == [x, x, x]:
+        return True
+    if len(terms) == 1:
+        node = producer_is(ctx, terms[0], Op.pow)
+        return node is not None and node.inputs[0] == x and is_scalar(ctx, node.inputs[1], 3.0)
+    return False
+
+
+_BELOW = {CompareKind.lt, CompareKind.le}
+_ABOVE = {CompareKind.gt, CompareKind.ge}
+
+
+def relu_rule(node: Node, ctx: Context):
+    """where(x < 0, 0, x) -> relu(x);  where(x > 0, x, 0) -> relu(x)"""
+    if node.op is not Op.where or not node.type.dtype.is_float:
+        return None
+    cond, a, b = node.inputs
+    test = producer_is(ctx, cond, Op.compare)
+    if test is None:
+        return "condition is not a comparison"
+    lhs, rhs = test.inputs
+    kind = test.spec.kind
+    if is_scalar(ctx, lhs, 0.0):  # 0 < x is x > 0
+        lhs, rhs = rhs, lhs
+        kind = {CompareKind.lt: CompareKind.gt, CompareKind.le: CompareKind.ge,
+                CompareKind.gt: CompareKind.lt, CompareKind.ge: CompareKind.le}.get(kind)
+    if not is_scalar(ctx, rhs, 0.0):
+        return "not a comparison with zero"
+    if kind in _BELOW and is_scalar(ctx, a, 0.0) and b == lhs:
+        return _unary(node, ctx, Op.relu, lhs)
+    if kind in _ABOVE and a == lhs and is_scalar(ctx, b, 0.0):
+        return _unary(node, ctx, Op.relu, lhs)
+    return "not a relu"
+
+
+RULES = (sigmoid_rule, silu_rule, gelu_rule, relu_rule)

@@ -1,0 +1,207 @@
+"""The attention pattern -> one scaled-dot-product attention kernel, in any axis order.
+
+    s = einsum(q, k) * scale                 (q and k share the contracted feature axis e)
+    s = where(mask, s, -inf) | s + mask      (optional; an iota mask j <= i is causal)
+    p = softmax(s, over the key axis)        (a "safe" where(max == -inf, 0, p) is allowed)
+    o = einsum(p, v)                         (contracting the key axis)
+
+Axes are classified by which operands hold them: batch (q, k, v, out), l (q, out), s (k, v),
+e (q, k), ev (v, out). The kernel gets q[..., l, e], k[..., s, e], v[..., s, ev] by permutes.
+"""
+from __future__ import annotations
+
+from tdag.deinops.elementwise import CompareKind
+from tdag.deinops.movement import Permute
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.ir.types import DType
+from tdag.lower.kernels import parse_equation
+from tdag.lower.kernels_nn import Attention
+from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
+from tdag.lower.rewrite import Context
+
+_INF = float("inf")
+
+
+def _unsafe(ctx: Context, name: str) -> str:
+    """where(cond, 0, p) with cond from a max == -inf test (torch's safe softmax) -> p."""
+    node = producer_is(ctx, name, Op.where)
+    if node is None or not is_scalar(ctx, node.inputs[1], 0.0):
+        return name
+    test = producer_is(ctx, trace_axes(ctx, node.inputs[0], units=True)[0], Op.compare)
+    if test is None or test.spec.kind is not CompareKind.eq or \
+            not any(is_scalar(ctx, t, -_INF) for t in test.inputs):
+        return name
+    return node.inputs[2]
+
+
+def _peel_masks(ctx: Context, s: str, depth: int = 0):
+    """Strip masks off the scores: ``(scores, [(kind, tensor)])`` with kind "keep" (a
+    where with -inf) or "add"; None when no scaled einsum lies beneath."""
+    if _scaled_scores(ctx, s) is not None:
+        return s, []
+    node = ctx.producer(s)
+    if node is None or depth >= 2:
+        return None
+    if node.op is Op.where and is_scalar(ctx, node.inputs[2], -_INF):
+        inner = _peel_masks(ctx, node.inputs[1], depth + 1)
+        return None if inner is None else (inner[0], inner[1] + [("keep", node.inputs[0])])
+    if node.op is Op.add:
+        for a, b in (node.inputs, reversed(node.inputs)):
+            inner = _peel_masks(ctx, a, depth + 1) if scalar(ctx, b) is None else None
+            if inner is not None:
+                return inner[0], inner[1] + [("add", b)]
+    return None
+
+
+def _scaled_scores(ctx: Context, s: str):
+    """``einsum(q, k) * c`` (or ``/ c``, or c folded into q) -> (einsum node, c)."""
+    coef = 1.0
+    node = ctx.producer(s)
+    while node is not None and node.op in (Op.multiply, Op.divide):
+        a, b = node.inputs
+        vb, va = scalar(ctx, b), scalar(ctx, a)
+        if node.op is Op.divide and vb is not None and node.spec.mode.value == "true":
+            coef, s = coef / vb, a
+        elif node.op is Op.multiply and (vb is not None or va is not None):
+            coef, s = coef * (vb if vb is not None else va), (a if vb is not None else b)
+        else:
+            break
+        node = ctx.producer(s)
+    if node is None or node.op is not Op.einsum or len(node.inputs) != 2:
+        return None
+    return node, coef
+
+
+def attention_rule(node: Node, ctx: Context):
+    """einsum(softmax(mask(einsum(q, k) * c)), v) -> attention(q, k, v, mask, scale=c)"""
+    if node.op is not Op.einsum or len(node.inputs) != 2 or not node.type.dtype.is_float:
+        return None
+    for p_name, v in (node.inputs, reversed(node.inputs)):
+        sm = producer_is(ctx, _unsafe(ctx, p_name), Op.softmax)
+        if sm is None:
+            continue
+        peeled = _peel_masks(ctx, sm.inputs[0])
+        if peeled is None:
+            continue
+        scores, masks = peeled
+        qk, coef = _scaled_scores(ctx, scores)
+        q, k, coef = _unscale_q(ctx, qk, coef)
+        plan = _plan(ctx, qk, sm, node, p_name == node.inputs[0])
+        if plan is None:
+            continue
+        return _emit(node, ctx, plan, q, k, v, coef, masks)
+    return "not an attention"
+
+
+def _unscale_q(ctx: Context, qk: Node, coef: float):
+    """Fold a scalar factor on q or k into the scale."""
+    q, k = qk.inputs
+    for _ in range(2):
+        node = ctx.producer(q)
+        if node is not None and node.op is Op.multiply:
+            a, b = node.inputs
+            vb, va = scalar(ctx, b), scalar(ctx, a)
+            if vb is not None or va is not None:
+                coef *= vb if vb is not None else va
+                q = a if vb is not None else b
+                continue
+        break
+    return q, k, coef
+
+
+def _plan(ctx: Context, qk: Node, sm: Node, pv: Node, p_first: bool):
+    """Letters of q, k, v, out classified; None when the shapes are not attention. The
+    scores' letters name the axes; v's own axis and the output's are marked "#"."""
+    (lq, lk), ls = parse_equation(qk.spec.equation)
+    (la, lb), lo = parse_equation(pv.spec.equation)
+    lp, lv = (la, lb) if p_first else (lb, la)
+    rename = dict(zip(lp, ls))  # p's axes are the scores' axes
+    if len([c for c in lv if c not in rename]) != 1:
+        return None
+    vv = [rename.get(c, "#") for c in lv]
+    oo = [rename.get(c, "#") for c in lo]
+    s = ls[sm.spec.axis]
+    batch = [c for c in ls if c in lq and c in lk]
+    l_ = [c for c in ls if c in lq and c not in lk]
+    e = [c for c in lq if c in lk and c not in ls]
+    if s not in lk or s in lq or len(l_) != 1 or len(e) != 1 or len(ls) != len(batch) + 2:
+        return None
+    if set(lq) != set(batch + l_ + e) or set(lk) != set(batch + [s] + e):
+        return None
+    if sorted(vv) != sorted(batch + [s, "#"]) or sorted(oo) != sorted(batch + l_ + ["#"]):
+        return None
+    return {"lq": lq, "lk": lk, "ls": ls, "lv": vv, "lo": oo, "batch": batch, "l": l_[0],
+            "s": s, "e": e[0]}
+
+
+def _perm(have, want) -> tuple:
+    return tuple(list(have).index(c) for c in want)
+
+
+def _emit(node: Node, ctx: Context, plan, q, k, v, coef, masks):
+    batch, l, s, e = plan["batch"], plan["l"], plan["s"], plan["e"]
+    emit = ctx.emitter(node)
+
+    def arrange(name, have, want):
+        perm = _perm(have, want)
+        return name if perm == tuple(range(len(perm))) else emit(Op.permute, Permute(perm), name)
+
+    q2 = arrange(q, plan["lq"], batch + [l, e])
+    k2 = arrange(k, plan["lk"], batch + [s, e])
+    v2 = arrange(v, plan["lv"], batch + [s, "#"])
+    causal, mask = False, None
+    for kind, m in masks:
+        if kind == "keep" and not causal and _is_causal(ctx, m, plan):
+            causal = True
+        elif mask is None:
+            mask = (kind, _unbroadcast(ctx, m) if list(plan["ls"]) == batch + [l, s] else
+                    arrange(m, plan["ls"], batch + [l, s]))
+        else:
+            return "two general masks"
+    args = [q2, k2, v2]
+    if mask is not None:
+        args.append(mask[1])
+        if mask[0] == "keep" and ctx.type(mask[1]).dtype is not DType.bool:
+            return "a keep-mask that is not bool"
+    out = emit(Op.attention, Attention(float(coef), causal), *args)
+    out = arrange(out, batch + [l, "#"], plan["lo"])
+    return emit.finish(out)
+
+
+def _unbroadcast(ctx: Context, mask: str) -> str:
+    """The smaller mask that ``mask`` broadcasts numpy-style (the kernel broadcasts it)."""
+    src, mapping = trace_axes(ctx, mask, units=True)
+    rank, n = len(mapping), ctx.type(src).rank
+    if tuple(mapping) == (None,) * (rank - n) + tuple(range(n)):
+        return src
+    return mask
+
+
+def _is_causal(ctx: Context, mask: str, plan) -> bool:
+    """j <= i between an iota along the key axis (j) and one along the query axis (i)."""
+    src, outer = trace_axes(ctx, mask, units=True)
+    test = producer_is(ctx, src, Op.compare)
+    if test is None:
+        return False
+    inner = [_iota_axis(ctx, t) for t in test.inputs]
+    if None in inner:
+        return False
+    ls = plan["ls"]
+    letters = [ls[outer.index(a)] if a in outer else None for a in inner]
+    kind = test.spec.kind
+    return (kind is CompareKind.le and letters == [plan["s"], plan["l"]]) or \
+        (kind is CompareKind.ge and letters == [plan["l"], plan["s"]])
+
+
+def _iota_axis(ctx: Context, name: str) -> int | None:
+    """The one axis along which ``name`` shows 0, 1, 2, ... (a broadcast iota)."""
+    src, mapping = trace_axes(ctx, name)
+    node = producer_is(ctx, src, Op.iota)
+    shown = [i for i, m in enumerate(mapping) if m is not None]
+    if node is None or len(shown) != 1:
+        return None
+    return shown[0]
+
+
+RULES = (attention_rule,)

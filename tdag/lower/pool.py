@@ -1,0 +1,118 @@
+"""Windowed reductions -> max_pool / avg_pool, on any spatial axes of any layout.
+
+    reduce[max](unfold+(pad?(x, -inf)), kernel axes)            -> max_pool
+    reduce[sum](unfold+(pad?(x, 0)), kernel axes) / prod(kernel) -> avg_pool (padding counted)
+
+The pooled axes are moved last and the others merged into torch's (N, C) so that the
+kernel sees x[N, C, *S]; the result is reshaped and permuted back.
+"""
+from __future__ import annotations
+
+from tdag.deinops.movement import Permute
+from tdag.deinops.reduce import ReduceKind
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.ir.symbols import product
+from tdag.lower.kernels import Pool, Reshape
+from tdag.lower.match import close, producer_is, scalar
+from tdag.lower.rewrite import Context
+from tdag.lower.windows import symmetric_padding, windows_of
+
+
+def _pooled(ctx: Context, name: str, kind: ReduceKind):
+    """``name`` = reduce[kind] over exactly the kernel axes of unfolded windows."""
+    node = producer_is(ctx, name, Op.reduce)
+    if node is None or node.spec.kind is not kind:
+        return None
+    win = windows_of(ctx, node.inputs[0])
+    if win is None or any(a.kind not in ("src", "win", "ker") or a.parts != 1 for a in win.axes):
+        return None
+    kernel_axes = tuple(i for i, a in enumerate(win.axes) if a.kind == "ker")
+    if tuple(sorted(node.spec.axes)) != kernel_axes or not 1 <= len(win.unfolds) <= 3:
+        return None
+    if not ctx.type(name).dtype.is_float:
+        return None
+    return win
+
+
+def max_pool_rule(node: Node, ctx: Context):
+    """max over the windows of x -> max_pool"""
+    if node.op is not Op.reduce:
+        return None
+    win = _pooled(ctx, node.name, ReduceKind.max)
+    if win is None:
+        return "not a windowed max"
+    return _emit(node, ctx, win, Op.max_pool, float("-inf"))
+
+
+def avg_pool_rule(node: Node, ctx: Context):
+    """sum over the windows of x / window size -> avg_pool"""
+    if node.op not in (Op.divide, Op.multiply):
+        return None
+    for total, c in (node.inputs, reversed(node.inputs)):
+        win = _pooled(ctx, total, ReduceKind.sum)
+        value = scalar(ctx, c)
+        if win is None or value is None or value == 0:
+            continue
+        count = product(s.size for s in win.unfolds.values())
+        if node.op is Op.divide and c == node.inputs[1] and close(value, count) or \
+                node.op is Op.multiply and close(value * count, 1.0):
+            if any(s.dilation != 1 for s in win.unfolds.values()):
+                return "avg_pool has no dilation"
+            return _emit(node, ctx, win, Op.avg_pool, 0.0, source=total)
+    return "not a windowed mean"
+
+
+def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None = None):
+    spatial = sorted(win.unfolds)
+    rank = ctx.type(win.source).rank
+    x, padding = symmetric_padding(win, spatial, rank, fill)
+    specs = [win.unfolds[a] for a in spatial]
+    if any(2 * p > s.size for p, s in zip(padding, specs)):
+        x, padding = (win.pad.name if win.pad is not None else x), (0,) * len(spatial)
+    others = [a for a in range(rank) if a not in spatial]
+    emit = ctx.emitter(node)
+    perm = tuple(others + spatial)
+    if perm != tuple(range(rank)):
+        x = emit(Op.permute, Permute(perm), x)
+    shape = ctx.type(x).shape
+    lead = shape[:len(others)]
+    merged = (product(lead[:-1]) if len(lead) > 1 else 1, lead[-1] if lead else 1)
+    if tuple(lead) != merged:
+        x = emit(Op.reshape, Reshape(merged + tuple(shape[len(others):])), x)
+    spec = Pool(tuple(s.size for s in specs), tuple(s.step for s in specs), padding,
+                tuple(s.dilation for s in specs))
+    out = emit(op, spec, x)
+    windows = ctx.type(out).shape[2:]
+    if tuple(lead) != merged:
+        out = emit(Op.reshape, Reshape(tuple(lead) + tuple(windows)), out)
+    if perm != tuple(range(rank)):
+        inverse = tuple(perm.index(i) for i in range(rank))
+        out = emit(Op.permute, Permute(inverse), out)
+    return emit.finish(out)
+
+
+def merge_windows_rule(node: Node, ctx: Context):
+    """reduce(unfold(reduce(W, K1), a), last) -> reduce(unfold(W, a), K1 + last): separable
+    window sums (or maxes), one axis at a time, become one windowed reduction"""
+    if node.op is not Op.reduce or node.spec.kind not in (ReduceKind.sum, ReduceKind.max):
+        return None
+    outer = producer_is(ctx, node.inputs[0], Op.unfold)
+    if outer is None or node.spec.axes != (node.type.rank,):
+        return "not a reduction of the last window axis"
+    inner = producer_is(ctx, outer.inputs[0], Op.reduce)
+    if inner is None or inner.spec.kind is not node.spec.kind or not ctx.single_use(inner.name):
+        return "not nested window reductions"
+    w = ctx.type(inner.inputs[0])
+    k1 = tuple(range(w.rank - len(inner.spec.axes), w.rank))
+    if tuple(sorted(inner.spec.axes)) != k1 or windows_of(ctx, inner.inputs[0]) is None:
+        return "inner reduction is not over window axes"
+    from tdag.deinops.movement import Unfold
+    from tdag.deinops.reduce import Reduce
+    emit = ctx.emitter(node)
+    s = outer.spec
+    both = emit(Op.unfold, Unfold(s.axis, s.size, s.step, s.dilation), inner.inputs[0])
+    return emit.finish(emit(Op.reduce, Reduce(node.spec.kind, k1 + (w.rank,)), both))
+
+
+RULES = (merge_windows_rule, max_pool_rule, avg_pool_rule)

@@ -1,0 +1,98 @@
+"""exp / reduce-sum / divide chains -> softmax and log_softmax, on any single axis.
+
+    e = exp(x - bcast(max(x, a)))       (the shift is optional: softmax(s) without it)
+    e / bcast(sum(e, a))          -> softmax(x, a)      (or e * reciprocal(...))
+    s - bcast(log(sum(exp(s), a))) -> log_softmax(x, a) with s = x - bcast(max(x, a))
+"""
+from __future__ import annotations
+
+from tdag.deinops.reduce import ReduceKind
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.lower.kernels_nn import Softmax
+from tdag.lower.match import linear_coefficient, maps_reduced, producer_is, trace_chain
+from tdag.lower.rewrite import Context
+
+
+def _reduced(ctx: Context, name: str, kind: ReduceKind, of: str | None = None):
+    """``name`` as a broadcast of ``reduce[kind](of, (a,))`` after the pointwise ``ops``:
+    ``(input, axis, ops)``, else None."""
+    src, mapping, ops = trace_chain(ctx, name)
+    node = producer_is(ctx, src, Op.reduce)
+    if node is None or node.spec.kind is not kind or len(node.spec.axes) != 1:
+        return None
+    if of is not None and node.inputs[0] != of:
+        return None
+    rank = ctx.type(node.inputs[0]).rank
+    if not maps_reduced(mapping, node.spec.axes, rank):
+        return None
+    return node.inputs[0], node.spec.axes[0], ops
+
+
+def unshift(ctx: Context, s: str, axis: int) -> str:
+    """``x - bcast(max(x, axis))`` -> x; anything else is returned unchanged."""
+    node = producer_is(ctx, s, Op.add)
+    if node is None:
+        return s
+    for x, m in (node.inputs, reversed(node.inputs)):
+        found = _reduced(ctx, m, ReduceKind.max, of=x)
+        if found is not None and found[1] == axis and linear_coefficient(found[2]) == -1.0:
+            return x
+    return s
+
+
+def _softmax_parts(ctx: Context, node: Node):
+    """(e, denominator) of e / d or e * (1/d)."""
+    if node.op is Op.divide and node.spec.mode.value == "true":
+        return node.inputs
+    if node.op is Op.multiply:
+        for e, r in (node.inputs, reversed(node.inputs)):
+            src, _, ops = trace_chain(ctx, r)
+            if ops and ops[-1][0] is Op.reciprocal:
+                return e, r
+    return None
+
+
+def softmax_rule(node: Node, ctx: Context):
+    """exp(s) / bcast(sum(exp(s), a)) -> softmax(unshift(s), a)"""
+    if node.op not in (Op.divide, Op.multiply) or not node.type.dtype.is_float:
+        return None
+    parts = _softmax_parts(ctx, node)
+    if parts is None:
+        return "not a quotient"
+    e, d = parts
+    exp = producer_is(ctx, e, Op.exp)
+    found = _reduced(ctx, d, ReduceKind.sum, of=e)
+    if exp is None or found is None:
+        return "not exp over its sum"
+    want = [(Op.reciprocal, None)] if node.op is Op.multiply else []
+    if found[2] != want:
+        return "the sum is transformed"
+    axis = found[1]
+    x = unshift(ctx, exp.inputs[0], axis)
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.softmax, Softmax(axis), x))
+
+
+def log_softmax_rule(node: Node, ctx: Context):
+    """s - bcast(log(sum(exp(s), a))) -> log_softmax(unshift(s), a)"""
+    if node.op is not Op.add or not node.type.dtype.is_float:
+        return None
+    for s, t in (node.inputs, reversed(node.inputs)):
+        src, mapping, ops = trace_chain(ctx, t)
+        if ops != [(Op.log, None), (Op.neg, None)]:
+            continue
+        reduce = producer_is(ctx, src, Op.reduce)
+        if reduce is None or reduce.spec.kind is not ReduceKind.sum or len(reduce.spec.axes) != 1:
+            continue
+        exp = producer_is(ctx, reduce.inputs[0], Op.exp)
+        if exp is None or exp.inputs[0] != s or \
+                not maps_reduced(mapping, reduce.spec.axes, node.type.rank):
+            continue
+        axis = reduce.spec.axes[0]
+        emit = ctx.emitter(node)
+        return emit.finish(emit(Op.log_softmax, Softmax(axis), unshift(ctx, s, axis)))
+    return "not a log-softmax"
+
+
+RULES = (softmax_rule, log_softmax_rule)

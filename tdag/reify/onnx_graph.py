@@ -1,0 +1,181 @@
+"""A small ONNX graph builder: nodes, initializers, unique names and symbolic dims.
+
+Nested graphs (If branches, Loop bodies) are child builders: they share the model's
+initializers and name space and may read any outer value, as ONNX subgraphs can.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import sympy
+import torch
+from onnx import TensorProto, helper
+
+from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import Dim, format_dim, is_static
+from tdag.ir.types import DType, TensorType
+
+ONNX_DTYPE = {
+    DType.f64: TensorProto.DOUBLE, DType.f32: TensorProto.FLOAT, DType.f16: TensorProto.FLOAT16,
+    DType.bf16: TensorProto.BFLOAT16, DType.i64: TensorProto.INT64, DType.i32: TensorProto.INT32,
+    DType.i16: TensorProto.INT16, DType.i8: TensorProto.INT8, DType.u8: TensorProto.UINT8,
+    DType.bool: TensorProto.BOOL,
+}
+
+
+def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
+    """An initializer holding ``value`` (raw bytes, so bfloat16 and bool work too)."""
+    value = value.detach().contiguous().cpu()
+    dtype = DType.of(value.dtype)
+    raw = value.view(torch.int16) if dtype is DType.bf16 else value
+    return helper.make_tensor(name, ONNX_DTYPE[dtype], list(value.shape),
+                              raw.numpy().tobytes(), raw=True)
+
+
+def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
+    dims = [d if is_static(d) else format_dim(d) for d in t.shape]
+    return helper.make_tensor_value_info(name, ONNX_DTYPE[t.dtype], dims)
+
+
+class Names:
+    """Unique value names across the whole model (subgraphs included)."""
+
+    def __init__(self):
+        self.taken: set[str] = set()
+
+    def __call__(self, hint: str) -> str:
+        base = hint or "t"
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+
+class Symbols:
+    """Where each symbol's value lives: a 1-element int64 tensor, made on first use from
+    ``Shape(x, start=i, end=i+1)`` of a tensor that has the symbol on axis i."""
+
+    def __init__(self, parent: "Symbols | None" = None):
+        self.parent = parent
+        self.sources: dict[str, tuple[str, int]] = {}
+        self.made: dict[str, str] = {}
+
+    def bind(self, tensor: str, shape) -> None:
+        for i, d in enumerate(shape):
+            if not is_static(d) and d.is_Symbol and d.name not in self.sources:
+                self.sources[d.name] = (tensor, i)
+
+    def lookup(self, name: str, g: "GraphBuilder") -> str:
+        scope = self
+        while scope is not None:
+            if name in scope.made:
+                return scope.made[name]
+            if name in scope.sources:
+                tensor, axis = scope.sources[name]
+                out = g.node("Shape", [tensor], start=axis, end=axis + 1, hint=f"sym_{name}")
+                scope.made[name] = out
+                return out
+            scope = scope.parent
+        raise UnsupportedOpError(f"symbol {name!r} has no tensor to read it from")
+
+
+class GraphBuilder:
+    def __init__(self, opset: int, names: Names | None = None,
+                 initializers: list | None = None, parent: "GraphBuilder | None" = None):
+        self.opset = opset
+        self.names = names or Names()
+        self.initializers = initializers if initializers is not None else []
+        self.nodes: list[onnx.NodeProto] = []
+        self.parent = parent
+        self.symbols = Symbols(parent.symbols if parent else None)
+        self._consts: dict = parent._consts if parent else {}
+
+    def child(self) -> "GraphBuilder":
+        return GraphBuilder(self.opset, self.names, self.initializers, self)
+
+    def node(self, op_type: str, inputs, hint: str = "", outputs: int = 1, **attrs):
+        """Append a node; returns its output name (or names if ``outputs`` > 1)."""
+        outs = [self.names(hint or op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs,
+                                           name=self.names(f"n_{op_type}"), **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def initializer(self, name: str, value: torch.Tensor) -> str:
+        name = self.names(name)
+        self.initializers.append(tensor_proto(name, value))
+        return name
+
+    def const(self, value, dtype: DType = DType.i64) -> str:
+        """A constant initializer (a scalar or a list), shared by value and dtype."""
+        array = np.asarray(value)
+        key = (array.tobytes(), array.shape, dtype)
+        if key not in self._consts:
+            tensor = torch.tensor(array.tolist(), dtype=dtype.torch)
+            self._consts[key] = self.initializer("c", tensor)
+        return self._consts[key]
+
+    # -- symbolic dimensions ------------------------------------------------------------------
+
+    def dim(self, d: Dim) -> str:
+        """A 1-element int64 tensor holding the value of ``d``."""
+        if is_static(d):
+            return self.const([int(d)])
+        return self._expr(sympy.sympify(d))
+
+    def _expr(self, e) -> str:
+        if e.is_Integer:
+            return self.const([int(e)])
+        if e.is_Symbol:
+            return self.symbols.lookup(e.name, self)
+        if e.is_Add or e.is_Mul:
+            num, den = sympy.fraction(e) if e.is_Mul else (e, 1)
+            if den != 1:
+                return self.node("Div", [self._expr(num), self._expr(den)])
+            parts = [self._expr(a) for a in e.args]
+            out = parts[0]
+            for p in parts[1:]:
+                out = self.node("Add" if e.is_Add else "Mul", [out, p])
+            return out
+        if isinstance(e, sympy.floor):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            return self.node("Div", [self._expr(num), self._expr(den)])
+        if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+            out = base = self._expr(e.base)
+            for _ in range(int(e.exp) - 1):
+                out = self.node("Mul", [out, base])
+            return out
+        if isinstance(e, sympy.Mod):
+            return self.node("Mod", [self._expr(e.args[0]), self._expr(e.args[1])])
+        raise UnsupportedOpError(f"cannot compute the dimension {e} in ONNX")
+
+    def shape(self, dims, minus_one: bool = True) -> str:
+        """An int64 shape tensor; with ``minus_one`` a single symbolic dim becomes -1."""
+        dims = list(dims)
+        dynamic = [i for i, d in enumerate(dims) if not is_static(d)]
+        if minus_one and len(dynamic) == 1:
+            return self.const([int(d) if is_static(d) else -1 for d in dims])
+        if not dynamic:
+            return self.const([int(d) for d in dims])
+        parts, run = [], []
+        for d in dims:
+            if is_static(d):
+                run.append(int(d))
+                continue
+            if run:
+                parts.append(self.const(run))
+                run = []
+            parts.append(self.dim(d))
+        if run:
+            parts.append(self.const(run))
+        return self.node("Concat", parts, axis=0) if len(parts) > 1 else parts[0]
+
+    def scalar_dim(self, d: Dim) -> str:
+        """A 0-d int64 tensor holding ``d``."""
+        if is_static(d):
+            return self.const(int(d))
+        return self.node("Squeeze", [self.dim(d), self.const([0])])
+
+    def graph(self, name: str, inputs, outputs) -> onnx.GraphProto:
+        return helper.make_graph(self.nodes, name, inputs, outputs,
+                                 initializer=self.initializers if self.parent is None else [])

@@ -1,0 +1,187 @@
+"""ONNX nodes for the kernels (registered into ``onnx_ops.CONVERT``).
+
+Where ONNX has the op at the chosen opset it is used (Conv, LayerNormalization, Gelu at
+opset 20, Softmax, BatchNormalization, MaxPool); otherwise the composition torch.onnx.export
+emits (RMS norm, attention, group norm via InstanceNormalization).
+"""
+from __future__ import annotations
+
+import torch
+
+from tdag.ir.op import Op
+from tdag.ir.symbols import is_static, product
+from tdag.ir.types import DType
+from tdag.reify.einsum_plan import plan_einsum
+from tdag.reify.onnx_graph import GraphBuilder
+from tdag.reify.onnx_ops import _last_two, converts
+
+
+def _t(g: GraphBuilder, x: str, rank: int) -> str:
+    return g.node("Transpose", [x], perm=_last_two(rank))
+
+
+@converts(Op.einsum)
+def _einsum(node, ins, g, cx):
+    bias = ins[2] if len(ins) == 3 else None
+    plan = plan_einsum(node.spec.equation, cx.type(node.inputs[2]).rank if bias else None)
+    if plan.kind == "einsum":
+        out = g.node("Einsum", ins[:2], equation=node.spec.equation)
+        return g.node("Add", [out, bias]) if bias else out
+    (xi, yi) = (1, 0) if plan.swap else (0, 1)
+    x, y = ins[xi], ins[yi]
+    rx, ry = cx.type(node.inputs[xi]).rank, cx.type(node.inputs[yi]).rank
+    if plan.transpose_a:
+        x = _t(g, x, rx)
+    if plan.kind == "linear":
+        if rx == 2 and not plan.transpose_b:  # the Gemm torch.onnx.export emits for 2-d input
+            return g.node("Gemm", [x, y] + ([bias] if bias else []), transB=1)
+        y = y if plan.transpose_b else _t(g, y, 2)
+    elif plan.transpose_b:
+        y = _t(g, y, ry)
+    out = g.node("MatMul", [x, y])
+    return g.node("Add", [out, bias]) if bias else out
+
+
+def _conv_attrs(spec, kernel) -> dict:
+    n = len(spec.stride)
+    return dict(kernel_shape=[int(k) for k in kernel], strides=list(spec.stride),
+                pads=list(spec.padding) * 2, dilations=list(spec.dilation), group=spec.groups) \
+        if n else {}
+
+
+@converts(Op.conv)
+def _conv(node, ins, g, cx):
+    kernel = cx.type(node.inputs[1]).shape[2:]
+    return g.node("Conv", ins, **_conv_attrs(node.spec, kernel))
+
+
+@converts(Op.conv_transpose)
+def _conv_transpose(node, ins, g, cx):
+    kernel = cx.type(node.inputs[1]).shape[2:]
+    return g.node("ConvTranspose", ins, output_padding=list(node.spec.output_padding),
+                  **_conv_attrs(node.spec, kernel))
+
+
+@converts(Op.max_pool)
+def _max_pool(node, ins, g, cx):
+    s = node.spec
+    return g.node("MaxPool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
+                  pads=list(s.padding) * 2, dilations=list(s.dilation))
+
+
+@converts(Op.avg_pool)
+def _avg_pool(node, ins, g, cx):
+    s = node.spec
+    return g.node("AveragePool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
+                  pads=list(s.padding) * 2, count_include_pad=1)
+
+
+@converts(Op.softmax)
+def _softmax(node, ins, g, cx):
+    return g.node("Softmax", ins, axis=node.spec.axis)
+
+
+@converts(Op.log_softmax)
+def _log_softmax(node, ins, g, cx):
+    return g.node("LogSoftmax", ins, axis=node.spec.axis)
+
+
+def _filled(g: GraphBuilder, like: str, shape, value: float, dtype: DType) -> str:
+    """A tensor of ``value`` with ``shape`` (static: an initializer; else Expand)."""
+    if all(is_static(d) for d in shape):
+        return g.initializer("fill", torch.full(tuple(shape), value, dtype=dtype.torch))
+    return g.node("Expand", [g.const(value, dtype), g.shape(shape, False)])
+
+
+@converts(Op.layer_norm)
+def _layer_norm(node, ins, g, cx):
+    x_type = node.type
+    tail = x_type.shape[x_type.rank - node.spec.count:]
+    scale = ins[1] if len(ins) > 1 else _filled(g, ins[0], tail, 1.0, x_type.dtype)
+    return g.node("LayerNormalization", [ins[0], scale] + ins[2:3], axis=-node.spec.count,
+                  epsilon=node.spec.eps)
+
+
+@converts(Op.rms_norm)
+def _rms_norm(node, ins, g, cx):
+    """x * 1/sqrt(mean(x^2) + eps) [* w], as torch.onnx.export writes it."""
+    rank, dtype = node.type.rank, node.type.dtype
+    axes = g.const(list(range(rank - node.spec.count, rank)))
+    mean = g.node("ReduceMean", [g.node("Mul", [ins[0], ins[0]]), axes], keepdims=1)
+    inv = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(node.spec.eps,
+                                                                                dtype)])])])
+    out = g.node("Mul", [ins[0], inv])
+    return g.node("Mul", [out, ins[1]]) if len(ins) > 1 else out
+
+
+@converts(Op.group_norm)
+def _group_norm(node, ins, g, cx):
+    """Reshape to [N, G, -1], InstanceNormalization, reshape back, per-channel affine."""
+    x_type, groups = node.type, node.spec.groups
+    dtype = x_type.dtype
+    grouped = g.node("Reshape", [ins[0], g.const([0, groups, -1])])
+    ones = g.const([1.0] * groups, dtype)
+    zeros = g.const([0.0] * groups, dtype)
+    normed = g.node("InstanceNormalization", [grouped, ones, zeros], epsilon=node.spec.eps)
+    out = g.node("Reshape", [normed, g.node("Shape", [ins[0]])])
+    if len(ins) == 3:
+        view = g.const([-1] + [1] * (x_type.rank - 2))
+        out = g.node("Mul", [out, g.node("Reshape", [ins[1], view])])
+        out = g.node("Add", [out, g.node("Reshape", [ins[2], view])])
+    return out
+
+
+@converts(Op.batch_norm)
+def _batch_norm(node, ins, g, cx):
+    x, mean, var = ins[:3]
+    channels = node.type.shape[1]
+    dtype = node.type.dtype
+    scale = ins[3] if len(ins) > 3 else _filled(g, mean, (channels,), 1.0, dtype)
+    bias = ins[4] if len(ins) > 4 else _filled(g, mean, (channels,), 0.0, dtype)
+    return g.node("BatchNormalization", [x, scale, bias, mean, var], epsilon=node.spec.eps)
+
+
+@converts(Op.attention)
+def _attention(node, ins, g, cx):
+    """softmax(q k^T * scale + mask) v with the causal mask from Trilu."""
+    q, k, v = ins[:3]
+    q_type, k_type = cx.type(node.inputs[0]), cx.type(node.inputs[1])
+    dtype, rank = q_type.dtype, q_type.rank
+    scores = g.node("MatMul", [q, _t(g, k, rank)])
+    scores = g.node("Mul", [scores, g.const(node.spec.scale, dtype)])
+    neg_inf = g.const(float("-inf"), dtype)
+    if node.spec.causal:
+        square = (q_type.shape[-2], k_type.shape[-2])
+        ones = _filled(g, q, square, 1.0, dtype)
+        keep = g.node("Cast", [g.node("Trilu", [ones], upper=0)], to=9)  # to bool
+        scores = g.node("Where", [keep, scores, neg_inf])
+    if len(ins) == 4:
+        if cx.type(node.inputs[3]).dtype is DType.bool:
+            scores = g.node("Where", [ins[3], scores, neg_inf])
+        else:
+            scores = g.node("Add", [scores, ins[3]])
+    return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
+
+
+@converts(Op.gelu)
+def _gelu(node, ins, g, cx):
+    if g.opset >= 20:
+        return g.node("Gelu", ins, approximate=node.spec.approximate)
+    dtype = node.type.dtype
+    x = ins[0]
+    if node.spec.approximate == "tanh":
+        cube = g.node("Mul", [g.node("Mul", [x, x]), x])
+        inner = g.node("Add", [x, g.node("Mul", [cube, g.const(0.044715, dtype)])])
+        inner = g.node("Tanh", [g.node("Mul", [inner, g.const(0.7978845608028654, dtype)])])
+    else:
+        inner = g.node("Erf", [g.node("Mul", [x, g.const(0.7071067811865476, dtype)])])
+    half = g.node("Mul", [x, g.const(0.5, dtype)])
+    return g.node("Mul", [half, g.node("Add", [inner, g.const(1.0, dtype)])])
+
+
+@converts(Op.silu)
+def _silu(node, ins, g, cx):
+    return g.node("Mul", [ins[0], g.node("Sigmoid", ins)])
+
+
+__all__ = ["product"]

@@ -1,0 +1,211 @@
+"""``to_onnx(prog)``: an ``onnx.ModelProto`` that passes the full checker and runs on
+onnxruntime.
+
+Each TDAG call is inlined; If and Loop controllers become ONNX If and Loop with subgraphs.
+Symbolic dimensions become named dynamic axes (``dim_param``) and are read at run time with
+``Shape`` where an op needs their value. Parameters and buffers are initializers under their
+own names.
+"""
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from tdag.ir.graph import TDAG
+from tdag.ir.op import Op
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.ir.verify import block_types
+from tdag.lower.match import scalar
+from tdag.lower.rewrite import Context
+from tdag.reify import onnx_kernels  # noqa: F401  (registers the kernel converters)
+from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder, Symbols, value_info
+from tdag.reify.onnx_ops import CONVERT
+from tdag.reify.torch_codegen import _broadcasts_to
+
+DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
+_IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
+_BROADCASTING = frozenset({Op.add, Op.multiply, Op.divide, Op.pow, Op.where, Op.compare})
+
+
+def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) -> onnx.ModelProto:
+    """An ONNX model computing ``prog``; symbolic dims are dynamic axes named after them.
+
+    >>> import tdag, tdag.reify
+    >>> from tdag import ops
+    >>> model = tdag.reify.to_onnx(tdag.trace(lambda x: ops.exp(x), tdag.TensorSpec(("b", 3))))
+    >>> model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    'b'
+    """
+    if isinstance(prog, TDAG):
+        prog = Program.from_tdag(prog)
+    if lower:
+        from tdag.lower import lower as lower_program
+        prog = lower_program(prog)
+    opset = opset or DEFAULT_OPSET
+    if opset < 18:
+        raise ValueError(f"to_onnx needs opset 18 or later, got {opset}")
+    return _Exporter(prog, opset).model()
+
+
+class _Exporter:
+    def __init__(self, prog: Program, opset: int):
+        self.prog, self.opset = prog, opset
+        self.root = GraphBuilder(opset)
+        self.weights: dict[tuple, str] = {}
+
+    def model(self) -> onnx.ModelProto:
+        g, main = self.root, self.prog.main
+        env = {}
+        for v in main.inputs:
+            g.names.taken.add(v.name)
+            env[v.name] = v.name
+            g.symbols.bind(v.name, v.type.shape)
+        for name, w in self.prog.state.items():
+            env[name] = self.weight(("state", name), name, w)
+        outs = self.block(g, main, env)
+        out_types = block_types(self.prog, main)
+        out_names = [g.names(name) for name in main.outputs]
+        for src, dst in zip(outs, out_names):
+            g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
+        graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs],
+                        [value_info(n, t) for n, t in zip(out_names, out_types)])
+        model = helper.make_model(graph, producer_name="tdag",
+                                  opset_imports=[helper.make_opsetid("", self.opset)])
+        model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)
+        return model
+
+    def weight(self, key: tuple, name: str, weight) -> str:
+        if key not in self.weights:
+            if weight.value is None:
+                raise ValueError(f"weight %{name} has no value; ONNX needs initializers")
+            hint = name if weight.kind is not TensorKind.const else f"const_{name}"
+            self.weights[key] = self.root.initializer(hint, weight.value)
+        return self.weights[key]
+
+    # -- controllers --------------------------------------------------------------------------
+
+    def block(self, g: GraphBuilder, block: Block, env: dict) -> list[str]:
+        env = dict(env)
+        for step in block.steps:
+            args = [env[n] for n in step.inputs]
+            if isinstance(step, Call):
+                outs = self.call(g, self.prog.graphs[step.graph], step.graph, args)
+            elif isinstance(step, If):
+                outs = self.branch(g, step, env, args)
+            else:
+                outs = self.loop(g, step, env, args)
+            env.update(zip(step.outputs, outs))
+        return [env[n] for n in block.outputs]
+
+    def call(self, g: GraphBuilder, graph: TDAG, gname: str, args) -> list[str]:
+        saved = g.symbols
+        g.symbols = Symbols(saved)
+        for value, arg in zip(graph.inputs, args):
+            g.symbols.bind(arg, value.type.shape)
+        try:
+            return _GraphEmitter(self, g, graph, gname).emit(args)
+        finally:
+            g.symbols = saved
+
+    def subgraph(self, g: GraphBuilder, block: Block, env: dict, inputs, first: list,
+                 extra=()) -> onnx.GraphProto:
+        """A subgraph running ``block`` on ``inputs`` (outer names, or the subgraph's own
+        inputs ``first``); ``extra`` bool outputs go before the block's outputs."""
+        sub = g.child()
+        inner = dict(env)
+        inner.update((v.name, name) for v, name in zip(block.inputs, inputs))
+        for v, name in zip(block.inputs, inputs):
+            sub.symbols.bind(name, v.type.shape)
+        outs = list(extra) + self.block(sub, block, inner)
+        types = [TensorType((), DType.bool)] * len(extra) + list(block_types(self.prog, block))
+        names = [sub.node("Identity", [o], hint="sub_out") for o in outs]
+        infos = [helper.make_tensor_value_info(n, ONNX_DTYPE[t.dtype], None)
+                 for n, t in zip(names, types)]
+        return sub.graph(g.names("body"), first, infos)
+
+    def branch(self, g: GraphBuilder, step: If, env: dict, args) -> list[str]:
+        graphs = [self.subgraph(g, b, env, args, []) for b in (step.then_branch, step.else_branch)]
+        outs = g.node("If", [env[step.cond]], outputs=len(step.outputs), hint="if",
+                      then_branch=graphs[0], else_branch=graphs[1])
+        return [outs] if isinstance(outs, str) else outs
+
+    def loop(self, g: GraphBuilder, step: Loop, env: dict, args) -> list[str]:
+        it, cond_in = g.names("iter"), g.names("cond_in")
+        carried = [g.names(f"carry_{v.name}") for v in step.body.inputs[1:]]
+        first = [helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
+                 helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, [])]
+        first += [helper.make_tensor_value_info(c, ONNX_DTYPE[v.type.dtype], None)
+                  for c, v in zip(carried, step.body.inputs[1:])]
+        extra = [] if step.cond is not None else [cond_in]
+        body = self.subgraph(g, step.body, env, [it] + carried, first, extra)
+        count = g.scalar_dim(step.count) if step.count is not None else ""
+        cond = env[step.cond] if step.cond is not None else ""
+        n_out = len(step.inputs) + step.scanned
+        outs = g.node("Loop", [count, cond] + list(args), outputs=n_out, hint="loop", body=body)
+        return [outs] if isinstance(outs, str) else outs
+
+
+class _GraphEmitter:
+    """Inlines one TDAG into a GraphBuilder."""
+
+    def __init__(self, exporter: _Exporter, g: GraphBuilder, graph: TDAG, gname: str):
+        self.exporter, self.g, self.graph, self.gname = exporter, g, graph, gname
+        self.ctx = Context(graph)
+
+    def type(self, name: str) -> TensorType:
+        return self.ctx.type(name)
+
+    def emit(self, args) -> list[str]:
+        graph = self.graph
+        env = {v.name: a for v, a in zip(graph.inputs, args)}
+        operands = {n.name: self.operands(n) for n in graph.nodes}
+        live = set(graph.outputs)
+        for node in reversed(graph.nodes):
+            if node.name in live:
+                live.update(o for o in operands[node.name] if isinstance(o, str))
+        for name, w in graph.weights.items():
+            if name in live:
+                key = (self.gname, name) if w.kind is TensorKind.const else ("w", name)
+                env[name] = self.exporter.weight(key, name, w)
+        for node in graph.nodes:
+            if node.name not in live:
+                continue
+            ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
+                   for o in operands[node.name]]
+            env[node.name] = CONVERT[node.op](node, ins, self.g, self)
+        return [env[n] for n in graph.outputs]
+
+    def operands(self, node) -> list:
+        """tdag names to read (an expand's source where ONNX broadcasting rebuilds it), or
+        ``(value, dtype)`` for a scalar constant."""
+        names = list(node.inputs)
+        if node.op not in _BROADCASTING:
+            return names
+        shapes = [self.type(n).shape for n in names]
+        out = list(names)
+        for i, n in enumerate(names):
+            if node.op is Op.where and i == 0:
+                continue
+            value = scalar(self.ctx, n)
+            dtype = self.type(n).dtype
+            others = [j for j in range(len(names)) if j != i and not isinstance(out[j], tuple)]
+            if value is not None and dtype is not DType.bf16 and \
+                    _broadcasts_to([shapes[j] for j in others], node.type.shape):
+                out[i], shapes[i] = (_typed(value, dtype), dtype), ()
+        for i, n in enumerate(names):
+            producer = self.ctx.producer(n)
+            if isinstance(out[i], tuple) or producer is None or \
+                    producer.op not in (Op.expand, Op.repeat):
+                continue
+            trial = list(shapes)
+            trial[i] = self.type(producer.inputs[0]).shape
+            if _broadcasts_to(trial, node.type.shape):
+                shapes, out[i] = trial, producer.inputs[0]
+        return out
+
+
+def _typed(value: float, dtype: DType):
+    if dtype is DType.bool:
+        return bool(value)
+    return float(value) if dtype.is_float else int(value)

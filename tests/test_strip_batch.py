@@ -1,0 +1,215 @@
+"""strip_batch / add_batch: the per-sample program, stacked over samples, is the batched one;
+ops that mix samples are refused by name."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tdag
+from tdag import ops
+from tdag.ir.graph import Value
+from tdag.ir.program import Block, Call, Loop, Program
+from tdag.refine import BatchError, add_batch, simplify, strip_batch
+
+from refine_programs import MODELS, close, from_torch, model, outputs, scoped_mlp
+
+
+def per_sample(prog, args, axis=0, out_axis=0) -> tuple:
+    """Run ``prog`` on each sample of ``args`` (along ``axis``) and stack the results (along
+    ``out_axis``)."""
+    runs = [outputs(prog, *[a.select(axis, i) for a in args]) for i in range(args[0].shape[axis])]
+    return tuple(torch.stack([r[j] for r in runs], out_axis) for j in range(len(runs[0])))
+
+
+def check_strip(prog, args, axis=0, out_axis=0, atol=1e-5):
+    tdag.verify(prog)
+    stripped = strip_batch(prog, axis)
+    tdag.verify(stripped)
+    assert close(per_sample(stripped, args, axis, out_axis), outputs(prog, *args), atol)
+    return stripped
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("dynamic", [True, False], ids=["symbolic", "static"])
+def test_stripped_model_run_per_sample_and_stacked_equals_the_batch(name, dynamic):
+    module, args = model(name)
+    stripped = check_strip(from_torch(name, dynamic), args(2))
+    assert all(t.rank == a.dim() - 1 for t, a in zip(stripped.input_types, args(2)))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_add_batch_of_strip_batch_runs_like_the_model_at_any_batch(name):
+    module, args = model(name)
+    prog = from_torch(name)
+    rebatched = add_batch(strip_batch(prog), "n")
+    tdag.verify(rebatched)
+    for b in (1, 3, 5):
+        example = args(b)
+        assert close(outputs(rebatched, *example), outputs(prog, *example))
+        with torch.no_grad():
+            expected = module(*example)
+        expected = tuple(vars(expected).values()) if not isinstance(expected, (tuple, torch.Tensor)) \
+            else expected
+        assert close(outputs(rebatched, *example),
+                     expected if isinstance(expected, tuple) else (expected,), atol=1e-4)
+
+
+def test_symbolic_batch_is_gone_after_stripping():
+    stripped = strip_batch(scoped_mlp(batch="b"))
+    for node in stripped.graph.nodes:
+        assert "b" not in str(node.type), node
+
+
+# -- reshapes that fold the batch into another axis ----------------------------------------
+
+W = torch.randn(6, 8)
+
+
+def torch_style_linear(x):
+    """[b, s, d] -> [b*s, d] @ w -> [b, s, n], as torch's linear decomposes."""
+    b, s, d = x.shape
+    flat = ops.reshape(x, (b * s, d))
+    out = ops.matmul(flat, ops.param("w", W.T)) + ops.param("bias", torch.randn(6))
+    return ops.reshape(out, (b, s, 6))
+
+
+def heads_in_batch(x):
+    """[b, s, h*d] -> [b*h, s, d] (batch outermost of b*h), attention, back."""
+    b, s, hd = x.shape
+    q = ops.reshape(ops.permute(ops.reshape(x, (b, s, 2, hd // 2)), 0, 2, 1, 3), (b * 2, s, hd // 2))
+    scores = ops.softmax(ops.matmul(q, ops.transpose(q, 1, 2)), -1)
+    out = ops.reshape(ops.matmul(scores, q), (b, 2, s, hd // 2))
+    return ops.reshape(ops.permute(out, 0, 2, 1, 3), (b, s, hd))
+
+
+def seq_first(x):
+    """[s, b, d] -> [s*b, d]: the batch as an inner factor of a merged axis."""
+    s, b, d = x.shape
+    flat = ops.tanh(ops.reshape(x, (s * b, d)))
+    return ops.sum(ops.reshape(flat, (s, b, d)), 0)
+
+
+FOLDS = [("torch_linear", torch_style_linear, (3, 5, 8), 0),
+         ("heads_in_batch", heads_in_batch, (3, 5, 8), 0),
+         ("seq_first", seq_first, (4, 3, 8), 1)]
+
+
+@pytest.mark.parametrize("name,fn,shape,axis", FOLDS, ids=[f[0] for f in FOLDS])
+@pytest.mark.parametrize("batch", ["b", None], ids=["symbolic", "static"])
+def test_reshapes_folding_the_batch_are_split_back(name, fn, shape, axis, batch):
+    spec = list(shape)
+    if batch:
+        spec[axis] = batch
+    prog = tdag.trace(fn, tdag.TensorSpec(tuple(spec)))
+    x = torch.randn(shape)
+    stripped = check_strip(prog, (x,), axis, out_axis=0)
+    rebatched = add_batch(stripped, "n")
+    tdag.verify(rebatched)
+    if axis == 0:
+        assert close(outputs(rebatched, x), outputs(prog, x))
+
+
+def test_broadcasts_over_the_batch_lose_their_batch_axis():
+    # a zero initial state and a bias, both repeated to the batch size
+    prog = tdag.trace(lambda x: ops.tanh(x + ops.zeros((x.shape[0], 4)) + 1.0) * 2.0,
+                      tdag.TensorSpec(("b", 4)))
+    stripped = check_strip(prog, (torch.randn(3, 4),))
+    simple = simplify(stripped)
+    assert all(n.type.rank <= 1 for n in simple.graph.nodes)  # nothing batch-sized is left
+
+
+# -- ops that mix samples ----------------------------------------------------------------
+
+def scoped(path, fn):
+    from tdag.deinops.builder import active_builder
+
+    def wrapped(*args):
+        with active_builder().scope(tdag.Origin("aten.op", path)):
+            return fn(*args)
+    return wrapped
+
+
+MIXING = [
+    ("batch_mean", lambda x: x - ops.mean(x, 0, keepdim=True), "reduce", "reduces over the batch"),
+    ("batch_norm_train", lambda x: ops.batch_norm(x, None, None, training=True), "reduce",
+     "reduces over the batch"),
+    ("first_sample", lambda x: ops.select(x, 0, 0), "select", "selects one sample"),
+    ("gather_batch", lambda x: ops.gather(x, torch.tensor([1, 0]), 0), "gather",
+     "gathers along the batch"),
+    ("shift", lambda x: ops.slice(x, 0, 1), "slice", "slices the batch"),
+    ("transpose_mix", lambda x: x + ops.transpose(x, 0, 1), "add", "different axes"),
+    ("weight_per_sample", lambda x: x * ops.param("w", torch.randn(4, 4)), "multiply",
+     "not a broadcast"),
+]
+
+
+@pytest.mark.parametrize("name,fn,op,reason", MIXING, ids=[m[0] for m in MIXING])
+def test_ops_that_mix_samples_are_refused_with_node_and_module(name, fn, op, reason):
+    try:
+        prog = tdag.trace(scoped("model.block.3", fn), tdag.TensorSpec((4, 4, 3)
+                                                                       if "norm" in name else (4, 4)))
+    except TypeError:
+        pytest.skip("op signature differs")
+    tdag.verify(prog)
+    with pytest.raises(BatchError) as info:
+        strip_batch(prog)
+    text = str(info.value)
+    assert op in text and reason in text and "model.block.3" in text and "node %" in text
+
+
+def test_a_squeezed_static_batch_of_one_is_refused():
+    prog = tdag.trace(lambda x: ops.squeeze(x, 0), tdag.TensorSpec((1, 4)))
+    with pytest.raises(BatchError, match="squeezes the batch"):
+        strip_batch(prog)
+
+
+def test_inputs_must_agree_on_the_batch():
+    prog = tdag.trace(lambda x, y: (ops.sum(x, 1), ops.sum(y, 1)),
+                      tdag.TensorSpec(("b", 4)), tdag.TensorSpec(("c", 4)))
+    with pytest.raises(BatchError, match="disagree"):
+        strip_batch(prog)
+
+
+def test_add_batch_refuses_a_taken_symbol():
+    with pytest.raises(tdag.ShapeError, match="already"):
+        add_batch(scoped_mlp(batch="b"), "b")
+
+
+# -- controllers ------------------------------------------------------------------------------
+
+def _loop_program(count=3) -> Program:
+    w = torch.randn(8, 8) / 3
+    step = tdag.trace(lambda i, h: ops.tanh(ops.matmul(h, ops.param("w", w))) + h,
+                      tdag.TensorSpec((), "int64"), tdag.TensorSpec(("b", 8))).graph
+    i, h = step.inputs
+    body = Block((Value("i", i.type), Value("h", h.type)), (Call("step", ("i", "h"), ("h1",)),),
+                 ("h1", "h1"))
+    loop = Loop(("h0",), body, ("hn", "hs"), count=count, scanned=1)
+    return Program({"step": step}, Block((Value("h0", h.type),), (loop,), ("hn", "hs")))
+
+
+def test_strip_batch_goes_through_loops():
+    prog = _loop_program()
+    x = torch.randn(4, 8)
+    stripped = strip_batch(prog)
+    tdag.verify(stripped)
+    runs = [outputs(stripped, x[i]) for i in range(4)]
+    final, scanned = outputs(prog, x)
+    assert torch.allclose(torch.stack([r[0] for r in runs]), final, atol=1e-6)
+    # scanned values are stacked in front, so their batch axis is 1
+    assert torch.allclose(torch.stack([r[1] for r in runs], 1), scanned, atol=1e-6)
+
+
+def test_a_graph_called_with_different_batch_layouts_is_copied():
+    step = tdag.trace(lambda a: ops.exp(a), tdag.TensorSpec(("b", 3))).graph
+    x = Value("x", step.inputs[0].type)
+    steps = (Call("f", ("x",), ("y",)), Call("g", ("y",), ("z",)))
+    t = tdag.trace(lambda a: ops.permute(a, 1, 0), tdag.TensorSpec(("b", 3))).graph
+    prog = Program({"f": step, "g": t}, Block((x,), steps + (Call("f", ("z",), ("w",)),), ("w",)))
+    tdag.verify(prog)
+    stripped = strip_batch(prog)
+    tdag.verify(stripped)
+    assert len(stripped.graphs) == 3
+    x = torch.randn(2, 3)
+    assert close(per_sample(stripped, (x,)), (outputs(prog, x)[0].T,)) or \
+        close(tuple(t.T for t in per_sample(stripped, (x,))), outputs(prog, x))
