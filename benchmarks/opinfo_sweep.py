@@ -157,7 +157,11 @@ def _compare(got, expected) -> tuple[str, str]:
     for out, ref in zip(got, want):
         if out.shape != ref.shape or out.dtype != ref.dtype:
             return "mismatch", f"{out.dtype}{list(out.shape)} vs eager {ref.dtype}{list(ref.shape)}"
-        finite = ref[torch.isfinite(ref)] if ref.is_floating_point() else ref
+        if not ref.is_floating_point():
+            if not torch.equal(out, ref):
+                return "mismatch", "integer or bool values differ"
+            continue
+        finite = ref[torch.isfinite(ref)]
         scale = finite.abs().max().item() if finite.numel() else 1.0
         try:
             torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4 * max(scale, 1e-6),

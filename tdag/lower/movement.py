@@ -86,6 +86,30 @@ def expand_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.expand, Expand(node.type.shape), base))
 
 
+def squeeze_permute_rule(node: Node, ctx: Context):
+    """reshape dropping size-1 axes of permute(x) -> permute(reshape(x)), so the
+    reshape joins the run of reshapes before the permute"""
+    if node.op not in RESHAPES:
+        return None
+    perm_node = ctx.producer(node.inputs[0])
+    if perm_node is None or perm_node.op is not Op.permute or not ctx.single_use(perm_node.name):
+        return "not a reshape of a permute"
+    shape, out = perm_node.type.shape, node.type.shape
+    kept = [i for i, d in enumerate(shape) if not is_unit(d)]
+    if [shape[i] for i in kept] != list(out) or len(kept) == len(shape):
+        return "not dropping size-1 axes only"
+    src = perm_node.inputs[0]
+    order = [perm_node.spec.perm[i] for i in kept]  # source axes that stay, in output order
+    survivors = sorted(order)
+    from tdag.deinops.movement import Permute
+    emit = ctx.emitter(node)
+    squeezed = emit(Op.reshape, Reshape(tuple(ctx.type(src).shape[a] for a in survivors)), src)
+    perm = tuple(survivors.index(a) for a in order)
+    if perm == tuple(range(len(perm))):
+        return emit.finish(squeezed)
+    return emit.finish(emit(Op.permute, Permute(perm), squeezed))
+
+
 def unit_repeat_rule(node: Node, ctx: Context):
     """repeat to size 1 (a no-op) -> x"""
     if node.op is Op.repeat and all(is_unit(s) for s in node.spec.sizes):
@@ -93,4 +117,4 @@ def unit_repeat_rule(node: Node, ctx: Context):
     return None
 
 
-RULES = (unit_repeat_rule, reshape_rule, permute_rule, expand_rule)
+RULES = (unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule)

@@ -286,7 +286,7 @@ class _Strip(_Rewriter):
         layouts = {s for s in states if s is not None and not _is_broadcast(s)}
         if len(layouts) > 1:
             raise self.error(node, "mixes samples: its operands carry the batch on different "
-                                   "axes (" + ", ".join(sorted(map(str, layouts))) + ")")
+                                   "axes (" + ", ".join(sorted(map(_describe, layouts))) + ")")
         if layouts:
             target = layouts.pop()
         else:
@@ -387,6 +387,12 @@ class _Strip(_Rewriter):
 
 def _is_broadcast(state) -> bool:
     return isinstance(state, Batched) and state.broadcast
+
+
+def _describe(state) -> str:
+    if isinstance(state, Folded):
+        return f"folded into axis {state.axis} with {format_dim(state.inner)} after it"
+    return f"axis {state.axis}"
 
 
 def _fits(state, target) -> bool:

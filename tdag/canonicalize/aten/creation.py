@@ -79,6 +79,8 @@ def arange(*args, dtype=None, **kwargs):
 
 @aten("linspace")
 def linspace(start, end, steps, dtype=None, **kwargs):
+    if any(hasattr(v, "dtype") for v in (start, end)):
+        raise UnsupportedOpError("linspace with tensor bounds")
     if steps == 1:
         return ops.full((1,), float(start), _dt(dtype))
     step = (end - start) / (steps - 1)

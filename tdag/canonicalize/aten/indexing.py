@@ -9,7 +9,7 @@ from __future__ import annotations
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten
 from tdag.errors import UnsupportedOpError
-from tdag.ir.symbols import as_dim, is_static
+from tdag.ir.symbols import as_dim, is_static, product
 from tdag.ir.types import DType
 
 
@@ -19,7 +19,7 @@ def _i64(index):
     return ops.cast(index, DType.i64)
 
 
-def _wrap(index, x, axis):
+def wrap(index, x, axis):
     """Negative indices count from the end, as in torch."""
     length = ops.size_tensor(x, (axis,), DType.i64)
     return ops.where(ops.lt(index, 0), ops.add(index, length), index)
@@ -29,7 +29,7 @@ def _wrap(index, x, axis):
 def index(x, indices):
     """``x[i0, i1, ...]`` with tensor indices (None: the whole axis), broadcast together."""
     axes = [a for a, i in enumerate(indices) if i is not None]
-    tensors = [_wrap(_i64(indices[a]), x, a) for a in axes]
+    tensors = [wrap(_i64(indices[a]), x, a) for a in axes]
     if len(axes) == 1:
         return ops.gather(x, tensors[0], axes[0])
     shape = ops.broadcast_shapes(*(t.shape for t in tensors))
@@ -54,7 +54,7 @@ def index_select(x, dim, index):
 
 @aten("take")
 def take(x, index):
-    return ops.gather(ops.reshape(x, (-1,)), _wrap(_i64(index), ops.reshape(x, (-1,)), 0), 0)
+    return ops.gather(ops.reshape(x, (-1,)), wrap(_i64(index), ops.reshape(x, (-1,)), 0), 0)
 
 
 @aten("gather")
@@ -70,16 +70,11 @@ def gather(x, dim, index, sparse_grad=False):
                                 and index.shape[axis] == x.shape[axis]):
             x = ops.slice(x, axis, 0, index.shape[axis])
     x, index = ops.movedim(x, dim, -1), ops.movedim(index, dim, -1)
-    rows = ops.iota(as_dim(ops_numel(x.shape[:-1])), "i64", x.builder)
+    rows = ops.iota(product(x.shape[:-1]), "i64", x.builder)
     rows = ops.reshape(rows, tuple(x.shape[:-1]) + (1,))
     linear = ops.add(ops.mul(rows, ops.size_tensor(x, (x.ndim - 1,), DType.i64)), index)
     out = ops.gather(ops.reshape(x, (-1,)), linear, 0)
     return ops.movedim(out, -1, dim)
-
-
-def ops_numel(shape):
-    from tdag.ir.symbols import product
-    return product(shape)
 
 
 @aten("slice_scatter")

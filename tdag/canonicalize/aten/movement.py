@@ -185,7 +185,7 @@ def roll(x, shifts, dims=()):
         n = x.shape[axis]
         if not is_static(n):
             raise UnsupportedOpError("roll along a symbolic axis")
-        shift %= n
+        shift = shift % n if n else 0
         if shift:
             x = ops.concat([ops.slice(x, axis, n - shift, n), ops.slice(x, axis, 0, n - shift)],
                            axis)

@@ -42,17 +42,18 @@ def max_pool(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return ops.max_pool(x, kernel_size, stride or None, padding, dilation, ceil_mode)
 
 
-@aten("max_pool2d_with_indices", "max_pool3d_with_indices", needs=("max_pool",))
-def max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    # the indices feed only max-unpooling and gradients; None makes any use of them an error
-    return max_pool(x, kernel_size, stride, padding, dilation, ceil_mode), None
-
-
 @aten("avg_pool1d", "avg_pool2d", "avg_pool3d", needs=("avg_pool",))
 def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
              divisor_override=None):
     return ops.avg_pool(x, kernel_size, stride or None, padding, ceil_mode,
                            count_include_pad, divisor_override)
+
+
+@aten("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+      needs=("adaptive_max_pool",))
+def adaptive_max_pool(x, output_size):
+    # indices (for unpooling) are not computed: None makes any use of them an error
+    return ops.adaptive_max_pool(x, tuple(output_size)), None
 
 
 @aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
@@ -90,10 +91,17 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enab
     return ops.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
 
 
+def _stats(x, axes, eps):
+    """mean and 1/std (biased) over ``axes``, kept as size-1 axes: what the native norms save
+    for the backward pass; unused, they are pruned with the rest of the dead code."""
+    x = _float(x)
+    return ops.mean(x, axes, keepdim=True), ops.rsqrt(ops.add(ops.var(x, axes, True, 0), eps))
+
+
 @aten("native_layer_norm", needs=("layer_norm",))
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    # mean and rstd are saved for the backward pass; None makes any use of them an error
-    return layer_norm(x, normalized_shape, weight, bias, eps), None, None
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    return (layer_norm(x, normalized_shape, weight, bias, eps), *_stats(x, axes, eps))
 
 
 @aten("group_norm", needs=("group_norm",))
@@ -103,12 +111,16 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable=Tru
 
 @aten("native_group_norm", needs=("group_norm",))
 def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
-    return ops.group_norm(x, group, weight, bias, eps), None, None
+    grouped = ops.reshape(x, (n, group, -1))
+    mean, rstd = _stats(grouped, (2,), eps)
+    return ops.group_norm(x, group, weight, bias, eps), ops.squeeze(mean, 2), \
+        ops.squeeze(rstd, 2)
 
 
 @aten("_native_batch_norm_legit_no_training", needs=("batch_norm",))
 def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
-    return ops.batch_norm(x, running_mean, running_var, weight, bias, eps), None, None
+    empty = ops.full((0,), 0.0, x.dtype, like=x)  # ATen returns empty saved statistics
+    return ops.batch_norm(x, running_mean, running_var, weight, bias, eps), empty, empty
 
 
 @aten("batch_norm", needs=("batch_norm",))
@@ -202,11 +214,22 @@ _interpolate("trilinear", ("upsample_trilinear3d.vec",), align=True)
 
 @aten("pad", needs=("torch_pad",))
 def pad(x, pad, mode="constant", value=None):
+    if mode != "constant":
+        return _padded(x, tuple(pad), mode)
     return ops.torch_pad(x, tuple(pad), mode, 0.0 if value is None else value)
 
 
 def _mode_pad(mode: str, names):
-    aten(*names, needs=("torch_pad",))(lambda x, padding: ops.torch_pad(x, tuple(padding), mode))
+    aten(*names, needs=("torch_pad",))(lambda x, padding: _padded(x, tuple(padding), mode))
+
+
+def _padded(x, pad, mode):
+    """Negative widths crop, in every mode: crop first, then pad by the positive widths."""
+    if all(not isinstance(p, int) or p >= 0 for p in pad):
+        return ops.torch_pad(x, pad, mode)
+    crop = [min(p, 0) if isinstance(p, int) else 0 for p in pad]
+    x = ops.torch_pad(x, tuple(crop), "constant")
+    return ops.torch_pad(x, tuple(p - c for p, c in zip(pad, crop)), mode)
 
 
 _mode_pad("reflect", ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"))

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten, axes_or_all
+from tdag.deinops.nn_util import fill_value
+from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
 
@@ -147,3 +150,45 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if ord == 2:
         return ops.sqrt(ops.sum(ops.mul(x, x), axes, keepdim))
     return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
+
+
+def _prefixes(x, dim, fill):
+    """Windows of every prefix: [..., n, ...] -> [..., n, ..., n], window j ending at j
+    (pad n-1 ``fill`` values in front, then unfold n)."""
+    n = x.shape[dim]
+    if not is_static(n):
+        raise UnsupportedOpError("cumulative op along a symbolic axis")
+    widths = [(0, 0)] * x.ndim
+    widths[dim] = (n - 1, 0)
+    return ops.unfold(ops.pad(x, widths, fill), dim, n)
+
+
+@aten("cumprod")
+def cumprod(x, dim, dtype=None):
+    x = _dtype(x, dtype)
+    return ops.prod(_prefixes(x, dim % x.ndim, 1), x.ndim) if x.ndim else x
+
+
+def _cumulative_extreme(low: bool):
+    def entry(x, dim):
+        if x.ndim == 0:
+            return x, ops.full((), 0, DType.i64, like=x)
+        dim = dim % x.ndim
+        windows = _prefixes(x, dim, fill_value(x, low))
+        best = ops.amax(windows, x.ndim) if low else ops.amin(windows, x.ndim)
+        positions = ops.arange(0, x.shape[dim], like=x)
+        shape = [1] * x.ndim
+        shape[dim] = x.shape[dim]
+        places = _prefixes(ops.broadcast_to(ops.reshape(positions, shape), x.shape), dim, -1)
+        hit = ops.logical_or(ops.eq(windows, ops.unsqueeze(best, x.ndim)), ops.isnan(windows))
+        return best, ops.amax(ops.where(hit, places, -1), x.ndim)  # the latest, as ATen
+    return entry
+
+
+aten("cummax")(_cumulative_extreme(True))
+aten("cummin")(_cumulative_extreme(False))
+
+
+@aten("logcumsumexp")
+def logcumsumexp(x, dim):
+    return logsumexp(_prefixes(x, dim % x.ndim, float("-inf")), x.ndim) if x.ndim else x

@@ -1,0 +1,128 @@
+"""Writes at computed positions: scatter, index_put, masked_scatter and their kin.
+
+tdag has no scatter primitive. Every write is brought to one form, on the flattened target:
+``positions`` (where each value goes) and ``values``; the positions are found by running the
+matching *read* (gather, index) on a tensor of flat positions, so the two can never disagree.
+The write itself compares each position with every target element (one-hot, O(M*N)): exact,
+but a reference implementation for modest sizes. Duplicate positions without accumulation
+are summed, where torch leaves the winner unspecified.
+"""
+from __future__ import annotations
+
+from tdag import ops
+from tdag.canonicalize.aten import indexing
+from tdag.canonicalize.aten.registry import aten, scalar
+from tdag.deinops.nn_util import fill_value
+from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import product
+from tdag.ir.types import DType
+
+
+def positions_of(x):
+    """The flat position of every element of x, shaped like x."""
+    return ops.reshape(ops.iota(product(x.shape), "i64", x.builder), x.shape) if x.ndim else \
+        ops.full((), 0, DType.i64, like=x)
+
+
+def write(x, positions, values, reduce="replace", include_self=True):
+    """x with ``values`` reduced into the flat ``positions`` (same shapes)."""
+    flat = ops.reshape(x, (-1,))
+    pos = ops.reshape(positions, (-1, 1))
+    vals = ops.reshape(ops.broadcast_to(ops.cast(values, x.dtype), positions.shape), (-1, 1))
+    hit = ops.eq(pos, ops.unsqueeze(ops.iota(flat.shape[0], "i64", x.builder), 0))  # [M, N]
+    touched = ops.amax(hit, 0)
+    if reduce in ("replace", "sum", "mean"):
+        total = ops.sum(ops.where(hit, vals, ops.full((), 0, x.dtype, like=x)), 0)
+        if reduce == "replace":
+            out = ops.where(touched, total, flat)
+        else:
+            out = ops.add(total, flat) if include_self else ops.where(touched, total, flat)
+        if reduce == "mean":
+            count = ops.add(ops.sum(ops.cast(hit, DType.i64), 0), 1 if include_self else 0)
+            count = ops.cast(ops.maximum(count, 1), x.dtype)
+            out = ops.where(touched, ops.div(out, count) if x.dtype.is_float else
+                            ops.floor_divide(out, count), flat)
+    elif reduce in ("prod", "amax", "amin"):
+        identity = {"prod": 1, "amax": fill_value(x, True), "amin": fill_value(x, False)}[reduce]
+        kind = {"prod": "prod", "amax": "max", "amin": "min"}[reduce]
+        part = ops.reduce(ops.where(hit, vals, ops.full((), identity, x.dtype, like=x)), kind, 0)
+        if include_self:
+            both = ops.stack([part, flat], 0)
+            part = ops.reduce(both, kind, 0)
+        out = ops.where(touched, part, flat)
+    else:
+        raise UnsupportedOpError(f"scatter reduction {reduce!r}")
+    return ops.reshape(out, x.shape)
+
+
+# -- torch.scatter family: positions along one dim ------------------------------------------------
+
+@aten("scatter")
+def scatter(x, dim, index, src=None, value=None, reduce=None):
+    src = src if src is not None else value
+    positions = indexing.gather(positions_of(x), dim, index)
+    if hasattr(src, "dtype"):
+        src = _cropped(src, index.shape)
+    mode = {None: "replace", "add": "sum", "multiply": "prod"}[reduce]
+    return write(x, positions, scalar(src) if not hasattr(src, "dtype") else src, mode)
+
+
+@aten("scatter_add")
+def scatter_add(x, dim, index, src):
+    return write(x, indexing.gather(positions_of(x), dim, index), _cropped(src, index.shape),
+                 "sum")
+
+
+@aten("scatter_reduce.two")
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    positions = indexing.gather(positions_of(x), dim, index)
+    return write(x, positions, _cropped(src, index.shape), reduce, include_self)
+
+
+def _cropped(src, shape):
+    """ATen reads src only where index has elements."""
+    for axis, size in enumerate(shape):
+        src = ops.slice(src, axis, 0, size)
+    return src
+
+
+# -- advanced-index writes ------------------------------------------------------------------------
+
+@aten("index_put", "_unsafe_index_put")
+def index_put(x, indices, values, accumulate=False):
+    masks = [i for i in indices if i is not None and i.dtype is DType.bool]
+    if masks and len(indices) == 1 and _one_value(values):  # x[mask] = v
+        mask = ops.reshape(masks[0], tuple(masks[0].shape) + (1,) * (x.ndim - masks[0].ndim))
+        value = ops.reshape(values, ())
+        return ops.where(mask, ops.add(x, value) if accumulate else value, x)
+    positions = indexing.index(positions_of(x), indices)
+    return write(x, positions, values, "sum" if accumulate else "replace")
+
+
+def _one_value(values):
+    return all(d == 1 for d in values.shape)
+
+
+@aten("index_reduce")
+def index_reduce(x, dim, index, source, reduce, include_self=True):
+    positions = indexing.index_select(positions_of(x), dim, index)
+    return write(x, positions, source, reduce, include_self)
+
+
+@aten("put")
+def put(x, index, source, accumulate=False):
+    flat = ops.reshape(x, (-1,))
+    positions = indexing.wrap(ops.cast(index, DType.i64), flat, 0)  # index is a flat position
+    return write(x, positions, ops.reshape(source, positions.shape),
+                 "sum" if accumulate else "replace")
+
+
+@aten("masked_scatter")
+def masked_scatter(x, mask, source):
+    """Masked elements take source's elements in order: the k-th masked element (a running
+    count of the mask) takes source.flatten()[k]."""
+    mask = ops.broadcast_to(mask, x.shape)
+    flat_mask = ops.reshape(ops.cast(mask, DType.i64), (-1,))
+    order = ops.sub(ops.cumsum(flat_mask, 0), 1)
+    picked = ops.gather(ops.reshape(source, (-1,)), ops.maximum(order, 0), 0)
+    return ops.where(mask, ops.reshape(picked, x.shape), x)
