@@ -6,11 +6,13 @@ their declared types, and the controllers' signatures against the TDAGs they run
 """
 from __future__ import annotations
 
+import re
+
 from tdag.deinops import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, valid_name
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import shape_is_static
+from tdag.ir.symbols import as_dim, shape_is_static, symbol
 from tdag.ir.types import DType, TensorType, spec_of
 
 
@@ -112,6 +114,11 @@ def block_types(prog: Program, block: Block) -> tuple[TensorType, ...]:
     return tuple(env[n] for n in block.outputs)
 
 
+def _trips_name(loop: Loop) -> str:
+    first = loop.outputs[0] if loop.outputs else "loop"
+    return "trips_" + re.sub(r"[^A-Za-z0-9_]", "_", first)
+
+
 def _describe(step) -> str:
     if isinstance(step, Call):
         return f"call {step.graph}"
@@ -170,8 +177,7 @@ def _loop_types(prog: Program, loop: Loop, env, args) -> tuple[TensorType, ...]:
     if len(scanned) != loop.scanned:
         raise InvalidModelError(f"loop: {loop.scanned} scanned outputs declared, "
                                 f"{len(scanned)} produced")
-    count = loop.count if loop.count is not None else "n"
-    from tdag.ir.symbols import as_dim, symbol
-    if isinstance(count, str):
-        count = symbol(count)
+    # a while loop's trip count is unknown: name it after the loop's first output, so two
+    # loops (or a user's own `n`) never share the symbol
+    count = loop.count if loop.count is not None else symbol(_trips_name(loop))
     return tuple(carried) + tuple(t.with_shape((as_dim(count),) + t.shape) for t in scanned)

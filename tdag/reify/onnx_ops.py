@@ -44,6 +44,8 @@ def _cast(g: GraphBuilder, x: str, dtype: DType) -> str:
 
 @converts(Op.permute)
 def _permute(node, ins, g, cx):
+    if not node.spec.perm:
+        return g.node("Identity", ins)
     return g.node("Transpose", ins, perm=list(node.spec.perm))
 
 
@@ -76,6 +78,8 @@ def _slice(node, ins, g, cx):
 @converts(Op.pad)
 def _pad(node, ins, g, cx):
     widths = node.spec.widths
+    if not widths:
+        return g.node("Identity", ins)
     pads = g.shape([lo for lo, _ in widths] + [hi for _, hi in widths], False)
     dtype = node.type.dtype
     value = bool(node.spec.value) if dtype is DType.bool else \
@@ -175,8 +179,8 @@ def _reduce(node, ins, g, cx):
     if not axes:
         return g.node("Identity", ins)
     x = ins[0]
-    wide = dtype not in (DType.f32, DType.f64, DType.f16, DType.i32, DType.i64)
-    if wide:  # onnxruntime reduces only floats and 32/64-bit ints
+    wide = dtype not in (DType.f32, DType.f64, DType.i32, DType.i64)
+    if wide:  # onnxruntime reduces only f32/f64 and 32/64-bit ints (f16 in f32, as torch)
         x = _cast(g, x, DType.f32 if dtype.is_float else DType.i64)
     out = g.node(_REDUCE[kind], [x, g.const(list(axes))], keepdims=0)
     return _cast(g, out, dtype) if wide else out
@@ -189,8 +193,19 @@ _UNARY = {Op.neg: "Neg", Op.reciprocal: "Reciprocal", Op.exp: "Exp", Op.log: "Lo
           Op.sign: "Sign", Op.sigmoid: "Sigmoid", Op.relu: "Relu"}
 
 
+# onnxruntime implements these for float32 only
+_F32_ONLY = frozenset({Op.tan, Op.asin, Op.acos, Op.atan, Op.sinh, Op.cosh, Op.asinh,
+                       Op.acosh, Op.atanh, Op.erf})
+
+
 @converts(*_UNARY)
 def _unary(node, ins, g, cx):
+    dtype = node.type.dtype
+    if node.op in _F32_ONLY and dtype is not DType.f32:
+        return _cast(g, g.node(_UNARY[node.op], [_cast(g, ins[0], DType.f32)]), dtype)
+    if node.op is Op.sign and dtype.is_float:  # torch: sign(nan) = 0
+        zero = g.const(0.0, dtype)
+        return g.node("Where", [g.node("IsNaN", ins), zero, g.node("Sign", ins)])
     return g.node(_UNARY[node.op], ins)
 
 
@@ -198,8 +213,15 @@ def _unary(node, ins, g, cx):
 def _erfinv(node, ins, g, cx):
     """Giles' single-precision approximation, then two Newton steps on erf(y) = x."""
     dtype = node.type.dtype
+    if dtype is not DType.f32:
+        x32 = _cast(g, ins[0], DType.f32)
+        return _cast(g, _erfinv_f32(g, x32), dtype)
+    return _erfinv_f32(g, ins[0])
+
+
+def _erfinv_f32(g: GraphBuilder, x: str) -> str:
+    dtype = DType.f32
     c = lambda v: g.const(v, dtype)  # noqa: E731
-    x = ins[0]
     w = g.node("Neg", [g.node("Log", [g.node("Mul", [g.node("Sub", [c(1.0), x]),
                                                      g.node("Add", [c(1.0), x])])])])
     central = _poly(g, g.node("Sub", [w, c(2.5)]), dtype,
@@ -215,7 +237,8 @@ def _erfinv(node, ins, g, cx):
         slope = g.node("Mul", [c(2.0 / math.sqrt(math.pi)),
                                g.node("Exp", [g.node("Neg", [g.node("Mul", [y, y])])])])
         y = g.node("Sub", [y, g.node("Div", [err, slope])])
-    return y
+    edge = g.node("Equal", [g.node("Abs", [x]), c(1.0)])  # erfinv(+-1) = +-inf
+    return g.node("Where", [edge, g.node("Mul", [x, c(float("inf"))]), y])
 
 
 def _poly(g, t, dtype, coefficients):
@@ -245,10 +268,29 @@ def _divide(node, ins, g, cx):
         if mode is DivideMode.trunc:
             return g.node("Div", ins)  # integer Div truncates
         return g.node("Div", [g.node("Sub", [a, g.node("Mod", [a, b])]), b])  # exact
-    q = g.node("Div", ins)
     if mode is DivideMode.floor:
-        return g.node("Floor", [q])
+        return _floor_divide_float(g, a, b, dtype)
+    q = g.node("Div", ins)
     return g.node("Mul", [g.node("Sign", [q]), g.node("Floor", [g.node("Abs", [q])])])
+
+
+def _floor_divide_float(g: GraphBuilder, a: str, b: str, dtype: DType) -> str:
+    """torch's div_floor for floats: (a - fmod(a, b)) / b, one less when the remainder's
+    sign differs from b's, then rounded to the nearest integer."""
+    zero = g.const(0.0, dtype)
+    mod = g.node("Mod", [a, b], fmod=1)
+    div = g.node("Div", [g.node("Sub", [a, mod]), b])
+    fix = g.node("And", [g.node("Not", [g.node("Equal", [mod, zero])]),
+                         g.node("Xor", [g.node("Less", [b, zero]), g.node("Less", [mod, zero])])])
+    div = g.node("Where", [fix, g.node("Sub", [div, g.const(1.0, dtype)]), div])
+    floor = g.node("Floor", [div])
+    up = g.node("Greater", [g.node("Sub", [div, floor]), g.const(0.5, dtype)])
+    floor = g.node("Where", [up, g.node("Add", [floor, g.const(1.0, dtype)]), floor])
+    # a zero quotient keeps the sign of a / b; b == 0 gives a / b (inf or nan)
+    true = g.node("Div", [a, b])
+    signed_zero = g.node("Mul", [g.node("Sign", [true]), zero])
+    floor = g.node("Where", [g.node("Equal", [div, zero]), signed_zero, floor])
+    return g.node("Where", [g.node("Equal", [b, zero]), true, floor])
 
 
 @converts(Op.pow)

@@ -40,7 +40,7 @@ def _tuple(values) -> str:
 
 @emits(Op.permute)
 def _permute(node, a, code):
-    return f"{a[0]}.permute{_tuple(node.spec.perm)}"
+    return f"{a[0]}.permute{_tuple(node.spec.perm)}" if node.spec.perm else a[0]
 
 
 @emits(Op.group)
