@@ -57,7 +57,8 @@ def close(a: tuple, b: tuple, atol: float = 1e-5) -> bool:
 
 
 def scoped_mlp(width: int = 16, depth: int = 3, batch="b", seed: int = 0) -> tdag.Program:
-    """x + tanh(linear(x)) per layer, each layer in scope ``encoder.layer.{i}``."""
+    """x + tanh(linear(x)) per layer, each layer (residual included) in scope
+    ``encoder.layer.{i}``, then a softmax in scope ``head``."""
     g = torch.Generator().manual_seed(seed)
     weights = [(torch.randn(width, width, generator=g) / width ** 0.5,
                 torch.randn(width, generator=g)) for _ in range(depth)]
@@ -68,7 +69,7 @@ def scoped_mlp(width: int = 16, depth: int = 3, batch="b", seed: int = 0) -> tda
             with builder.scope(Origin("aten.linear", f"encoder.layer.{i}")):
                 h = ops.tanh(ops.linear(x, ops.param(f"encoder.layer.{i}.weight", w),
                                         ops.param(f"encoder.layer.{i}.bias", bias)))
-            x = x + h
+                x = x + h
         with builder.scope(Origin("aten.sum", "head")):
             return ops.softmax(x, -1)
 

@@ -289,6 +289,11 @@ def test_movement_chains_collapse():
     assert counts == Counter({Op.permute: 1}), counts  # all of it is one transpose
 
 
+def test_sums_of_pads_become_one_concat():
+    counts = lowered(lambda a, b: ops.concat([a, b * 2.0, a], 1), S(("b", 3)), S(("b", "n")))
+    only(counts, Op.concat, allowed=(Op.multiply, Op.expand))
+
+
 def test_identity_movement_disappears():
     counts = lowered(lambda x: ops.permute(ops.permute(ops.reshape(ops.flatten(x), (3, 4)), 1, 0),
                                            1, 0), S((3, 4)))

@@ -74,6 +74,7 @@ class Op(enum.Enum):
     relu = "relu"
     reshape = "reshape"
     expand = "expand"
+    concat = "concat"
 
 
 class Family:
@@ -93,4 +94,4 @@ class Family:
     KERNEL = frozenset({Op.einsum, Op.conv, Op.conv_transpose, Op.max_pool, Op.avg_pool,
                         Op.softmax, Op.log_softmax, Op.layer_norm, Op.group_norm,
                         Op.batch_norm, Op.rms_norm, Op.attention, Op.gelu, Op.silu,
-                        Op.sigmoid, Op.relu, Op.reshape, Op.expand})
+                        Op.sigmoid, Op.relu, Op.reshape, Op.expand, Op.concat})

@@ -307,3 +307,28 @@ def _expand_shape(spec: Expand, ins):
 primitive(Op.expand, Expand, 1, _expand_shape,
           lambda spec, xs, r: xs[0].expand([r(d) for d in spec.shape]), movement_cost,
           "one broadcast view instead of unsqueeze + repeat")
+
+
+@dataclass(frozen=True, slots=True)
+class Concat:
+    """Operands joined along ``axis``: a sum of zero-padded pieces that tile the axis."""
+
+    axis: int
+
+
+def _concat_shape(spec: Concat, ins):
+    first = ins[0]
+    if not 0 <= spec.axis < first.rank:
+        raise ShapeError(f"concat: axis {spec.axis} out of range for {first}")
+    for t in ins[1:]:
+        same = t.rank == first.rank and t.dtype is first.dtype and all(
+            dims_equal(a, b) for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != spec.axis)
+        if not same:
+            raise ShapeError(f"concat: {t} does not fit {first} along axis {spec.axis}")
+    total = as_dim(sum(t.shape[spec.axis] for t in ins))
+    return first.with_shape(first.shape[:spec.axis] + (total,) + first.shape[spec.axis + 1:])
+
+
+primitive(Op.concat, Concat, range(1, 1 << 16), _concat_shape,
+          lambda spec, xs, r: torch.cat(list(xs), spec.axis), movement_cost,
+          "pads + adds write every piece at full size; a concat writes the output once")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
+from tdag.ir.symbols import as_dim, dims_equal
 from tdag.lower.kernels import Expand, Reshape
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
 from tdag.lower.rewrite import Alias, Context
@@ -110,6 +111,45 @@ def squeeze_permute_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.permute, Permute(perm), squeezed))
 
 
+def _pieces(ctx: Context, name: str, root: bool = True) -> list | None:
+    """The leaves of a tree of adds (inner adds read only here): the pad nodes."""
+    node = ctx.producer(name)
+    if node is None:
+        return None
+    if node.op is Op.add and (root or ctx.single_use(name)):
+        left, right = (_pieces(ctx, i, False) for i in node.inputs)
+        return None if left is None or right is None else left + right
+    return [node] if node.op is Op.pad and node.spec.value == 0.0 else None
+
+
+def concat_rule(node: Node, ctx: Context):
+    """pad(a, lo=0) + pad(b, lo=|a|) + ... tiling one axis -> concat(a, b, ...)"""
+    if node.op is not Op.add:
+        return None
+    pieces = _pieces(ctx, node.name)
+    if not pieces or len(pieces) < 2:
+        return "not a sum of pads"
+    padded = [[i for i, w in enumerate(p.spec.widths) if w != (0, 0)] for p in pieces]
+    axes = {tuple(a) for a in padded}
+    if len(axes) != 1 or len(next(iter(axes))) != 1:
+        return "pads on several axes"
+    axis = padded[0][0]
+    order, offset = [], 0
+    remaining = list(pieces)
+    while remaining:
+        nxt = [p for p in remaining if dims_equal(p.spec.widths[axis][0], offset)]
+        if not nxt:
+            return "pieces do not tile the axis"
+        order.append(nxt[0])
+        remaining.remove(nxt[0])
+        offset = as_dim(offset + ctx.type(nxt[0].inputs[0]).shape[axis])
+    if not dims_equal(offset, node.type.shape[axis]):
+        return "pieces do not cover the axis"
+    from tdag.lower.kernels import Concat
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.concat, Concat(axis), *(p.inputs[0] for p in order)))
+
+
 def unit_repeat_rule(node: Node, ctx: Context):
     """repeat to size 1 (a no-op) -> x"""
     if node.op is Op.repeat and all(is_unit(s) for s in node.spec.sizes):
@@ -117,4 +157,5 @@ def unit_repeat_rule(node: Node, ctx: Context):
     return None
 
 
-RULES = (unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule)
+RULES = (unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule,
+         concat_rule)

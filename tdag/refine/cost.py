@@ -31,7 +31,7 @@ figures include both branches. Symbolic dims stay symbolic: ``report.evaluate(b=
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import sympy
 
@@ -40,7 +40,7 @@ from tdag.ir.graph import TDAG
 from tdag.ir.op import Family
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, as_dim, format_dim, product, symbol
-from tdag.refine.fusion import contraction_flops, fused_traffic, view_accesses
+from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
 # -- contraction flops of kernel placeholders (tdag/lower), by torch's flop counter -----------
@@ -95,7 +95,8 @@ class Figures:
         return _ratio(self.flops, self.fused_bytes)
 
     def values(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return (self.flops, self.matmul_flops, self.bytes_read, self.bytes_written,
+                self.fused_read, self.fused_written)
 
     def scaled(self, factor: Dim) -> "Figures":
         if factor == 1:
@@ -141,14 +142,15 @@ class _Sum:
         if isinstance(value, int) and isinstance(factor, int):
             self.const += value * factor
             return
-        value = as_dim(value * factor) if factor != 1 else value
+        value = as_dim(value * factor) if not (isinstance(factor, int) and factor == 1) else value
         if isinstance(value, int):
             self.const += value
             return
         for term in (value.args if value.is_Add else (value,)):
             coeff, monomial = term.as_coeff_Mul()
+            coeff = int(coeff) if coeff.is_Integer else coeff
             if monomial == 1:
-                self.const += int(coeff)
+                self.const += coeff
             else:
                 self.terms[monomial] = self.terms.get(monomial, 0) + coeff
 
@@ -159,20 +161,23 @@ class _Sum:
 
 
 class _Acc:
-    """Running sums of each field of Figures."""
+    """A sum of Figures: counts how often each distinct Figures occurs (repeated layers give
+    few distinct ones) and adds them up once at the end."""
 
-    __slots__ = ("sums",)
+    __slots__ = ("counts",)
 
     def __init__(self):
-        self.sums = [_Sum() for _ in fields(Figures)]
+        self.counts: dict = {}
 
-    def add(self, figures: Figures, factor: Dim = 1) -> None:
-        for s, v in zip(self.sums, figures.values()):
-            if v != 0:
-                s.add(v, factor)
+    def add(self, figures: Figures, times: Dim = 1) -> None:
+        self.counts[figures] = self.counts.get(figures, 0) + times
 
     def value(self) -> Figures:
-        return Figures(*(s.value() for s in self.sums))
+        sums = [_Sum() for _ in range(6)]
+        for figures, times in self.counts.items():
+            for s, v in zip(sums, figures.values()):
+                s.add(v, times)
+        return Figures(*(s.value() for s in sums))
 
 
 @dataclass
@@ -254,29 +259,31 @@ def cost(prog: Program | TDAG) -> CostReport:
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
     calls: dict[str, _Sum] = {}
-    figures: dict[str, dict] = {}
-    top = _block_cost(prog, prog.main, 1, calls, figures)
-    per_node, per_op, per_graph, scope_own = {}, {}, {}, {}
+    _count_calls(prog.main, 1, calls)
+    figures = {name: graph_figures(prog.graphs[name]) for name in calls}
+    per_node, per_op, scope_own, one_call = {}, {}, {}, {}
     for gname, count in calls.items():
-        factor = count.value()
-        node_figures = figures[gname]
-        acc = _Acc()
+        times = count.value()
+        graph_acc = _Acc()
         for node in prog.graphs[gname].nodes:
-            fig = node_figures[node.name]
-            per_node[(gname, node.name)] = fig.scaled(factor)
-            acc.add(fig, factor)
-            per_op.setdefault(node.op.value, _Acc()).add(fig, factor)
-            scope_own.setdefault(node.origin.scope, _Acc()).add(fig, factor)
-        per_graph[gname] = acc.value()
-    return CostReport(top, per_node, {k: a.value() for k, a in per_op.items()}, per_graph,
+            fig = figures[gname][node.name]
+            per_node[(gname, node.name)] = fig.scaled(times)
+            graph_acc.add(fig)
+            per_op.setdefault(node.op.value, _Acc()).add(fig, times)
+            scope_own.setdefault(node.origin.scope, _Acc()).add(fig, times)
+        one_call[gname] = graph_acc.value()
+    per_graph = {name: one_call[name].scaled(calls[name].value()) for name in calls}
+    return CostReport(_block_cost(prog.main, 1, one_call), per_node,
+                      {k: a.value() for k, a in per_op.items()}, per_graph,
                       _scope_tree({k: a.value() for k, a in scope_own.items()}))
 
 
 def graph_figures(graph: TDAG) -> dict[str, Figures]:
     """Figures of each node of ``graph`` for one call."""
     types = graph.types()
-    access = view_accesses(graph, types)
-    reads, writes = fused_traffic(graph, access)
+    sizes = Sizes()
+    access = view_accesses(graph, sizes)
+    reads, writes = fused_traffic(graph, access, sizes)
     matmul = contraction_flops(graph, access)
     kernels = getattr(Family, "KERNEL", frozenset())
     rule_cache: dict = {}
@@ -297,30 +304,34 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
 
 # -- the program's control flow ---------------------------------------------------------------
 
-def _block_cost(prog: Program, block: Block, factor: Dim, calls: dict, figures: dict,
-                memo: dict | None = None) -> Figures:
-    """Totals of a block run ``factor`` times; records each TDAG's call count in ``calls``
-    and its per-node figures (for one call) in ``figures``."""
-    memo = {} if memo is None else memo  # TDAG name -> total figures of one call
-    total = Figures()
+def _count_calls(block: Block, factor: Dim, calls: dict) -> None:
+    """How many times each TDAG runs when ``block`` runs ``factor`` times."""
     for step in block.steps:
         if isinstance(step, Call):
             calls.setdefault(step.graph, _Sum()).add(factor)
-            if step.graph not in memo:
-                figures[step.graph] = graph_figures(prog.graphs[step.graph])
-                acc = _Acc()
-                for fig in figures[step.graph].values():
-                    acc.add(fig)
-                memo[step.graph] = acc.value()
-            total = total + memo[step.graph].scaled(factor)
         elif isinstance(step, If):
-            a = _block_cost(prog, step.then_branch, factor, calls, figures, memo)
-            b = _block_cost(prog, step.else_branch, factor, calls, figures, memo)
+            _count_calls(step.then_branch, factor, calls)
+            _count_calls(step.else_branch, factor, calls)
+        elif isinstance(step, Loop):
+            _count_calls(step.body, as_dim(factor * _trips(step)), calls)
+
+
+def _trips(loop: Loop) -> Dim:
+    return loop.count if loop.count is not None else symbol("n")
+
+
+def _block_cost(block: Block, factor: Dim, one_call: dict) -> Figures:
+    """Totals of ``block`` run ``factor`` times, given each TDAG's figures for one call."""
+    total = Figures()
+    for step in block.steps:
+        if isinstance(step, Call):
+            total = total + one_call[step.graph].scaled(factor)
+        elif isinstance(step, If):
+            a = _block_cost(step.then_branch, factor, one_call)
+            b = _block_cost(step.else_branch, factor, one_call)
             total = total + Figures(*(_max(x, y) for x, y in zip(a.values(), b.values())))
         elif isinstance(step, Loop):
-            trips = step.count if step.count is not None else symbol("n")
-            total = total + _block_cost(prog, step.body, as_dim(factor * trips), calls, figures,
-                                        memo)
+            total = total + _block_cost(step.body, as_dim(factor * _trips(step)), one_call)
     return total
 
 

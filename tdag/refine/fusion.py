@@ -43,6 +43,14 @@ INSERTING = _ops("repeat", "unfold", "unsqueeze", "expand")
 POINTWISE = Family.ELEMENTWISE | _ops("gelu", "silu", "sigmoid", "relu")
 
 
+class Sizes(dict):
+    """TensorType -> bytes, computed once per distinct type (symbolic products are slow)."""
+
+    def __missing__(self, t):
+        self[t] = t.nbytes
+        return self[t]
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """How a name is read through its chain of views."""
@@ -53,21 +61,21 @@ class Access:
     inserted: bool       # some view in the chain adds an axis (unsqueeze, repeat, unfold)
 
 
-def view_accesses(graph: TDAG, types: dict) -> dict[str, Access]:
+def view_accesses(graph: TDAG, sizes: Sizes) -> dict[str, Access]:
     """The access of every name in ``graph``, following views back to their sources."""
     access: dict[str, Access] = {}
     for value in graph.inputs:
-        access[value.name] = Access(value.name, value.type.nbytes, False, False)
+        access[value.name] = Access(value.name, sizes[value.type], False, False)
     for name, weight in graph.weights.items():
-        access[name] = Access(name, weight.type.nbytes, False, False)
+        access[name] = Access(name, sizes[weight.type], False, False)
     for node in graph.nodes:
         if node.op not in FREE_VIEWS:
-            access[node.name] = Access(node.name, node.type.nbytes, False, False)
+            access[node.name] = Access(node.name, sizes[node.type], False, False)
             continue
         base = access[node.inputs[0]]
         extent = base.extent
         if node.op in (Op.slice, Op.select) and not base.expanded:
-            extent = node.type.nbytes  # only the taken part is read
+            extent = sizes[node.type]  # only the taken part is read
         access[node.name] = Access(base.source, extent, base.expanded or node.op in EXPANDING,
                                    base.inserted or node.op in INSERTING)
     return access
@@ -79,7 +87,7 @@ class _Kernel:
     open: bool = True        # no other kernel has read its output yet
 
 
-def fused_traffic(graph: TDAG, access: dict[str, Access]) -> tuple[dict, dict]:
+def fused_traffic(graph: TDAG, access: dict[str, Access], sizes: Sizes) -> tuple[dict, dict]:
     """Per node: the bytes its kernel reads on its behalf and the bytes it writes."""
     producer = {n.name: n for n in graph.nodes if n.op not in FREE_VIEWS}
     kernel_of: dict[str, int] = {}
@@ -103,7 +111,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access]) -> tuple[dict, dict]:
             if acc.source in producer:
                 kernels[kernel_of[acc.source]].open = False
                 written.add(acc.source)
-            extent = node.type.nbytes if node.op is Op.gather and name == node.inputs[0] \
+            extent = sizes[node.type] if node.op is Op.gather and name == node.inputs[0] \
                 else acc.extent  # a gather reads only the rows it picks
             if (k, acc.source, extent) not in seen:
                 seen.add((k, acc.source, extent))
@@ -111,7 +119,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access]) -> tuple[dict, dict]:
     for name in graph.outputs:
         if access[name].source in producer:
             written.add(access[name].source)
-    writes = {name: producer[name].type.nbytes for name in written}
+    writes = {name: sizes[producer[name].type] for name in written}
     return reads, writes
 
 

@@ -82,8 +82,8 @@ def strip_batch(prog: Program, axis: int = 0) -> Program:
 
 
 def add_batch(prog: Program, name: str = "b") -> Program:
-    """The inverse of ``strip_batch``: every input and output gains a leading batch axis of
-    symbolic size ``name``."""
+    """The inverse of ``strip_batch``: every input, and every value computed from one, gains
+    a leading batch axis of symbolic size ``name``; weights stay as they are."""
     if name in _program_symbols(prog):
         raise ShapeError(f"add_batch: the symbol {name!r} is already a dimension of the "
                          "program; pass another name")
@@ -476,7 +476,10 @@ def _rewrite_program(prog: Program, states, rewrite_graph, retype, what: str) ->
         key = (name, tuple(arg_states))
         if key not in made:
             graph, outs = rewrite_graph(prog.graphs[name], arg_states)
-            new_name = name if name not in graphs else f"{name}_{len(made)}"
+            new_name, k = name, 0
+            while new_name in graphs or (new_name != name and new_name in prog.graphs):
+                k += 1
+                new_name = f"{name}_{k}"  # a second batch layout: a second copy
             graphs[new_name] = graph
             made[key] = (new_name, outs)
         return made[key]

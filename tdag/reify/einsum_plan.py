@@ -1,7 +1,8 @@
 """How a framework should run an einsum kernel: ``F.linear``, ``matmul`` or ``einsum``.
 
 Both reifiers share the plan, so torch and ONNX pick the same fast path (``Gemm``/``MatMul``
-in ONNX). Transposes are of the last two axes only (free views in torch).
+in ONNX). Transposes are of the last two axes only (free views in torch); the product may be
+permuted afterwards (a view too), as ``nn.MultiheadAttention`` does with its projections.
 """
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from tdag.lower.kernels import parse_equation
 class EinsumPlan:
     """``kind``: "linear" (``F.linear(x, w)``, w is [n, k]), "matmul" (``x @ y``) or
     "einsum". ``swap``: x is the second operand. ``transpose_a/b``: swap the last two axes
-    of x / y first (for linear, ``transpose_b`` means y is [k, n])."""
+    of x / y first (for linear, ``transpose_b`` means y is [k, n]). ``out_perm``: permute
+    the product into the equation's output order (None: already in order). ``bias_inside``:
+    a bias goes into ``F.linear`` / ``Gemm`` (1-d, on the product's last axis)."""
 
     kind: str
     swap: bool = False
     transpose_a: bool = False
     transpose_b: bool = False
+    out_perm: tuple | None = None
+    bias_inside: bool = False
 
 
 @lru_cache(maxsize=None)
@@ -28,11 +33,14 @@ def plan_einsum(equation: str, bias_rank: int | None = None) -> EinsumPlan:
     (la, lb), lo = parse_equation(equation)
     for swap in (False, True):
         x, y = (lb, la) if swap else (la, lb)
-        plan = _linear(x, y, lo) or _matmul(x, y, lo)
-        if plan is not None:
-            if plan.kind == "linear" and bias_rank not in (None, 1):
-                plan = _matmul(x, y, lo) or EinsumPlan("einsum")
-            return replace(plan, swap=swap) if plan.kind != "einsum" else plan
+        found = _linear(x, y) or _matmul(x, y)
+        if found is None or set(found[1]) != set(lo) or len(found[1]) != len(lo):
+            continue
+        plan, natural = found
+        perm = tuple(natural.index(c) for c in lo)
+        inside = plan.kind == "linear" and bias_rank == 1 and natural[-1] == lo[-1]
+        return replace(plan, swap=swap, bias_inside=inside,
+                       out_perm=None if perm == tuple(range(len(perm))) else perm)
     return EinsumPlan("einsum")
 
 
@@ -40,22 +48,25 @@ def _t(labels: str, flag: bool) -> str:
     return labels[:-2] + labels[-1] + labels[-2] if flag else labels
 
 
-def _linear(x: str, y: str, out: str) -> EinsumPlan | None:
+def _linear(x: str, y: str):
+    """``(plan, natural output letters)`` when y is a 2-d weight contracted with x's last
+    axis (after an optional transpose of x)."""
     if len(y) != 2 or len(x) < 1:
         return None
     for ta in (False, True) if len(x) >= 2 else (False,):
         xa = _t(x, ta)
         k = xa[-1]
-        if k not in y or k in out:
+        if k not in y:
             continue
         n = y[0] if y[1] == k else y[1]
-        if n in x or out != xa[:-1] + n:
+        if n in x:
             continue
-        return EinsumPlan("linear", transpose_a=ta, transpose_b=(y[0] == k))
+        return EinsumPlan("linear", transpose_a=ta, transpose_b=(y[0] == k)), xa[:-1] + n
     return None
 
 
-def _matmul(x: str, y: str, out: str) -> EinsumPlan | None:
+def _matmul(x: str, y: str):
+    """``(plan, natural output letters)`` for a batched matmul with broadcast batch axes."""
     if len(x) < 2 or len(y) < 2:
         return None
     for ta in (False, True):
@@ -65,9 +76,7 @@ def _matmul(x: str, y: str, out: str) -> EinsumPlan | None:
             bx, by = xa[:-2], yb[:-2]
             batch = bx if len(bx) >= len(by) else by
             short = by if len(bx) >= len(by) else bx
-            if k != k2 or k in out or m in y or n in x or m == n:
+            if k != k2 or m in y or n in x or m == n or not batch.endswith(short):
                 continue
-            if not batch.endswith(short) or out != batch + m + n:
-                continue
-            return EinsumPlan("matmul", transpose_a=ta, transpose_b=tb)
+            return EinsumPlan("matmul", transpose_a=ta, transpose_b=tb), batch + m + n
     return None

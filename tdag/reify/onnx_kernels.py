@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tdag.ir.op import Op
-from tdag.ir.symbols import is_static, product
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 from tdag.reify.einsum_plan import plan_einsum
 from tdag.reify.onnx_graph import GraphBuilder
@@ -32,14 +32,19 @@ def _einsum(node, ins, g, cx):
     rx, ry = cx.type(node.inputs[xi]).rank, cx.type(node.inputs[yi]).rank
     if plan.transpose_a:
         x = _t(g, x, rx)
-    if plan.kind == "linear":
-        if rx == 2 and not plan.transpose_b:  # the Gemm torch.onnx.export emits for 2-d input
-            return g.node("Gemm", [x, y] + ([bias] if bias else []), transB=1)
-        y = y if plan.transpose_b else _t(g, y, 2)
-    elif plan.transpose_b:
-        y = _t(g, y, ry)
-    out = g.node("MatMul", [x, y])
-    return g.node("Add", [out, bias]) if bias else out
+    inside = bias if plan.bias_inside else None
+    if plan.kind == "linear" and rx == 2 and not plan.transpose_b:
+        out = g.node("Gemm", [x, y] + ([inside] if inside else []), transB=1)  # as torch emits
+    else:
+        if plan.kind == "linear" and not plan.transpose_b or \
+                plan.kind == "matmul" and plan.transpose_b:
+            y = _t(g, y, ry)
+        out = g.node("MatMul", [x, y])
+        if inside:
+            out = g.node("Add", [out, inside])
+    if plan.out_perm is not None:
+        out = g.node("Transpose", [out], perm=list(plan.out_perm))
+    return g.node("Add", [out, bias]) if bias and not plan.bias_inside else out
 
 
 def _conv_attrs(spec, kernel) -> dict:
@@ -155,12 +160,17 @@ def _attention(node, ins, g, cx):
         ones = _filled(g, q, square, 1.0, dtype)
         keep = g.node("Cast", [g.node("Trilu", [ones], upper=0)], to=9)  # to bool
         scores = g.node("Where", [keep, scores, neg_inf])
-    if len(ins) == 4:
-        if cx.type(node.inputs[3]).dtype is DType.bool:
-            scores = g.node("Where", [ins[3], scores, neg_inf])
-        else:
-            scores = g.node("Add", [scores, ins[3]])
-    return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
+    if len(ins) < 4:
+        return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
+    if cx.type(node.inputs[3]).dtype is DType.bool:
+        scores = g.node("Where", [ins[3], scores, neg_inf])
+    else:
+        scores = g.node("Add", [scores, ins[3]])
+    # torch's safe softmax: a row with every key masked attends to nothing (0, not nan)
+    top = g.node("ReduceMax", [scores, g.const([-1])], keepdims=1)
+    weights = g.node("Where", [g.node("Equal", [top, neg_inf]), g.const(0.0, dtype),
+                               g.node("Softmax", [scores], axis=-1)])
+    return g.node("MatMul", [weights, v])
 
 
 @converts(Op.gelu)
@@ -179,9 +189,12 @@ def _gelu(node, ins, g, cx):
     return g.node("Mul", [half, g.node("Add", [inner, g.const(1.0, dtype)])])
 
 
+@converts(Op.concat)
+def _concat(node, ins, g, cx):
+    return g.node("Concat", ins, axis=node.spec.axis)
+
+
 @converts(Op.silu)
 def _silu(node, ins, g, cx):
     return g.node("Mul", [ins[0], g.node("Sigmoid", ins)])
 
-
-__all__ = ["product"]

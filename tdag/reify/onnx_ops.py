@@ -264,6 +264,17 @@ def _divide(node, ins, g, cx):
     mode, dtype = node.spec.mode, node.type.dtype
     if mode is DivideMode.true:
         return g.node("Div", ins)
+    if mode is DivideMode.fmod:
+        return g.node("Mod", ins, fmod=1)
+    if mode is DivideMode.remainder:
+        if not dtype.is_float:
+            return g.node("Mod", ins, fmod=0)
+        # fmod, then b added where the remainder's sign differs from b's (ONNX float Mod is fmod)
+        zero = g.const(0.0, dtype)
+        r = g.node("Mod", ins, fmod=1)
+        fix = g.node("And", [g.node("Not", [g.node("Equal", [r, zero])]),
+                             g.node("Xor", [g.node("Less", [b, zero]), g.node("Less", [r, zero])])])
+        return g.node("Where", [fix, g.node("Add", [r, b]), r])
     if not dtype.is_float:
         if mode is DivideMode.trunc:
             return g.node("Div", ins)  # integer Div truncates

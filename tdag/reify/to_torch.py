@@ -166,7 +166,8 @@ class _Forward:
     def __init__(self, prog: Program, free: dict, state_expr):
         self.prog, self.free, self.state_expr = prog, free, state_expr
         self.scope = Scope()
-        self.lines: list[str] = []
+        self.lines: list = []  # str, or (symbol, line) for a binding kept only if used
+        self.used: set[str] = set()
 
     def source(self) -> str:
         params = [self.scope(v.name) for v in self.prog.main.inputs]
@@ -175,16 +176,20 @@ class _Forward:
         self.bind(self.prog.main.inputs, params, 1)
         outs = self.block_body(self.prog.main, env, 1)
         self.emit(1, f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
-        return "\n".join([f"def forward(self, {', '.join(params)}):"] + self.lines)
+        lines = [line if isinstance(line, str) else line[1] for line in self.lines
+                 if isinstance(line, str) or line[0] in self.used]
+        return "\n".join([f"def forward(self, {', '.join(params)}):"] + lines)
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
     def bind(self, values, exprs, depth: int) -> None:
+        seen = set()
         for value, expr in zip(values, exprs):
             for i, d in enumerate(value.type.shape):
-                if not is_static(d) and d.is_Symbol:
-                    self.emit(depth, f"s_{d.name} = {expr}.shape[{i}]")
+                if not is_static(d) and d.is_Symbol and d.name not in seen:
+                    seen.add(d.name)
+                    self.lines.append((d.name, "    " * depth + f"s_{d.name} = {expr}.shape[{i}]"))
 
     def block_body(self, block: Block, env: dict, depth: int) -> list[str]:
         for step in block.steps:
@@ -206,6 +211,7 @@ class _Forward:
     def call(self, step: Call, args, depth: int) -> list[str]:
         outs = [self.scope.fresh(o) for o in step.outputs]
         extra = [f"s_{s}" for s in self.free[step.graph]]
+        self.used.update(self.free[step.graph])
         self.emit(depth, f"{', '.join(outs)}, = self._g_{_ident(step.graph)}"
                          f"({', '.join(list(args) + extra)})")
         return outs
@@ -242,10 +248,11 @@ class _Forward:
             keep = self.scope.fresh("keep")
             self.emit(depth, f"{keep} = bool({env[step.cond]})")
             self.emit(depth, f"{it} = 0")
-            bound = f" and {it} < {dim_expr(step.count)}" if step.count is not None else ""
+            bound = f" and {it} < {dim_expr(step.count, self.used)}" if step.count is not None \
+                else ""
             self.emit(depth, f"while {keep}{bound}:")
         else:
-            self.emit(depth, f"for {it} in range({dim_expr(step.count)}):")
+            self.emit(depth, f"for {it} in range({dim_expr(step.count, self.used)}):")
         index = f"torch.tensor({it}, device={self._device(carried)})"
         inner = self.enter(step.body, [index] + carried, env, depth + 1)
         results = self.block_body(step.body, inner, depth + 1)

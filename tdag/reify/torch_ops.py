@@ -227,23 +227,30 @@ def _expand(node, a, code):
     return f"{a[0]}.expand({', '.join(sizes)})"
 
 
+@emits(Op.concat)
+def _concat(node, a, code):
+    return f"torch.cat([{', '.join(a)}], {node.spec.axis})"
+
+
 @emits(Op.einsum)
 def _einsum(node, a, code):
-    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if len(a) == 3 else None)
-    x, y = (a[1], a[0]) if plan.swap else (a[0], a[1])
+    bias = a[2] if len(a) == 3 else None
+    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
     if plan.kind == "einsum":
         out = f"torch.einsum({node.spec.equation!r}, {a[0]}, {a[1]})"
-        return f"{out} + {a[2]}" if len(a) == 3 else out
+        return f"{out} + {bias}" if bias else out
+    x, y = (a[1], a[0]) if plan.swap else (a[0], a[1])
     if plan.transpose_a:
         x = f"{x}.mT"
-    if plan.kind == "linear":
-        w = f"{y}.mT" if plan.transpose_b else y
-        bias = a[2] if len(a) == 3 else "None"
-        return f"F.linear({x}, {w}, {bias})"
     if plan.transpose_b:
         y = f"{y}.mT"
-    out = f"torch.matmul({x}, {y})"
-    return f"{out} + {a[2]}" if len(a) == 3 else out
+    if plan.kind == "linear":
+        out = f"F.linear({x}, {y}, {bias if plan.bias_inside else 'None'})"
+    else:
+        out = f"torch.matmul({x}, {y})"
+    if plan.out_perm is not None:
+        out = f"{out}.permute{_tuple(plan.out_perm)}"
+    return f"{out} + {bias}" if bias and not plan.bias_inside else out
 
 
 _NDIM = {1: "1d", 2: "2d", 3: "3d"}

@@ -79,16 +79,19 @@ def arange(*args, dtype=None, **kwargs):
 
 @aten("linspace")
 def linspace(start, end, steps, dtype=None, **kwargs):
-    if any(hasattr(v, "dtype") for v in (start, end)):
-        raise UnsupportedOpError("linspace with tensor bounds")
+    """ATen fills the second half from the end, so that the last value is exactly ``end``."""
     if steps == 1:
-        return ops.full((1,), float(start), _dt(dtype))
-    step = (end - start) / (steps - 1)
-    # ATen fills the second half from the end, so that the last value is exactly ``end``
+        return ops.reshape(ops.cast(ops.add(ops.full((), 0.0, "f32"), start), "f32"), (1,))
     i = ops.cast(ops.iota(steps, "i64", active_builder()), "f32")
-    forward = ops.add(ops.mul(i, step), float(start))
-    backward = ops.sub(float(end), ops.mul(ops.sub(float(steps - 1), i), step))
+    step = ops.div(ops.sub(end, start), float(steps - 1))
+    forward = ops.add(ops.mul(i, step), start)
+    backward = ops.sub(end, ops.mul(ops.sub(float(steps - 1), i), step))
     return ops.where(ops.lt(i, float(steps // 2)), forward, backward)
+
+
+@aten("logspace")
+def logspace(start, end, steps, base=10.0, dtype=None, **kwargs):
+    return ops.pow(float(base), linspace(start, end, steps))
 
 
 def _triangle(x, diagonal, keep_upper):

@@ -359,6 +359,19 @@ def to(x, *args, dtype=None, **kwargs):
     return x
 
 
+@aten("copy")
+def copy(x, src, non_blocking=False):
+    """The functional ``x.copy_(src)``: src, broadcast to x's shape and cast to x's dtype."""
+    return ops.broadcast_to(ops.cast(src, x.dtype), x.shape)
+
+
+@aten("_assert_tensor_metadata", "_assert_scalar", "_assert_async", "sym_constrain_range",
+      "sym_constrain_range_for_size", "_functional_assert_async", "_functional_assert_scalar")
+def assertion(*args, **kwargs):
+    """Runtime checks of shapes and values that torch.export proved or recorded."""
+    return None
+
+
 @aten("clone", "contiguous", "alias", "lift_fresh_copy", "detach", "resolve_conj",
       "resolve_neg", "positive", "lift_fresh")
 def identity(x, **kwargs):

@@ -49,13 +49,6 @@ def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_includ
                            count_include_pad, divisor_override)
 
 
-@aten("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
-      needs=("adaptive_max_pool",))
-def adaptive_max_pool(x, output_size):
-    # indices (for unpooling) are not computed: None makes any use of them an error
-    return ops.adaptive_max_pool(x, tuple(output_size)), None
-
-
 @aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
       "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", needs=("adaptive_avg_pool",))
 def adaptive_avg_pool(x, output_size):
@@ -178,9 +171,11 @@ def softplus(x, beta=1, threshold=20):
 
 @aten("elu", needs=("elu",))
 def elu(x, alpha=1, scale=1, input_scale=1):
-    if scale != 1 or input_scale != 1:  # selu and celu: torch's decomposition covers them
-        raise UnsupportedOpError("elu with scale or input_scale")
-    return ops.elu(x, alpha)
+    if scale == 1 and input_scale == 1:
+        return ops.elu(x, alpha)
+    # selu and celu: scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))
+    negative = ops.mul(ops.sub(ops.exp(ops.mul(x, input_scale)), 1.0), alpha)
+    return ops.mul(ops.where(ops.gt(x, 0.0), x, negative), scale)
 
 
 # -- attention, resampling, padding --------------------------------------------------------------

@@ -4,8 +4,8 @@ tdag has no scatter primitive. Every write is brought to one form, on the flatte
 ``positions`` (where each value goes) and ``values``; the positions are found by running the
 matching *read* (gather, index) on a tensor of flat positions, so the two can never disagree.
 The write itself compares each position with every target element (one-hot, O(M*N)): exact,
-but a reference implementation for modest sizes. Duplicate positions without accumulation
-are summed, where torch leaves the winner unspecified.
+but a reference implementation for modest sizes. Among duplicate positions without
+accumulation the last write wins, as in torch's CPU kernels (torch leaves it unspecified).
 """
 from __future__ import annotations
 
@@ -31,12 +31,14 @@ def write(x, positions, values, reduce="replace", include_self=True):
     vals = ops.reshape(ops.broadcast_to(ops.cast(values, x.dtype), positions.shape), (-1, 1))
     hit = ops.eq(pos, ops.unsqueeze(ops.iota(flat.shape[0], "i64", x.builder), 0))  # [M, N]
     touched = ops.amax(hit, 0)
-    if reduce in ("replace", "sum", "mean"):
+    if reduce == "replace":  # the last write wins, as torch's sequential CPU kernels do
+        order = ops.unsqueeze(ops.iota(pos.shape[0], "i64", x.builder), 1)
+        last = ops.amax(ops.where(hit, order, -1), 0)
+        picked = ops.gather(ops.reshape(vals, (-1,)), ops.maximum(last, 0), 0)
+        out = ops.where(touched, picked, flat)
+    elif reduce in ("sum", "mean"):
         total = ops.sum(ops.where(hit, vals, ops.full((), 0, x.dtype, like=x)), 0)
-        if reduce == "replace":
-            out = ops.where(touched, total, flat)
-        else:
-            out = ops.add(total, flat) if include_self else ops.where(touched, total, flat)
+        out = ops.add(total, flat) if include_self else ops.where(touched, total, flat)
         if reduce == "mean":
             count = ops.add(ops.sum(ops.cast(hit, DType.i64), 0), 1 if include_self else 0)
             count = ops.cast(ops.maximum(count, 1), x.dtype)
@@ -115,6 +117,12 @@ def put(x, index, source, accumulate=False):
     positions = indexing.wrap(ops.cast(index, DType.i64), flat, 0)  # index is a flat position
     return write(x, positions, ops.reshape(source, positions.shape),
                  "sum" if accumulate else "replace")
+
+
+@aten("diagonal_scatter")
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    from tdag.canonicalize.aten.movement import diagonal
+    return write(x, diagonal(positions_of(x), offset, dim1, dim2), src)
 
 
 @aten("masked_scatter")

@@ -1,0 +1,294 @@
+"""Reification: to_torch and to_onnx against ``tdag.run``.
+
+- every primitive (unlowered programs, cases drawn from the primitive table) and every
+  kernel (the lowering tables) through both back ends;
+- traced models at several sizes of a symbolic batch: eager, ``torch.export`` of the
+  reified module and ``torch.compile``; ONNX on onnxruntime with dynamic axes;
+- controllers (If, counted and while loops with scans, state);
+- parameter names: ``state_dict()`` keys are the Program's, ``load_state_dict`` works.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from collections import defaultdict
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import tdag
+import tdag.lower
+from tdag import ops
+from tdag.ir.op import Family, Op
+from tdag.reify import to_onnx, to_torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_lower  # noqa: E402
+import test_primitives  # noqa: E402
+import test_program  # noqa: E402
+
+S = tdag.TensorSpec
+_TOL = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float64: 1e-7}
+
+
+def assert_close(got, ref, what=""):
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    assert len(got) == len(ref), what
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype, (what, a.shape, b.shape, a.dtype, b.dtype)
+        if b.dtype.is_floating_point:
+            rtol = _TOL.get(b.dtype, 1e-4)
+            scale = b.double().abs().nan_to_num(0, 0, 0).max().item() if b.numel() else 1.0
+            torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=rtol * scale + 1e-6,
+                                       equal_nan=True, msg=what)
+        else:
+            assert torch.equal(a, b), what
+
+
+def run_onnx(model: onnx.ModelProto, *args):
+    onnx.checker.check_model(model, full_check=True)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    outs = [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def both(prog, args, lower=True, what=""):
+    """tdag.run vs the torch module vs onnxruntime, on one set of inputs."""
+    ref = tdag.run(prog, *args)
+    assert_close(to_torch(prog, lower=lower)(*args), ref, f"torch {what}")
+    assert_close(run_onnx(to_onnx(prog, lower=lower), *args), ref, f"onnx {what}")
+
+
+# -- every primitive, unlowered ---------------------------------------------------------------
+
+def _sample_cases(per_op: int = 6):
+    by_op = defaultdict(list)
+    for c in test_primitives.CASES:
+        by_op[c.op].append(c)
+    picked = []
+    for op in tdag.PRIMITIVES:
+        cases = by_op[op]
+        step = max(1, len(cases) // per_op)
+        picked += cases[::step][:per_op]
+    return picked
+
+
+PRIMITIVE_CASES = _sample_cases()
+
+
+def test_the_sample_covers_every_primitive():
+    assert {c.op for c in PRIMITIVE_CASES} == set(tdag.PRIMITIVES)
+
+
+@pytest.mark.parametrize("case", PRIMITIVE_CASES, ids=[c.id for c in PRIMITIVE_CASES])
+def test_every_primitive_reifies(case):
+    prog = test_primitives.build(case)
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    for dims in case.bindings:
+        args = [torch.from_numpy(np.array(x.draw(rng, dims))) for x in case.ins]
+        both(prog, args, lower=False, what=f"{case.id} at {dims}")
+
+
+# -- every kernel ------------------------------------------------------------------------------
+
+def _kernel_programs():
+    tables = [(k, v[0], v[1]) for k, v in test_lower.CONTRACTIONS.items()]
+    tables += [(k, v[0], [v[1]]) for k, v in test_lower.CONVS.items()]
+    tables += [(k, v[0], [S(("b", 4, 9, 9))]) for k, v in test_lower.POOLS.items()]
+    tables += [(k, v[0], [S(("b", 5, 8))]) for k, v in test_lower.NN.items()]
+    tables += [(k, v[0], [S(("b", 6, 4, 4))]) for k, v in test_lower.CHANNEL_NORMS.items()]
+    tables += [(k, v[0], v[1]) for k, v in test_lower.ATTENTION.items()]
+    tables.append(("conv-transpose", lambda x: ops.conv_transpose(
+        x, ops.param("w", torch.randn(4, 3, 3, 3)), ops.param("b", torch.randn(6)), stride=2,
+        padding=1, output_padding=1, groups=2), [S(("b", 4, 5, 5))]))
+    tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
+    tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
+                   ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
+    return {name: (fn, specs) for name, fn, specs in tables}
+
+
+KERNEL_PROGRAMS = _kernel_programs()
+
+
+def test_the_kernel_programs_cover_every_kernel():
+    seen = set()
+    for fn, specs in KERNEL_PROGRAMS.values():
+        seen |= {n.op for n in tdag.lower.lower(tdag.trace(fn, *specs)).graph.nodes}
+    assert Family.KERNEL <= seen, Family.KERNEL - seen
+
+
+@pytest.mark.parametrize("name", list(KERNEL_PROGRAMS))
+def test_every_kernel_reifies(name):
+    fn, specs = KERNEL_PROGRAMS[name]
+    prog = tdag.trace(fn, *specs)
+    low = tdag.lower.lower(prog)
+    for batch in (1, 3):
+        args = test_lower._args(prog, batch)
+        ref = tdag.run(prog, *args)
+        assert_close(to_torch(low, lower=False)(*args), ref, f"torch {name}")
+        assert_close(run_onnx(to_onnx(low, lower=False), *args), ref, f"onnx {name}")
+
+
+# -- traced models -----------------------------------------------------------------------------
+
+def _block(x):
+    """A pre-norm transformer block followed by a conv head, written with tdag.ops."""
+    torch.manual_seed(1)
+    p = lambda name, *shape: ops.param(name, torch.randn(*shape) * 0.2)  # noqa: E731
+    h = ops.layer_norm(x, 16, p("ln.weight", 16), p("ln.bias", 16))
+    q, k, v = (ops.linear(h, p(f"attn.{n}.weight", 16, 16), p(f"attn.{n}.bias", 16))
+               for n in "qkv")
+    split = lambda t: ops.transpose(ops.reshape(t, (t.shape[0], 6, 2, 8)), 1, 2)  # noqa: E731
+    a = ops.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+    x = x + ops.linear(ops.reshape(ops.transpose(a, 1, 2), (x.shape[0], 6, 16)),
+                       p("attn.out.weight", 16, 16))
+    x = x + ops.linear(ops.gelu(ops.linear(x, p("mlp.up.weight", 32, 16))),
+                       p("mlp.down.weight", 16, 32))
+    img = ops.reshape(x, (x.shape[0], 16, 2, 3))
+    img = ops.relu(ops.conv(img, p("head.weight", 4, 16, 3, 3), p("head.bias", 4), padding=1))
+    return ops.softmax(ops.flatten(img, 1), -1), ops.max_pool(img, 2, padding=1)
+
+
+@pytest.fixture(scope="module")
+def block_program():
+    return tdag.trace(_block, S(("batch", 6, 16)))
+
+
+def test_traced_model_round_trips_at_several_batch_sizes(block_program):
+    module = to_torch(block_program)
+    model = to_onnx(block_program)
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert {i.name for i in model.graph.initializer} >= {"ln.weight", "attn.q.weight"}
+    for batch in (1, 2, 5):
+        x = torch.randn(batch, 6, 16)
+        ref = tdag.run(block_program, x)
+        assert_close(module(x), ref, f"torch at batch {batch}")
+        assert_close(run_onnx(model, x), ref, f"onnx at batch {batch}")
+
+
+def test_reified_module_exports_with_a_dynamic_batch(block_program):
+    module = to_torch(block_program)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    exported = torch.export.export(module, (torch.randn(2, 6, 16),),
+                                   dynamic_shapes=({0: batch},))
+    for n in (1, 3):
+        x = torch.randn(n, 6, 16)
+        assert_close(exported.module()(x), tdag.run(block_program, x), f"export at {n}")
+
+
+def test_reified_module_runs_under_torch_compile(block_program):
+    module = to_torch(block_program)
+    compiled = torch.compile(module, backend="aot_eager", dynamic=True)
+    for n in (2, 3):
+        x = torch.randn(n, 6, 16)
+        assert_close(compiled(x), tdag.run(block_program, x), f"compiled at {n}")
+
+
+@pytest.mark.slow
+def test_reified_module_runs_under_inductor(block_program):
+    compiled = torch.compile(to_torch(block_program))
+    x = torch.randn(2, 6, 16)
+    assert_close(compiled(x), tdag.run(block_program, x), "inductor")
+
+
+def test_one_output_is_a_tensor_several_a_tuple():
+    single = to_torch(tdag.trace(lambda x: x * 2.0, S((3,))))
+    assert isinstance(single(torch.ones(3)), torch.Tensor)
+    pair = to_torch(tdag.trace(lambda x: (x, x * 2.0), S((3,))))
+    assert isinstance(pair(torch.ones(3)), tuple)
+
+
+def test_parameters_nest_by_their_dotted_names(block_program):
+    module = to_torch(block_program)
+    names = set(module.state_dict())
+    assert "attn.q.weight" in names and "head.bias" in names
+    assert isinstance(module.attn.q.weight, torch.nn.Parameter)
+    assert not any(n.startswith("_tdag") for n in names)  # consts are not state
+    module.load_state_dict({k: torch.zeros_like(v) for k, v in module.state_dict().items()})
+    assert module.attn.q.weight.abs().sum() == 0
+
+
+def test_unlowered_programs_reify_too(block_program):
+    x = torch.randn(2, 6, 16)
+    both(block_program, [x], lower=False, what="unlowered")
+
+
+# -- controllers -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_reifies(sign):
+    prog = test_program.if_program()
+    both(prog, [sign * (torch.rand(3, 3) + 0.1)], what="if")
+    assert "if bool(" in to_torch(prog).code
+
+
+def test_counted_loop_reifies():
+    both(test_program.affine_loop(5), [torch.randn(3, 4)], what="loop")
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_symbolic_loop_with_scans_reifies(n):
+    x = torch.randint(-5, 6, (n, 3)).float()
+    both(test_program.row_sum_loop(), [x], what="scan loop")
+
+
+@pytest.mark.parametrize("count", [None, 3])
+def test_while_loop_reifies(count):
+    prog = test_program.doubling_loop(count)
+    both(prog, [torch.tensor([1.0, 2.0])], what="while loop")
+    assert "while " in to_torch(prog).code
+
+
+def test_state_is_a_buffer_the_module_updates():
+    prog = test_program.accumulator_program(steps=5)
+    module = to_torch(prog)
+    x = torch.tensor([[1.0, 2.0]])
+    assert_close(module(x), tdag.run(prog, x))
+    assert module.total.item() == 15.0
+    assert_close(run_onnx(to_onnx(prog), x), tdag.run(prog, x))
+
+
+# -- from_torch round trips ---------------------------------------------------------------------
+
+def _from_torch_models():
+    try:
+        import test_from_torch
+        from tdag.canonicalize import from_torch
+    except ImportError:  # canonicalize not there yet
+        return {}, None
+    return test_from_torch.MODELS, (test_from_torch._model, from_torch)
+
+
+FROM_TORCH_MODELS, _FROM_TORCH = _from_torch_models()
+
+
+@pytest.mark.skipif(_FROM_TORCH is None, reason="tdag.canonicalize.from_torch is missing")
+@pytest.mark.parametrize("name", list(FROM_TORCH_MODELS))
+def test_torch_to_tdag_to_torch_and_onnx(name):
+    make_model, from_torch = _FROM_TORCH
+    model, inputs = make_model(name)
+    prog = from_torch(model, inputs(2), dynamic_batch=True)
+    module, onnx_model = to_torch(prog), to_onnx(prog)
+    # every Program weight is a source weight under its name. from_torch may drop buffers
+    # the forward never reads (BatchNorm's num_batches_tracked), and the IR does not say
+    # that a buffer is non-persistent (a rotary inv_freq), so only those keys may differ
+    weights = dict(model.named_parameters()) | dict(model.named_buffers())
+    assert set(module.state_dict()) <= set(weights)
+    missing, _ = module.load_state_dict(model.state_dict(), strict=False)
+    assert set(missing) <= set(weights) - set(model.state_dict())
+    for batch in (2, 3, 1):
+        args = inputs(batch)
+        with torch.no_grad():
+            ref = tuple(torch.utils._pytree.tree_leaves(model(*args)))
+            got = module(*args)
+        assert_close(got, ref, f"{name} torch at batch {batch}")
+        assert_close(run_onnx(onnx_model, *args), ref, f"{name} onnx at batch {batch}")
