@@ -57,9 +57,15 @@ def _median_time(fn, repeats: int) -> float:
 
 def compare(name, model, args, dynamic: bool, repeats: int) -> float:
     model.eval()
-    shapes = tuple({0: Dim(BATCH, min=1)} for _ in args) if dynamic else None
-    export = lambda: torch.export.export(model, args, dynamic_shapes=shapes, strict=False)  # noqa: E731
-    convert = lambda: from_torch(model, args, dynamic_batch=dynamic)  # noqa: E731
+    batch = Dim(BATCH, min=1)  # what from_torch's dynamic_batch asks of torch.export
+    shapes = tuple({0: batch} for _ in args) if dynamic else None
+
+    def export():
+        return torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+
+    def convert():
+        return from_torch(model, args, dynamic_batch=dynamic)
+
     convert()  # warm caches (decomposition tables, imports) once for both
     t_export = _median_time(export, repeats)
     t_tdag = _median_time(convert, repeats)

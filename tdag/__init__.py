@@ -15,7 +15,8 @@ from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.interpreter import run
 from tdag.ir.parser import parse
 from tdag.ir.serialize import load, save
-from tdag.refine.cost import CostReport, cost
+from tdag.refine import (BatchError, CostReport, add_batch, compose, cost, extract, replace,
+                         simplify, strip_batch)
 from tdag.ir.op import Family, Op
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
@@ -27,5 +28,6 @@ __all__ = [
     "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "FileFormatError", "If",
     "InvalidModelError", "Loop", "Node", "Op", "Origin", "PatternError", "Program", "ShapeError",
     "TdagError", "TensorKind", "TensorSpec", "TensorType", "UnsupportedOpError", "Value",
-    "Weight", "CostReport", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
+    "Weight", "BatchError", "add_batch", "compose", "extract", "replace", "simplify",
+    "strip_batch", "CostReport", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
 ]

@@ -81,6 +81,34 @@ def test_matches_eager_at_several_batch_sizes(name):
         assert_matches(prog, model, inputs(batch))
 
 
+def test_an_example_batch_of_one_is_still_dynamic():
+    model, inputs = _model("mlp")
+    prog = from_torch(model, inputs(1), dynamic_batch=True)  # export specialises sizes 0 and 1
+    assert [str(t) for t in prog.input_types] == ["f32[batch,16]"]
+    for batch in (1, 4):
+        assert_matches(prog, model, inputs(batch))
+
+
+def test_no_grad_and_autocast_regions_in_forward():
+    class Regions(nn.Module):  # as Hugging Face's rotary embeddings are written
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                y = torch.relu(self.proj(x))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                z = self.proj(y)
+            return y * 2, z
+
+    model, x = Regions().eval(), torch.randn(3, 4)
+    prog = from_torch(model, (x,))
+    assert [str(t) for t in prog.graph.output_types] == ["f32[3,4]", "bf16[3,4]"]
+    for out, ref in zip(tdag.run(prog, x), model(x)):
+        torch.testing.assert_close(out, ref)
+
+
 def test_static_shapes_without_dynamic_batch():
     model, inputs = _model("cnn")
     prog = from_torch(model, inputs(2))

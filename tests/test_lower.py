@@ -203,6 +203,9 @@ NN = {
     "sigmoid": (lambda x: ops.sigmoid(x), Op.sigmoid),
     "relu": (lambda x: ops.relu(x), Op.relu),
     "relu-where-gt": (lambda x: ops.where(x > 0, x, 0.0), Op.relu),
+    "relu6": (lambda x: ops.relu6(x), Op.clamp),
+    "clamp": (lambda x: ops.clamp(x, -0.5, 2.0), Op.clamp),
+    "hardswish": (lambda x: ops.hardswish(x), Op.hardswish),
 }
 
 
@@ -292,6 +295,12 @@ def test_movement_chains_collapse():
 def test_sums_of_pads_become_one_concat():
     counts = lowered(lambda a, b: ops.concat([a, b * 2.0, a], 1), S(("b", 3)), S(("b", "n")))
     only(counts, Op.concat, allowed=(Op.multiply, Op.expand))
+
+
+def test_gathers_of_progressions_become_slices():
+    counts = lowered(lambda x: ops.interpolate(x, size=(4, 4)) + x[:, :, 1::2, :2].sum(),
+                     S(("b", 3, 4, 4)))
+    assert counts[Op.gather] == 0, counts
 
 
 def test_identity_movement_disappears():

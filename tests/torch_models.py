@@ -2,7 +2,6 @@
 ATen ops: dense layers, convolutions and norms, attention, recurrences, resampling."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

@@ -21,7 +21,7 @@ from torch._decomp import decomposition_table
 from torch.export import Dim, ExportedProgram
 
 from tdag.canonicalize.torch_symbols import BATCH
-from tdag.errors import FileFormatError, UnsupportedOpError
+from tdag.errors import FileFormatError
 
 
 def capture(source, example_args=(), example_kwargs=None, dynamic_batch: bool = False,
@@ -96,7 +96,7 @@ def decompose_unknown(ep: ExportedProgram, known: Callable[[torch.fx.Node], bool
     for _ in range(rounds):
         todo = {op: d for op in _unknown_ops(ep, known) if op not in failed
                 and (d := _decomposition(op)) is not None}
-        if not todo:
+        if not todo and not _wrapped_regions(ep):
             break
         try:
             ep = ep.run_decompositions(todo)
@@ -129,6 +129,16 @@ def _decomposition(op):
 @functools.lru_cache(maxsize=1)
 def _default_decompositions():  # built once: it takes ~0.2 s, and it is only read
     return torch.export.default_decompositions()
+
+
+# Regions under ``torch.no_grad()`` / ``torch.autocast`` in forward: any run_decompositions
+# inlines them, applying autocast's casts as explicit ``_to_copy`` nodes.
+_WRAPPERS = frozenset({"wrap_with_set_grad_enabled", "wrap_with_autocast"})
+
+
+def _wrapped_regions(ep: ExportedProgram) -> bool:
+    return any(n.op == "call_function" and getattr(n.target, "__name__", None) in _WRAPPERS
+               for n in ep.graph.nodes)
 
 
 def _unknown_ops(ep: ExportedProgram, known) -> set:

@@ -42,8 +42,10 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
     >>> import torch, tdag
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     >>> prog = from_torch(model, (torch.randn(2, 4),), dynamic_batch=True)
-    >>> [str(t) for t in prog.input_types], sorted(prog.graph.weights)
-    (['f32[batch,4]'], ['0.bias', '0.weight'])
+    >>> [str(t) for t in prog.input_types], [str(t) for t in prog.graph.output_types]
+    (['f32[batch,4]'], ['f32[batch,3]'])
+    >>> prog.graph.weights["0.weight"].kind
+    <TensorKind.parameter: 'param'>
     """
     ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
     ep = decompose_unknown(ep, handled)
@@ -139,7 +141,8 @@ class _Converter:
         kind = spec.kind
         if kind is InputKind.USER_INPUT:
             if isinstance(val, torch.Tensor):
-                name = node.name if node.name not in self.builder._taken else \
+                # weights come first in export's order; an input may not reuse their names
+                name = node.name if node.name not in self.builder.weights else \
                     self.builder.fresh(node.name + "_")
                 self.env[node] = self.builder.input(name, self._type(val))
             else:  # ints and the like were specialised into the graph by torch.export
@@ -251,8 +254,6 @@ class _Converter:
         if result.dtype is not expected.dtype:
             result = ops.cast(result, expected.dtype)
         if not shapes_equal(result.shape, expected.shape):
-            if result.ndim == expected.rank == 0 or _numel_one(result, expected):
-                return ops.reshape(result, expected.shape)
             raise TdagError(f"{node.target} became {result.type} but torch computed "
                             f"{expected}: a bug in tdag's entry for it",
                             node=result.name, origin=self.builder.origin)
@@ -297,7 +298,7 @@ def handled(node) -> bool:
 
 def is_scalar(node) -> bool:
     """Sizes and other Python scalars: their value is known from torch's trace."""
-    val = node.meta.get("val", _POISONED)
+    val = node.meta.get("val")
     return isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
@@ -317,19 +318,19 @@ def _poisoned(value) -> bool:
     return False
 
 
-def _numel_one(result: Tensor, expected: TensorType) -> bool:
-    """torch sometimes records [1] where the composition gives [] (or back): same data."""
-    return all(d == 1 for d in result.shape) and all(d == 1 for d in expected.shape)
-
-
 def _why_unsupported(target) -> str:
-    name = aten.key(target) or getattr(target, "__name__", str(target))
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"{name}: control flow and wrapped subgraphs are not supported yet"
-    entry = aten.registry.TABLE.get(name) or aten.registry.TABLE.get(name.split(".")[0])
-    if entry is not None:
+    name = aten.key(target)
+    if name is None:
+        name = getattr(target, "__name__", str(target))
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            return f"{name}: control flow (torch.cond, loops) is not supported yet"
+        return f"{name}: not an ATen op"
+    entry = aten.registry.entry_for(target)
+    if entry is None:
+        return f"aten.{name}: no tdag mapping"
+    if not entry.available():
         return f"aten.{name}: needs tdag.ops.{', '.join(entry.needs)}"
-    return f"aten.{name}: no tdag mapping" if aten.key(target) else f"{name}: not an ATen op"
+    return f"aten.{name}: writes in place into a tensor that a view shares"
 
 
 def unsupported_error(problems) -> UnsupportedOpError:

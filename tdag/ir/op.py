@@ -72,6 +72,8 @@ class Op(enum.Enum):
     silu = "silu"
     sigmoid = "sigmoid"
     relu = "relu"
+    clamp = "clamp"
+    hardswish = "hardswish"
     reshape = "reshape"
     expand = "expand"
     concat = "concat"
@@ -94,4 +96,5 @@ class Family:
     KERNEL = frozenset({Op.einsum, Op.conv, Op.conv_transpose, Op.max_pool, Op.avg_pool,
                         Op.softmax, Op.log_softmax, Op.layer_norm, Op.group_norm,
                         Op.batch_norm, Op.rms_norm, Op.attention, Op.gelu, Op.silu,
-                        Op.sigmoid, Op.relu, Op.reshape, Op.expand, Op.concat})
+                        Op.sigmoid, Op.relu, Op.clamp, Op.hardswish, Op.reshape, Op.expand,
+                        Op.concat})

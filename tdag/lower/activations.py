@@ -90,8 +90,13 @@ def factors(ctx: Context, name: str, depth: int = 4) -> tuple[float, list[str]]:
     value = scalar(ctx, name)
     if value is not None:
         return value, []
-    node = producer_is(ctx, name, Op.multiply)
-    if node is None or depth == 0:
+    node = ctx.producer(name)
+    if node is not None and node.op is Op.divide and node.spec.mode.value == "true" and depth:
+        d = scalar(ctx, node.inputs[1])
+        if d:
+            coef, terms = factors(ctx, node.inputs[0], depth - 1)
+            return coef / d, terms
+    if node is None or node.op is not Op.multiply or depth == 0:
         return 1.0, [name]
     coef, terms = 1.0, []
     for operand in node.inputs:
@@ -186,4 +191,58 @@ def relu_rule(node: Node, ctx: Context):
     return "not a relu"
 
 
-RULES = (sigmoid_rule, silu_rule, gelu_rule, relu_rule)
+def _bound(ctx: Context, cond: str, x: str):
+    """``cond`` is x > s (or x > s or isnan(x), as maximum writes it): ``(kind, s)``."""
+    node = ctx.producer(cond)
+    if node is not None and node.op is Op.where and is_scalar(ctx, node.inputs[1], 1.0):
+        nan = producer_is(ctx, node.inputs[2], Op.compare)
+        if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
+            return None
+        node = ctx.producer(node.inputs[0])
+    if node is None or node.op is not Op.compare or node.inputs[0] != x:
+        return None
+    value = scalar(ctx, node.inputs[1])
+    return None if value is None else (node.spec.kind, value)
+
+
+def clamp_rule(node: Node, ctx: Context):
+    """where(x > lo, x, lo) -> clamp(x, lo);  where(x < hi, x, hi) -> clamp(x, hi=hi);
+    clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)"""
+    from tdag.lower.kernels_nn import Clamp
+    if not node.type.dtype.is_float:
+        return None
+    if node.op is Op.clamp:
+        inner = producer_is(ctx, node.inputs[0], Op.clamp)
+        if inner is None or inner.spec.hi is not None or node.spec.lo is not None or \
+                not ctx.single_use(inner.name):
+            return "not nested bounds"
+        return _unary(node, ctx, Op.clamp, inner.inputs[0], Clamp(inner.spec.lo, node.spec.hi))
+    if node.op is not Op.where:
+        return None
+    cond, x, y = node.inputs
+    bound, value = _bound(ctx, cond, x), scalar(ctx, y)
+    if bound is None or value is None or bound[1] != value:
+        return "not a bound"
+    if bound[0] in _ABOVE:
+        return _unary(node, ctx, Op.clamp, x, Clamp(lo=value))
+    if bound[0] in _BELOW:
+        return _unary(node, ctx, Op.clamp, x, Clamp(hi=value))
+    return "not a bound"
+
+
+def hardswish_rule(node: Node, ctx: Context):
+    """x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)"""
+    if node.op not in (Op.multiply, Op.divide) or not node.type.dtype.is_float:
+        return None
+    coef, terms = factors(ctx, node.name)
+    if len(terms) != 2 or not close(coef, 1 / 6):
+        return "not a sixth of a product"
+    for x, t in (terms, reversed(terms)):
+        c = producer_is(ctx, t, Op.clamp)
+        if c is not None and c.spec.lo == 0.0 and c.spec.hi == 6.0 and \
+                _minus_scalar_op(ctx, c.inputs[0], Op.add, 3.0) == x:
+            return _unary(node, ctx, Op.hardswish, x)
+    return "not a hardswish"
+
+
+RULES = (sigmoid_rule, silu_rule, gelu_rule, relu_rule, clamp_rule, hardswish_rule)

@@ -253,3 +253,23 @@ primitive(Op.sigmoid, NoSpec, 1, _float_unary("sigmoid"), lambda s, xs, r: torch
           _per_element(4), "1 / (1 + exp(-x)) is four elementwise passes")
 primitive(Op.relu, NoSpec, 1, lambda s, ins: ins[0], lambda s, xs, r: torch.relu(xs[0]),
           _per_element(1), "(x + |x|) / 2 or where(x > 0, x, 0) is several passes")
+
+
+
+@dataclass(frozen=True, slots=True)
+class Clamp:
+    """``min(max(x, lo), hi)`` propagating nan (torch.clamp); None leaves a side open."""
+
+    lo: float | None = None
+    hi: float | None = None
+
+
+def _clamp_eval(spec: Clamp, xs, resolve):
+    return torch.clamp(xs[0], spec.lo, spec.hi)
+
+
+primitive(Op.clamp, Clamp, 1, lambda s, ins: ins[0], _clamp_eval, _per_element(2),
+          "max/min with nan checks are two compares and two selects per bound")
+primitive(Op.hardswish, NoSpec, 1, _float_unary("hardswish"),
+          lambda s, xs, r: F.hardswish(xs[0]), _per_element(4),
+          "x * clamp(x + 3, 0, 6) / 6 is four elementwise passes")

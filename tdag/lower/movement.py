@@ -5,9 +5,12 @@ around it (a conv's output split into groups and merged back) ends up with none.
 """
 from __future__ import annotations
 
+import torch
+
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim, dims_equal
+from tdag.ir.types import TensorKind
 from tdag.lower.kernels import Expand, Reshape
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
 from tdag.lower.rewrite import Alias, Context
@@ -150,6 +153,30 @@ def concat_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.concat, Concat(axis), *(p.inputs[0] for p in order)))
 
 
+def gather_rule(node: Node, ctx: Context):
+    """gather(x, const [a, a+s, a+2s, ...], axis) -> slice(x, a::s) (a view; the identity
+    when it takes the whole axis in order, as nearest resizing to the same size does)"""
+    if node.op is not Op.gather:
+        return None
+    weight = ctx.weight(node.inputs[1])
+    if weight is None or weight.kind is not TensorKind.const or weight.value is None or \
+            weight.value.dim() != 1 or weight.value.numel() < 1:
+        return "not a constant index vector"
+    index = weight.value.long()
+    start = int(index[0])
+    step = int(index[1] - index[0]) if index.numel() > 1 else 1
+    expect = start + step * torch.arange(index.numel())
+    if start < 0 or step < 1 or not torch.equal(index, expect):
+        return "not an arithmetic progression"
+    from tdag.deinops.movement import Slice
+    axis = node.spec.axis
+    stop = start + step * (index.numel() - 1) + 1
+    emit = ctx.emitter(node)
+    if start == 0 and step == 1 and dims_equal(stop, ctx.type(node.inputs[0]).shape[axis]):
+        return emit.finish(node.inputs[0])
+    return emit.finish(emit(Op.slice, Slice((axis,), (start,), (stop,), (step,)), node.inputs[0]))
+
+
 def unit_repeat_rule(node: Node, ctx: Context):
     """repeat to size 1 (a no-op) -> x"""
     if node.op is Op.repeat and all(is_unit(s) for s in node.spec.sizes):
@@ -157,5 +184,5 @@ def unit_repeat_rule(node: Node, ctx: Context):
     return None
 
 
-RULES = (unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule,
+RULES = (gather_rule, unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule,
          concat_rule)

@@ -17,7 +17,8 @@ Conventions:
 - **intensity** is flops per byte moved (fused and unfused).
 
 Control flow: a TDAG costs once per call; a Loop multiplies its body by its trip count
-(``count``, or the symbol ``n`` for a while-loop, as the verifier names its length); an If
+(``count``, or for a while loop the symbol the verifier names its scanned length with,
+``trips_<first output>``); an If
 counts its costlier branch in the Program totals, while per-node, per-scope and per-TDAG
 figures include both branches. Symbolic dims stay symbolic: ``report.evaluate(b=8)``.
 
@@ -317,7 +318,9 @@ def _count_calls(block: Block, factor: Dim, calls: dict) -> None:
 
 
 def _trips(loop: Loop) -> Dim:
-    return loop.count if loop.count is not None else symbol("n")
+    """The loop's count; a while loop's unknown trip count as the verifier names it."""
+    from tdag.ir.verify import _trips_name
+    return loop.count if loop.count is not None else symbol(_trips_name(loop))
 
 
 def _block_cost(block: Block, factor: Dim, one_call: dict) -> Figures:

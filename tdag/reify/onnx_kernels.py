@@ -12,7 +12,7 @@ from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 from tdag.reify.einsum_plan import plan_einsum
-from tdag.reify.onnx_graph import GraphBuilder
+from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder
 from tdag.reify.onnx_ops import _last_two, converts
 
 
@@ -162,14 +162,22 @@ def _attention(node, ins, g, cx):
         scores = g.node("Where", [keep, scores, neg_inf])
     if len(ins) < 4:
         return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
-    if cx.type(node.inputs[3]).dtype is DType.bool:
-        scores = g.node("Where", [ins[3], scores, neg_inf])
+    mask = ins[3]
+    boolean = cx.type(node.inputs[3]).dtype is DType.bool
+    scores = g.node("Where", [mask, scores, neg_inf]) if boolean else \
+        g.node("Add", [scores, mask])
+    # torch's safe softmax: a row with every key masked attends to nothing (0, not nan).
+    # Without a causal mask the test reads the (small, broadcast) mask, not the scores.
+    if node.spec.causal:
+        dead = g.node("Equal", [g.node("ReduceMax", [scores, g.const([-1])], keepdims=1),
+                                neg_inf])
+    elif boolean:
+        keep = g.node("ReduceMax", [g.node("Cast", [mask], to=ONNX_DTYPE[DType.f32]),
+                                    g.const([-1])], keepdims=1)
+        dead = g.node("Equal", [keep, g.const(0.0, DType.f32)])
     else:
-        scores = g.node("Add", [scores, ins[3]])
-    # torch's safe softmax: a row with every key masked attends to nothing (0, not nan)
-    top = g.node("ReduceMax", [scores, g.const([-1])], keepdims=1)
-    weights = g.node("Where", [g.node("Equal", [top, neg_inf]), g.const(0.0, dtype),
-                               g.node("Softmax", [scores], axis=-1)])
+        dead = g.node("Equal", [g.node("ReduceMax", [mask, g.const([-1])], keepdims=1), neg_inf])
+    weights = g.node("Where", [dead, g.const(0.0, dtype), g.node("Softmax", [scores], axis=-1)])
     return g.node("MatMul", [weights, v])
 
 
@@ -187,6 +195,17 @@ def _gelu(node, ins, g, cx):
         inner = g.node("Erf", [g.node("Mul", [x, g.const(0.7071067811865476, dtype)])])
     half = g.node("Mul", [x, g.const(0.5, dtype)])
     return g.node("Mul", [half, g.node("Add", [inner, g.const(1.0, dtype)])])
+
+
+@converts(Op.clamp)
+def _clamp(node, ins, g, cx):
+    """Max then Min, which propagate nan as torch.clamp does (Clip is not specified to)."""
+    dtype, out = node.type.dtype, ins[0]
+    if node.spec.lo is not None:
+        out = g.node("Max", [out, g.const(node.spec.lo, dtype)])
+    if node.spec.hi is not None:
+        out = g.node("Min", [out, g.const(node.spec.hi, dtype)])
+    return out
 
 
 @converts(Op.concat)

@@ -190,7 +190,7 @@ _UNARY = {Op.neg: "Neg", Op.reciprocal: "Reciprocal", Op.exp: "Exp", Op.log: "Lo
           Op.sin: "Sin", Op.cos: "Cos", Op.tan: "Tan", Op.asin: "Asin", Op.acos: "Acos",
           Op.atan: "Atan", Op.sinh: "Sinh", Op.cosh: "Cosh", Op.tanh: "Tanh",
           Op.asinh: "Asinh", Op.acosh: "Acosh", Op.atanh: "Atanh", Op.erf: "Erf",
-          Op.sign: "Sign", Op.sigmoid: "Sigmoid", Op.relu: "Relu"}
+          Op.sign: "Sign", Op.sigmoid: "Sigmoid", Op.relu: "Relu", Op.hardswish: "HardSwish"}
 
 
 # onnxruntime implements these for float32 only

@@ -27,6 +27,11 @@ def emits(*ops: Op):
     return register
 
 
+def literal(value) -> str:
+    from tdag.reify.torch_codegen import literal as _literal
+    return _literal(value)
+
+
 def dtype_expr(dtype: DType) -> str:
     return f"torch.{str(dtype.torch).split('.')[-1]}"
 
@@ -160,7 +165,8 @@ _UNARY = {Op.neg: "torch.neg", Op.reciprocal: "torch.reciprocal", Op.exp: "torch
           Op.sinh: "torch.sinh", Op.cosh: "torch.cosh", Op.tanh: "torch.tanh",
           Op.asinh: "torch.asinh", Op.acosh: "torch.acosh", Op.atanh: "torch.atanh",
           Op.erf: "torch.erf", Op.erfinv: "torch.erfinv", Op.sign: "torch.sign",
-          Op.sigmoid: "torch.sigmoid", Op.relu: "torch.relu", Op.silu: "F.silu"}
+          Op.sigmoid: "torch.sigmoid", Op.relu: "torch.relu", Op.silu: "F.silu",
+          Op.hardswish: "F.hardswish"}
 
 
 @emits(*_UNARY)
@@ -317,6 +323,13 @@ def _attention(node, a, code):
     mask = a[3] if len(a) == 4 else "None"
     return (f"F.scaled_dot_product_attention({a[0]}, {a[1]}, {a[2]}, attn_mask={mask}, "
             f"is_causal={node.spec.causal}, scale={node.spec.scale!r})")
+
+
+@emits(Op.clamp)
+def _clamp(node, a, code):
+    lo, hi = node.spec.lo, node.spec.hi
+    return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo)}, " \
+           f"{'None' if hi is None else literal(hi)})"
 
 
 @emits(Op.gelu)

@@ -48,16 +48,21 @@ def key(target) -> str | None:
     return f"{target.overloadpacket.__name__}.{target._overloadname}"
 
 
-def lookup(target) -> Entry | None:
-    """The entry for an op; an in-place op (``add_``) gets its functional op's entry, and the
-    converter decides whether rebinding the mutated value is safe (torch_inplace)."""
+def entry_for(target) -> Entry | None:
+    """The entry for an op, usable or not; an in-place op (``add_``) gets its functional
+    op's entry, and the converter decides whether rebinding the written value is safe."""
     name = key(target)
     if name is None:
         return None
     packet, overload = name.split(".", 1)
     if is_inplace(target):
         packet = packet[:-1]
-    entry = TABLE.get(f"{packet}.{overload}") or TABLE.get(packet)
+    return TABLE.get(f"{packet}.{overload}") or TABLE.get(packet)
+
+
+def lookup(target) -> Entry | None:
+    """The entry for an op if the tdag.ops functions it needs exist."""
+    entry = entry_for(target)
     return entry if entry is not None and entry.available() else None
 
 
