@@ -180,6 +180,21 @@ def test_windowed_reductions_become_pools(name):
     only(lowered(fn, S(("b", 4, 9, 9))), kernel)
 
 
+RESIZES = {
+    "bilinear-x2": dict(scale_factor=2, mode="bilinear"),
+    "bilinear-size": dict(size=(5, 13), mode="bilinear"),
+    "bilinear-corners": dict(size=(16, 12), mode="bilinear", align_corners=True),
+    "nearest-x2": dict(scale_factor=2),
+    "nearest-size": dict(size=(5, 13)),
+}
+
+
+@pytest.mark.parametrize("name", list(RESIZES))
+def test_resampling_becomes_one_resize(name):
+    fn = lambda x: ops.interpolate(x, **RESIZES[name])  # noqa: E731
+    only(lowered(fn, S(("b", 3, 8, 6))), Op.resize)
+
+
 # -- softmax, norms, activations --------------------------------------------------------------
 
 def _naive_softmax(x):
@@ -279,6 +294,29 @@ def test_causal_mask_is_recognised():
     (node,) = [n for n in lower(prog).graph.nodes if n.op is Op.attention]
     assert node.spec.causal and len(node.inputs) == 3
     assert node.spec.scale == pytest.approx(1 / math.sqrt(8))
+
+
+# -- recurrence -------------------------------------------------------------------------------
+
+def _hand_lstm(x, h, c, reverse=False):
+    """One LSTM layer over x[T, B, 4] from state h, c [B, 3], unrolled with tdag.ops."""
+    torch.manual_seed(2)
+    w_ih, w_hh = ops.param("w_ih", torch.randn(12, 4)), ops.param("w_hh", torch.randn(12, 3))
+    b_ih, b_hh = ops.param("b_ih", torch.randn(12)), ops.param("b_hh", torch.randn(12))
+    projected = ops.linear(x, w_ih, b_ih)
+    outs = {}
+    for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
+        i, f, g, o = ops.chunk(ops.add(ops.select(projected, 0, t), ops.linear(h, w_hh, b_hh)), 4, -1)
+        c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+        h = outs[t] = ops.sigmoid(o) * ops.tanh(c)
+    return ops.stack([outs[t] for t in range(x.shape[0])], 0)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_unrolled_lstm_becomes_one_kernel(reverse):
+    counts = lowered(lambda x, h, c: _hand_lstm(x, h, c, reverse), S((5, "b", 4)),
+                     S(("b", 3)), S(("b", 3)))
+    only(counts, Op.lstm)
 
 
 # -- movement ---------------------------------------------------------------------------------

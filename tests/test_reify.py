@@ -23,7 +23,7 @@ import torch
 import tdag
 import tdag.lower
 from tdag import ops
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Family
 from tdag.reify import to_onnx, to_torch
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -105,11 +105,15 @@ def _kernel_programs():
     tables += [(k, v[0], [v[1]]) for k, v in test_lower.CONVS.items()]
     tables += [(k, v[0], [S(("b", 4, 9, 9))]) for k, v in test_lower.POOLS.items()]
     tables += [(k, v[0], [S(("b", 5, 8))]) for k, v in test_lower.NN.items()]
+    tables += [(k, (lambda kw: lambda x: ops.interpolate(x, **kw))(kw), [S(("b", 3, 8, 6))])
+               for k, kw in test_lower.RESIZES.items()]
     tables += [(k, v[0], [S(("b", 6, 4, 4))]) for k, v in test_lower.CHANNEL_NORMS.items()]
     tables += [(k, v[0], v[1]) for k, v in test_lower.ATTENTION.items()]
     tables.append(("conv-transpose", lambda x: ops.conv_transpose(
         x, ops.param("w", torch.randn(4, 3, 3, 3)), ops.param("b", torch.randn(6)), stride=2,
         padding=1, output_padding=1, groups=2), [S(("b", 4, 5, 5))]))
+    tables.append(("lstm", lambda x, h, c: test_lower._hand_lstm(x, h, c, True),
+                   [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))

@@ -12,6 +12,7 @@ import operator
 
 import torch
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.export.graph_signature import InputKind, OutputKind
 
 from tdag import ops
@@ -225,8 +226,7 @@ class _Converter:
         if val is None or isinstance(val, (str, torch.dtype, torch.device)):
             return val
         if is_symbolic(val):
-            unbacked = [s for s in val.node.expr.free_symbols if s.name.startswith("u")]
-            if unbacked:
+            if free_unbacked_symbols(val):
                 origin = self._origin(node) if node is not None else Origin()
                 self.problems.append((f"{origin.op}: a data-dependent value (.item(), nonzero) "
                                       "cannot be a tdag size", origin))

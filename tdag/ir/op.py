@@ -61,6 +61,7 @@ class Op(enum.Enum):
     conv_transpose = "conv_transpose"
     max_pool = "max_pool"
     avg_pool = "avg_pool"
+    resize = "resize"
     softmax = "softmax"
     log_softmax = "log_softmax"
     layer_norm = "layer_norm"
@@ -68,6 +69,7 @@ class Op(enum.Enum):
     batch_norm = "batch_norm"
     rms_norm = "rms_norm"
     attention = "attention"
+    lstm = "lstm"
     gelu = "gelu"
     silu = "silu"
     sigmoid = "sigmoid"
@@ -94,7 +96,8 @@ class Family:
     ELEMENTWISE = UNARY | BINARY | frozenset({Op.where, Op.compare, Op.cast})
     # placeholders for fused framework kernels (tdag.lower); not primitives
     KERNEL = frozenset({Op.einsum, Op.conv, Op.conv_transpose, Op.max_pool, Op.avg_pool,
+                        Op.resize,
                         Op.softmax, Op.log_softmax, Op.layer_norm, Op.group_norm,
-                        Op.batch_norm, Op.rms_norm, Op.attention, Op.gelu, Op.silu,
+                        Op.batch_norm, Op.rms_norm, Op.attention, Op.lstm, Op.gelu, Op.silu,
                         Op.sigmoid, Op.relu, Op.clamp, Op.hardswish, Op.reshape, Op.expand,
                         Op.concat})

@@ -16,7 +16,8 @@ from typing import Sequence
 
 from tdag.ir.program import Program
 from tdag.lower import kernels, kernels_nn  # noqa: F401  (registration)
-from tdag.lower import activations, attention, conv, movement, norms, pool, softmax
+from tdag.lower import (activations, attention, conv, movement, norms, pool, recurrent, resize,
+                        softmax)
 from tdag.lower.contraction import contraction_rule, einsum_bias_rule, einsum_permute_rule
 from tdag.lower.passes import Pass, PassError, run_passes
 from tdag.lower.rewrite import rule_pass
@@ -28,13 +29,15 @@ PASSES: dict[str, Pass] = {
     "norms": rule_pass(*norms.RULES),
     "conv": rule_pass(*conv.RULES),
     "pool": rule_pass(*pool.RULES),
+    "resize": rule_pass(*resize.RULES),
     "attention": rule_pass(*attention.RULES),
     "movement": rule_pass(*movement.RULES),
+    "recurrent": rule_pass(*recurrent.RULES),
     "fuse": rule_pass(einsum_bias_rule, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("contraction", "activations", "softmax", "norms", "conv", "pool", "attention",
-           "movement", "fuse")
+DEFAULT = ("contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
+           "attention", "movement", "fuse", "recurrent")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

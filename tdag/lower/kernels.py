@@ -263,6 +263,53 @@ primitive(Op.avg_pool, Pool, 1, _pool_shape_rule("avg_pool"), _avg_pool_eval, _p
           "pad + unfold + reduce-sum + scale materialises every window")
 
 
+# -- resizing ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """``F.interpolate`` of the trailing ``len(sizes)`` axes of ``x[N, C, *S]``: "nearest"
+    (floor of the scaled index) or "linear" (bi-/trilinear). ``scales`` None: the source
+    step is in/out per axis; else torch's 1/scale (and the sizes are floor(in * scale))."""
+
+    mode: str
+    sizes: tuple
+    align_corners: bool = False
+    scales: tuple | None = None
+
+
+_LINEAR_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
+
+
+def torch_mode(spec: Resize) -> str:
+    return "nearest" if spec.mode == "nearest" else _LINEAR_MODES[len(spec.sizes)]
+
+
+def _resize_shape(spec: Resize, ins):
+    (x,) = ins
+    d = len(spec.sizes)
+    if spec.mode not in ("nearest", "linear") or not 1 <= d <= 3 or x.rank != d + 2 or \
+            not x.dtype.is_float or (spec.scales is not None and len(spec.scales) != d):
+        raise ShapeError(f"resize: {spec} does not apply to {x}")
+    return x.with_shape(x.shape[:2] + tuple(spec.sizes))
+
+
+def _resize_eval(spec: Resize, xs, resolve):
+    align = spec.align_corners if spec.mode == "linear" else None
+    if spec.scales is None:
+        return F.interpolate(xs[0], size=spec.sizes, mode=torch_mode(spec), align_corners=align)
+    return F.interpolate(xs[0], scale_factor=spec.scales, mode=torch_mode(spec),
+                         align_corners=align)
+
+
+def _resize_cost(spec: Resize, ins, out: TensorType) -> Cost:
+    per = 1 if spec.mode == "nearest" else 3 * len(spec.sizes)  # a lerp per axis
+    return traffic(ins, out, out.numel * per if spec.mode == "linear" else 0)
+
+
+primitive(Op.resize, Resize, 1, _resize_shape, _resize_eval, _resize_cost,
+          "gathers and weighted sums per axis materialise each pass; one resize does not")
+
+
 # -- movement: a collapsed chain is one view --------------------------------------------------
 
 @dataclass(frozen=True, slots=True)

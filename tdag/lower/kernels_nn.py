@@ -228,6 +228,51 @@ primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eva
           "fused attention does not")
 
 
+# -- recurrence -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Lstm:
+    """One LSTM layer in one direction, torch's gate order (i, f, g, o): inputs x[T, B, I],
+    w_ih[4H, I], w_hh[4H, H], b_ih[4H], b_hh[4H], h0[B, H], c0[B, H]; the output is every
+    step's hidden state, [T, B, H] (``reverse`` runs from the last step to the first)."""
+
+    reverse: bool = False
+
+
+def _lstm_shape(spec: Lstm, ins):
+    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = ins
+    _float_input("lstm", x)
+    hidden = h0.shape[-1]
+    t, b, _ = x.shape if x.rank == 3 else (None, None, None)
+    want = [(w_ih, (4 * hidden, x.shape[-1])), (w_hh, (4 * hidden, hidden)),
+            (b_ih, (4 * hidden,)), (b_hh, (4 * hidden,)), (h0, (b, hidden)), (c0, (b, hidden))]
+    if x.rank != 3 or not is_static(hidden):
+        raise ShapeError(f"lstm: x must be [T, B, I] with a static hidden size, got {x}")
+    for tensor, shape in want:
+        _same_shape("lstm", tensor, shape, x.dtype)
+    return x.with_shape((t, b, hidden))
+
+
+def _lstm_eval(spec: Lstm, xs, resolve):
+    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = xs
+    if spec.reverse:
+        x = x.flip(0)
+    out = torch.lstm(x, (h0[None], c0[None]), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, False,
+                     False, False)[0]
+    return out.flip(0) if spec.reverse else out
+
+
+def _lstm_cost(spec: Lstm, ins, out: TensorType) -> Cost:
+    x, w_ih, w_hh = ins[:3]
+    steps = product(x.shape[:2])  # T * B rows
+    flops = 2 * steps * (product(w_ih.shape) + product(w_hh.shape)) + 12 * out.numel
+    return traffic(ins, out, flops)
+
+
+primitive(Op.lstm, Lstm, 7, _lstm_shape, _lstm_eval, _lstm_cost,
+          "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++")
+
+
 # -- activations ------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)

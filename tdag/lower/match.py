@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import TensorKind
@@ -128,6 +130,9 @@ def scalar(ctx: Context, name: str) -> float | None:
     first = value.reshape(-1)[0]
     if value.numel() > 1 and not bool((value == first).all()):
         return None
+    if value.dtype in (torch.float32, torch.float16):
+        # the shortest decimal that rounds back to the same value: 1e-05, not 9.99999974e-06
+        return float(str(first.numpy()))
     return float(first)
 
 

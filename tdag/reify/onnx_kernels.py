@@ -6,6 +6,9 @@ emits (RMS norm, attention, group norm via InstanceNormalization).
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from tdag.ir.op import Op
@@ -48,10 +51,8 @@ def _einsum(node, ins, g, cx):
 
 
 def _conv_attrs(spec, kernel) -> dict:
-    n = len(spec.stride)
     return dict(kernel_shape=[int(k) for k in kernel], strides=list(spec.stride),
-                pads=list(spec.padding) * 2, dilations=list(spec.dilation), group=spec.groups) \
-        if n else {}
+                pads=list(spec.padding) * 2, dilations=list(spec.dilation), group=spec.groups)
 
 
 @converts(Op.conv)
@@ -79,6 +80,41 @@ def _avg_pool(node, ins, g, cx):
     s = node.spec
     return g.node("AveragePool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
                   pads=list(s.padding) * 2, count_include_pad=1)
+
+
+@converts(Op.resize)
+def _resize(node, ins, g, cx):
+    """Resize with torch's coordinates: floor-nearest on asymmetric coordinates, linear on
+    pytorch_half_pixel or align_corners; sizes (or torch's explicit scales) as given."""
+    s = node.spec
+    if s.mode == "nearest":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                     nearest_mode="floor")
+    else:  # half_pixel is pytorch_half_pixel except for size-1 outputs, and runs faster
+        half = "half_pixel" if all(n != 1 for n in s.sizes) else "pytorch_half_pixel"
+        attrs = dict(mode="linear", coordinate_transformation_mode=(
+            "align_corners" if s.align_corners else half))
+    scales = s.scales if s.scales is not None else _exact_scales(cx.type(node.inputs[0]), s)
+    if scales is not None:  # constant scales let onnxruntime use its fast upsampling
+        scales = g.const([1.0, 1.0] + [float(v) for v in scales], DType.f32)
+        return g.node("Resize", [ins[0], "", scales], **attrs)
+    sizes = g.node("Concat", [g.node("Shape", ins, end=2), g.const(list(s.sizes))], axis=0)
+    return g.node("Resize", [ins[0], "", "", sizes], **attrs)
+
+
+def _exact_scales(x_type, spec) -> tuple | None:
+    """out/in per axis when float32 reproduces every size exactly (then the scale and the
+    size ratio give the same coordinates)."""
+    scales = []
+    for n, out in zip(x_type.shape[2:], spec.sizes):
+        if not is_static(n) or not n:
+            return None
+        scale = float(np.float32(out / n))
+        if math.floor(np.float32(scale) * np.float32(n)) != out or \
+                float(np.float32(n) / np.float32(out)) != float(np.float32(1 / scale)):
+            return None
+        scales.append(scale)
+    return tuple(scales)
 
 
 @converts(Op.softmax)
@@ -179,6 +215,22 @@ def _attention(node, ins, g, cx):
         dead = g.node("Equal", [g.node("ReduceMax", [mask, g.const([-1])], keepdims=1), neg_inf])
     weights = g.node("Where", [dead, g.const(0.0, dtype), g.node("Softmax", [scores], axis=-1)])
     return g.node("MatMul", [weights, v])
+
+
+@converts(Op.lstm)
+def _lstm(node, ins, g, cx):
+    """ONNX LSTM; its gates are ordered (i, o, f, c) where torch's are (i, f, g, o)."""
+    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = ins
+    hidden = int(node.type.shape[-1])
+    order = g.const([k * hidden + j for k in (0, 3, 1, 2) for j in range(hidden)])
+    gates = lambda t: g.node("Gather", [t, order], axis=0)  # noqa: E731
+    w = g.node("Unsqueeze", [gates(w_ih), g.const([0])])
+    r = g.node("Unsqueeze", [gates(w_hh), g.const([0])])
+    b = g.node("Unsqueeze", [g.node("Concat", [gates(b_ih), gates(b_hh)], axis=0), g.const([0])])
+    h, c = (g.node("Unsqueeze", [t, g.const([0])]) for t in (h0, c0))
+    y = g.node("LSTM", [x, w, r, b, "", h, c], hidden_size=hidden,
+               direction="reverse" if node.spec.reverse else "forward")
+    return g.node("Squeeze", [y, g.const([1])])  # [T, 1, B, H] -> [T, B, H]
 
 
 @converts(Op.gelu)

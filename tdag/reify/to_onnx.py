@@ -21,7 +21,7 @@ from tdag.lower.rewrite import Context
 from tdag.reify import onnx_kernels  # noqa: F401  (registers the kernel converters)
 from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder, Symbols, value_info
 from tdag.reify.onnx_ops import CONVERT
-from tdag.reify.torch_codegen import _broadcasts_to
+from tdag.reify.torch_codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
 _IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
@@ -191,7 +191,7 @@ class _GraphEmitter:
             dtype = self.type(n).dtype
             others = [j for j in range(len(names)) if j != i and not isinstance(out[j], tuple)]
             if value is not None and dtype is not DType.bf16 and \
-                    _broadcasts_to([shapes[j] for j in others], node.type.shape):
+                    broadcasts_to([shapes[j] for j in others], node.type.shape):
                 out[i], shapes[i] = (_typed(value, dtype), dtype), ()
         for i, n in enumerate(names):
             producer = self.ctx.producer(n)
@@ -200,7 +200,7 @@ class _GraphEmitter:
                 continue
             trial = list(shapes)
             trial[i] = self.type(producer.inputs[0]).shape
-            if _broadcasts_to(trial, node.type.shape):
+            if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
 

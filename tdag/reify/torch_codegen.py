@@ -8,7 +8,6 @@ tensor (torch broadcasts it implicitly). Nodes nothing reads are not emitted.
 from __future__ import annotations
 
 import keyword
-import math
 import re
 
 import sympy
@@ -17,10 +16,10 @@ from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, dims_equal, is_static
-from tdag.ir.types import DType, TensorKind
+from tdag.ir.types import DType
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
-from tdag.reify.torch_ops import BROADCASTING, EMIT, accepts_literal
+from tdag.reify.torch_ops import BROADCASTING, EMIT, accepts_literal, literal
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -47,19 +46,6 @@ class Scope:
 
     def fresh(self, hint: str) -> str:
         return self(f"{hint}#{len(self.names)}")
-
-
-def literal(value) -> str:
-    """A Python literal for a scalar (inf and nan included)."""
-    if isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "float('nan')"
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        return repr(value)
-    return repr(value)
 
 
 def dim_expr(dim: Dim, used: set | None = None) -> str:
@@ -139,33 +125,25 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
     scope = Scope()
     ctx = Context(graph)
     params = [scope(v.name) for v in graph.inputs]
-    device = _device_expr(graph, params, weight_expr)
+    # the device of generated tensors (iota): the first input's, else the module's
+    device = f"{params[0]}.device" if params else "self._tdag_device.device"
     code = Code(ctx, device)
-    exprs, refs = {}, {}
-    for node in graph.nodes:
-        args, used = _operands(node, ctx, scope)
-        exprs[node.name] = EMIT[node.op](node, args, code)
-        refs[node.name] = used
-    live = _live(graph, refs)
+    operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
+    live = _live(graph, {name: used for name, (_, used) in operands.items()})
     body = []
     for w in graph.weights:
         if w in live:
             body.append(f"{scope(w)} = {weight_expr(w)}")
-    for node in graph.nodes:
+    for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            body.append(f"{scope(node.name)} = {exprs[node.name]}")
+            expr = EMIT[node.op](node, operands[node.name][0], code)
+            body.append(f"{scope(node.name)} = {expr}")
     outs = [scope(o) for o in graph.outputs]
     body.append(f"return ({', '.join(outs)},)")
     header, free = _bind_symbols(graph, params, code.symbols)
     signature = ", ".join(["self"] + params + [f"s_{s}" for s in free])
     lines = [f"def _g_{name}({signature}):"] + ["    " + line for line in header + body]
     return "\n".join(lines), free
-
-
-def _device_expr(graph: TDAG, params, weight_expr) -> str:
-    if params:
-        return f"{params[0]}.device"
-    return "self._tdag_device.device"
 
 
 def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
@@ -210,12 +188,13 @@ def _unexpand(node: Node, ctx: Context, scope: Scope, exprs, used, literals) -> 
         src = producer.inputs[0]
         trial = list(shapes)
         trial[i] = ctx.type(src).shape
-        if _broadcasts_to(trial, node.type.shape):
+        if broadcasts_to(trial, node.type.shape):
             shapes = trial
             exprs[i], used[i] = scope(src), src
 
 
-def _broadcasts_to(shapes, target) -> bool:
+def broadcasts_to(shapes, target) -> bool:
+    """Whether numpy broadcasting of ``shapes`` gives exactly ``target``."""
     rank = len(target)
     for axis in range(rank):
         covered = False
@@ -250,8 +229,3 @@ def _bind_symbols(graph: TDAG, params, symbols: set) -> tuple[list[str], list[st
                 lines.append(f"s_{d.name} = {param}.shape[{i}]")
                 bound.add(d.name)
     return lines, sorted(symbols - bound)
-
-
-def is_weight_kind(graph: TDAG, name: str, kind: TensorKind) -> bool:
-    w = graph.weights.get(name)
-    return w is not None and w.kind is kind

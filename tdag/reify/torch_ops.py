@@ -6,6 +6,7 @@ knows the device variable. Every primitive and every kernel has an entry.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from tdag.deinops.elementwise import CompareKind, DivideMode
@@ -14,6 +15,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
+from tdag.lower.kernels import torch_mode
 from tdag.reify.einsum_plan import plan_einsum
 
 EMIT: dict[Op, Callable] = {}
@@ -28,8 +30,13 @@ def emits(*ops: Op):
 
 
 def literal(value) -> str:
-    from tdag.reify.torch_codegen import literal as _literal
-    return _literal(value)
+    """A Python literal for a scalar (inf and nan included)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+    return repr(value)
 
 
 def dtype_expr(dtype: DType) -> str:
@@ -292,6 +299,14 @@ def _avg_pool(node, a, code):
             f"{_tuple(s.padding)})")
 
 
+@emits(Op.resize)
+def _resize(node, a, code):
+    s = node.spec
+    align = f", align_corners={s.align_corners}" if s.mode == "linear" else ""
+    target = f"size={_tuple(s.sizes)}" if s.scales is None else f"scale_factor={_tuple(s.scales)}"
+    return f"F.interpolate({a[0]}, {target}, mode={torch_mode(s)!r}{align})"
+
+
 @emits(Op.softmax, Op.log_softmax)
 def _softmax(node, a, code):
     return f"torch.{node.op.value}({a[0]}, {node.spec.axis})"
@@ -330,6 +345,16 @@ def _clamp(node, a, code):
     lo, hi = node.spec.lo, node.spec.hi
     return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo)}, " \
            f"{'None' if hi is None else literal(hi)})"
+
+
+@emits(Op.lstm)
+def _lstm(node, a, code):
+    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = a
+    if node.spec.reverse:
+        x = f"{x}.flip(0)"
+    out = (f"torch.lstm({x}, ({h0}[None], {c0}[None]), ({w_ih}, {w_hh}, {b_ih}, {b_hh}), "
+           f"True, 1, 0.0, False, False, False)[0]")
+    return f"{out}.flip(0)" if node.spec.reverse else out
 
 
 @emits(Op.gelu)

@@ -1,0 +1,109 @@
+"""Searching and counting ATen ops, as comparisons summed over a static axis.
+
+``bucketize``/``searchsorted`` count the boundaries below each value; ``histc`` counts the
+values in each bin (one-hot); ``pdist`` picks a static index set.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tdag import ops
+from tdag.canonicalize.aten.contraction import cdist
+from tdag.canonicalize.aten.registry import aten
+from tdag.ir.types import DType
+
+
+def _count_below(values, boundaries, right):
+    """For each value, the number of boundaries < value (<= with ``right``): its insertion
+    point in the sorted boundaries. boundaries: [..., B], values: [..., N] (same batch)."""
+    below = ops.le if right else ops.lt
+    hits = below(ops.unsqueeze(boundaries, boundaries.ndim - 1), ops.unsqueeze(values, values.ndim))
+    return ops.sum(ops.cast(hits, DType.i64), values.ndim)
+
+
+@aten("bucketize")
+def bucketize(x, boundaries, out_int32=False, right=False):
+    flat = ops.reshape(x, (-1,)) if x.ndim else ops.reshape(x, (1,))
+    counts = _count_below(flat, boundaries, right)
+    return ops.reshape(counts, x.shape)
+
+
+@aten("searchsorted")
+def searchsorted(sorted_sequence, x, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        sorted_sequence = ops.gather(sorted_sequence, sorter, sorted_sequence.ndim - 1) \
+            if sorted_sequence.ndim == 1 else _take_along_last(sorted_sequence, sorter)
+    right = right or side == "right"
+    if sorted_sequence.ndim == 1:
+        return bucketize(x, sorted_sequence, out_int32, right)
+    return _count_below(x, sorted_sequence, right)
+
+
+def _take_along_last(x, index):
+    from tdag.canonicalize.aten.indexing import gather
+    return gather(x, x.ndim - 1, index)
+
+
+@aten("histc")
+def histc(x, bins=100, min=0, max=0):
+    """Counts of values in ``bins`` equal bins over [min, max] (the data's range when
+    min == max); values outside are not counted, max goes into the last bin."""
+    x = ops.reshape(x, (-1,))
+    low, high = (ops.amin(x), ops.amax(x)) if min == max else (float(min), float(max))
+    if min == max:  # a constant tensor: torch widens the range by one on each side
+        same = ops.eq(low, high)
+        low, high = ops.where(same, ops.sub(low, 1.0), low), ops.where(same, ops.add(high, 1.0),
+                                                                         high)
+    width = ops.sub(high, low)
+    index = ops.cast(ops.floor(ops.div(ops.mul(ops.sub(x, low), float(bins)), width)), DType.i64)
+    index = ops.where(ops.eq(x, high), bins - 1, index)
+    inside = ops.logical_and(ops.ge(x, low), ops.le(x, high))
+    index = ops.where(inside, index, -1)
+    one_hot = ops.eq(ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(bins, "i64", x.builder), 0))
+    return ops.sum(ops.cast(one_hot, x.dtype), 0)
+
+
+@aten("angle")
+def angle(x):
+    """Of a real number: pi if negative, else 0 (nan stays nan)."""
+    x = ops.cast(x, DType.f32) if not x.dtype.is_float else x
+    return ops.where(ops.lt(x, 0.0), math.pi, ops.where(ops.isnan(x), x, 0.0))
+
+
+@aten("_pdist_forward")
+def pdist(x, p=2.0):
+    """The upper triangle (i < j) of the distance matrix, row by row."""
+    n = x.shape[0]
+    full = ops.reshape(cdist(x, x, p), (-1,))
+    pairs = [i * n + j for i in range(n) for j in range(i + 1, n)]
+    return ops.gather(full, x.builder.const(torch.tensor(pairs, dtype=torch.int64)), 0)
+
+
+@aten("histogram.bin_ct")
+def histogram(x, bins=100, range=None, weight=None, density=False):
+    """(counts, edges) over ``bins`` equal bins of [min, max] (the data's range by default);
+    the last bin includes its right edge; values outside are not counted."""
+    flat = ops.reshape(x, (-1,))
+    low, high = (ops.amin(flat), ops.amax(flat)) if range is None else \
+        (ops.full((), float(range[0]), x.dtype, like=x), ops.full((), float(range[1]), x.dtype,
+                                                                   like=x))
+    same = ops.eq(low, high)  # one value: torch centres a bin of width 1 on it
+    low, high = ops.where(same, ops.sub(low, 0.5), low), ops.where(same, ops.add(high, 0.5), high)
+    edges = ops.add(low, ops.mul(ops.div(ops.sub(high, low), float(bins)),
+                                 ops.cast(ops.iota(bins + 1, "i64", x.builder), x.dtype)))
+    edges = ops.where(ops.eq(ops.iota(bins + 1, "i64", x.builder), bins), high, edges)
+    index = ops.sub(_count_below(flat, edges, right=True), 1)
+    index = ops.where(ops.eq(flat, high), bins - 1, index)
+    inside = ops.logical_and(ops.ge(flat, low), ops.le(flat, high))
+    one_hot = ops.logical_and(ops.unsqueeze(inside, 1), ops.eq(
+        ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(bins, "i64", x.builder), 0)))
+    mass = ops.cast(one_hot, x.dtype)
+    if weight is not None:
+        mass = ops.mul(mass, ops.unsqueeze(ops.reshape(weight, (-1,)), 1))
+    counts = ops.sum(mass, 0)
+    if density:
+        widths = ops.sub(ops.slice(edges, 0, 1, bins + 1), ops.slice(edges, 0, 0, bins))
+        counts = ops.div(counts, ops.mul(ops.sum(counts), widths))
+    return counts, edges

@@ -1,0 +1,163 @@
+"""An unrolled LSTM layer -> one lstm kernel.
+
+Each step t of a layer (torch's gate order i, f, g, o, each H wide):
+
+    G_t = select(P, 0, t) + einsum(h_prev, w_hh, b_hh)     with P = einsum(x, w_ih, b_ih)
+    c_t = sigmoid(G_t[f]) * c_prev + sigmoid(G_t[i]) * tanh(G_t[g])
+    h_t = sigmoid(G_t[o]) * tanh(c_t)
+
+and the layer's output stacks h_0 .. h_{T-1} along a new first axis (a concat of
+reshapes). The chain is followed from the stacked pieces: every piece must be the next (or,
+running backwards, the previous) step of one recurrence over the same P and weights.
+"""
+from __future__ import annotations
+
+from tdag.deinops.movement import Permute
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.ir.symbols import dims_equal, is_static
+from tdag.lower.kernels import parse_equation
+from tdag.lower.kernels_nn import Lstm
+from tdag.lower.match import producer_is
+from tdag.lower.movement import RESHAPES
+from tdag.lower.rewrite import Context
+
+
+def _of(ctx: Context, name: str, op: Op) -> str | None:
+    node = producer_is(ctx, name, op)
+    return node.inputs[0] if node is not None else None
+
+
+def _pair(ctx: Context, name: str, op: Op):
+    """The operands of a commutative ``op`` node, or None."""
+    node = producer_is(ctx, name, op)
+    return tuple(node.inputs) if node is not None else None
+
+
+def _hidden(ctx: Context, h: str):
+    """h = sigmoid(o) * tanh(c) -> (o, c)."""
+    pair = _pair(ctx, h, Op.multiply)
+    if pair is None:
+        return None
+    for s, t in (pair, pair[::-1]):
+        o, c = _of(ctx, s, Op.sigmoid), _of(ctx, t, Op.tanh)
+        if o is not None and c is not None:
+            return o, c
+    return None
+
+
+def _cell(ctx: Context, c: str):
+    """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) -> (i, f, g, c_prev)."""
+    pair = _pair(ctx, c, Op.add)
+    if pair is None:
+        return None
+    for new, old in (pair, pair[::-1]):
+        a, b = _pair(ctx, new, Op.multiply) or (None, None), _pair(ctx, old, Op.multiply)
+        if a[0] is None or b is None:
+            continue
+        for si, tg in (a, a[::-1]):
+            i, g = _of(ctx, si, Op.sigmoid), _of(ctx, tg, Op.tanh)
+            if i is None or g is None:
+                continue
+            for sf, prev in (b, b[::-1]):
+                f = _of(ctx, sf, Op.sigmoid)
+                if f is not None:
+                    return i, f, g, prev
+    return None
+
+
+def _gates(ctx: Context, parts, hidden) -> str | None:
+    """Slices [0:H], [H:2H], [2H:3H], [3H:4H] of one value's last axis -> that value."""
+    source = None
+    for k, name in enumerate(parts):
+        node = producer_is(ctx, name, Op.slice)
+        if node is None or len(node.spec.axes) != 1 or node.spec.steps != (1,):
+            return None
+        if node.spec.axes[0] != ctx.type(node.inputs[0]).rank - 1 or \
+                node.spec.starts[0] != k * hidden or node.spec.stops[0] != (k + 1) * hidden:
+            return None
+        if source not in (None, node.inputs[0]):
+            return None
+        source = node.inputs[0]
+    return source
+
+
+def _linear_form(node: Node) -> bool:
+    """einsum "ab,cb->ac" with a 1-d bias: x @ w.T + b."""
+    (la, lb), lo = parse_equation(node.spec.equation)
+    return len(node.inputs) == 3 and len(la) == 2 and len(lb) == 2 and la[1] == lb[1] and \
+        lo == la[0] + lb[0]
+
+
+def _step(ctx: Context, h: str):
+    """One step ending in h -> dict(P, t, w_hh, b_hh, h_prev, c, c_prev)."""
+    found = _hidden(ctx, h)
+    if found is None:
+        return None
+    o, c = found
+    cell = _cell(ctx, c)
+    if cell is None:
+        return None
+    i, f, g, c_prev = cell
+    hidden = ctx.type(h).shape[-1]
+    gates = _gates(ctx, (i, f, g, o), hidden) if is_static(hidden) else None
+    pair = _pair(ctx, gates, Op.add) if gates is not None else None
+    if pair is None:
+        return None
+    for xs, rs in (pair, pair[::-1]):
+        sel, rec = producer_is(ctx, xs, Op.select), producer_is(ctx, rs, Op.einsum)
+        if sel is None or rec is None or sel.spec.axis != 0 or not _linear_form(rec) or \
+                not is_static(sel.spec.index):
+            continue
+        return dict(P=sel.inputs[0], t=int(sel.spec.index), w_hh=rec.inputs[1],
+                    b_hh=rec.inputs[2], h_prev=rec.inputs[0], c=c, c_prev=c_prev)
+    return None
+
+
+def _projection(ctx: Context, p: str):
+    """P = einsum(x, w_ih, b_ih) with P [T, B, 4H] -> (x, permutation to [T, B, I], w, b)."""
+    node = producer_is(ctx, p, Op.einsum)
+    if node is None or len(node.inputs) != 3:
+        return None
+    (lx, lw), lo = parse_equation(node.spec.equation)
+    if len(lx) != 3 or len(lw) != 2 or len(lo) != 3 or lo[2] != lw[0] or lw[1] not in lx:
+        return None
+    order = lo[:2] + lw[1]  # T, B, I
+    if set(order) != set(lx):
+        return None
+    return node.inputs[0], tuple(lx.index(c) for c in order), node.inputs[1], node.inputs[2]
+
+
+def lstm_rule(node: Node, ctx: Context):
+    """concat(h_0 .. h_{T-1} as [1, B, H]) of an unrolled LSTM -> lstm(x, weights, h0, c0)"""
+    if node.op is not Op.concat or node.spec.axis != 0 or len(node.inputs) < 2:
+        return None
+    hs = []
+    for piece in node.inputs:
+        reshape = ctx.producer(piece)
+        if reshape is None or reshape.op not in RESHAPES or ctx.type(piece).shape[0] != 1:
+            return "pieces are not [1, B, H] views"
+        hs.append(reshape.inputs[0])
+    steps = [_step(ctx, h) for h in hs]
+    if None in steps or any(s["t"] != t for t, s in enumerate(steps)):
+        return "not the steps of one recurrence, in order"
+    reverse = steps[0]["h_prev"] == hs[1]
+    order = list(reversed(range(len(hs)))) if reverse else list(range(len(hs)))
+    first = steps[order[0]]
+    for k in range(1, len(order)):
+        now, before = steps[order[k]], steps[order[k - 1]]
+        if now["h_prev"] != hs[order[k - 1]] or now["c_prev"] != before["c"] or \
+                any(now[key] != first[key] for key in ("P", "w_hh", "b_hh")):
+            return "the steps do not chain"
+    proj = _projection(ctx, first["P"])
+    if proj is None or not dims_equal(ctx.type(first["P"]).shape[0], len(hs)):
+        return "the input projection is not one einsum over the sequence"
+    x, perm, w_ih, b_ih = proj
+    emit = ctx.emitter(node)
+    if perm != (0, 1, 2):
+        x = emit(Op.permute, Permute(perm), x)
+    return emit.finish(emit(Op.lstm, Lstm(reverse), x, w_ih, first["w_hh"], b_ih,
+                            first["b_hh"], first["h_prev"], first["c_prev"]))
+
+
+RULES = (lstm_rule,)
