@@ -102,6 +102,12 @@ def test_contractions_become_one_einsum(name):
     only(counts, Op.einsum)
 
 
+def test_selects_that_drop_nan_are_not_relu():
+    """where(x > 0, x, 0) maps nan to 0, torch.relu keeps it: not the same op."""
+    counts = lowered(lambda x: ops.where(x > 0, x, 0.0), S(("b", 8)))
+    assert counts[Op.relu] == 0 and counts[Op.where] == 1
+
+
 def test_elementwise_product_sum_is_not_a_contraction():
     counts = lowered(lambda x: ops.sum(x * x, 1), S(("b", 8)))
     assert counts[Op.einsum] == 0 and counts[Op.reduce] == 1
@@ -217,7 +223,7 @@ NN = {
     "silu-as-x-sigmoid": (lambda x: x * ops.sigmoid(x), Op.silu),
     "sigmoid": (lambda x: ops.sigmoid(x), Op.sigmoid),
     "relu": (lambda x: ops.relu(x), Op.relu),
-    "relu-where-gt": (lambda x: ops.where(x > 0, x, 0.0), Op.relu),
+    "relu-as-maximum": (lambda x: ops.maximum(x, 0.0), Op.relu),
     "relu6": (lambda x: ops.relu6(x), Op.clamp),
     "clamp": (lambda x: ops.clamp(x, -0.5, 2.0), Op.clamp),
     "hardswish": (lambda x: ops.hardswish(x), Op.hardswish),

@@ -169,7 +169,9 @@ _ABOVE = {CompareKind.gt, CompareKind.ge}
 
 
 def relu_rule(node: Node, ctx: Context):
-    """where(x < 0, 0, x) -> relu(x);  where(x > 0, x, 0) -> relu(x)"""
+    """where(x < 0, 0, x) -> relu(x);  clamp(x, lo=0) -> relu(x)  (both keep nan)"""
+    if node.op is Op.clamp and node.spec.lo == 0.0 and node.spec.hi is None:
+        return _unary(node, ctx, Op.relu, node.inputs[0])
     if node.op is not Op.where or not node.type.dtype.is_float:
         return None
     cond, a, b = node.inputs
@@ -178,27 +180,25 @@ def relu_rule(node: Node, ctx: Context):
         return "condition is not a comparison"
     lhs, rhs = test.inputs
     kind = test.spec.kind
-    if is_scalar(ctx, lhs, 0.0):  # 0 < x is x > 0
+    if is_scalar(ctx, lhs, 0.0):  # 0 > x is x < 0
         lhs, rhs = rhs, lhs
-        kind = {CompareKind.lt: CompareKind.gt, CompareKind.le: CompareKind.ge,
-                CompareKind.gt: CompareKind.lt, CompareKind.ge: CompareKind.le}.get(kind)
-    if not is_scalar(ctx, rhs, 0.0):
-        return "not a comparison with zero"
-    if kind in _BELOW and is_scalar(ctx, a, 0.0) and b == lhs:
-        return _unary(node, ctx, Op.relu, lhs)
-    if kind in _ABOVE and a == lhs and is_scalar(ctx, b, 0.0):
+        kind = {CompareKind.gt: CompareKind.lt, CompareKind.ge: CompareKind.le}.get(kind)
+    # where(x > 0, x, 0) is not a relu: it maps nan to 0
+    if kind in _BELOW and is_scalar(ctx, rhs, 0.0) and is_scalar(ctx, a, 0.0) and b == lhs:
         return _unary(node, ctx, Op.relu, lhs)
     return "not a relu"
 
 
 def _bound(ctx: Context, cond: str, x: str):
-    """``cond`` is x > s (or x > s or isnan(x), as maximum writes it): ``(kind, s)``."""
+    """``cond`` is ``x > s or isnan(x)`` (as maximum and minimum write it, so that nan
+    passes through as in torch.clamp): ``(kind, s)``."""
     node = ctx.producer(cond)
-    if node is not None and node.op is Op.where and is_scalar(ctx, node.inputs[1], 1.0):
-        nan = producer_is(ctx, node.inputs[2], Op.compare)
-        if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
-            return None
-        node = ctx.producer(node.inputs[0])
+    if node is None or node.op is not Op.where or not is_scalar(ctx, node.inputs[1], 1.0):
+        return None
+    nan = producer_is(ctx, node.inputs[2], Op.compare)
+    if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
+        return None
+    node = ctx.producer(node.inputs[0])
     if node is None or node.op is not Op.compare or node.inputs[0] != x:
         return None
     value = scalar(ctx, node.inputs[1])
@@ -206,7 +206,7 @@ def _bound(ctx: Context, cond: str, x: str):
 
 
 def clamp_rule(node: Node, ctx: Context):
-    """where(x > lo, x, lo) -> clamp(x, lo);  where(x < hi, x, hi) -> clamp(x, hi=hi);
+    """maximum(x, lo) -> clamp(x, lo);  minimum(x, hi) -> clamp(x, hi=hi);
     clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)"""
     from tdag.lower.kernels_nn import Clamp
     if not node.type.dtype.is_float:
