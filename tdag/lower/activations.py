@@ -211,12 +211,14 @@ def clamp_rule(node: Node, ctx: Context):
     from tdag.lower.kernels_nn import Clamp
     if not node.type.dtype.is_float:
         return None
-    if node.op is Op.clamp:
-        inner = producer_is(ctx, node.inputs[0], Op.clamp)
-        if inner is None or inner.spec.hi is not None or node.spec.lo is not None or \
+    if node.op is Op.clamp:  # relu is clamp(lo=0)
+        inner = ctx.producer(node.inputs[0])
+        if inner is None or inner.op not in (Op.clamp, Op.relu) or node.spec.lo is not None or \
+                (inner.op is Op.clamp and inner.spec.hi is not None) or \
                 not ctx.single_use(inner.name):
             return "not nested bounds"
-        return _unary(node, ctx, Op.clamp, inner.inputs[0], Clamp(inner.spec.lo, node.spec.hi))
+        lo = 0.0 if inner.op is Op.relu else inner.spec.lo
+        return _unary(node, ctx, Op.clamp, inner.inputs[0], Clamp(lo, node.spec.hi))
     if node.op is not Op.where:
         return None
     cond, x, y = node.inputs
