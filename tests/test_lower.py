@@ -12,6 +12,8 @@ from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tdag
 import tdag.lower
@@ -108,6 +110,26 @@ def test_selects_that_drop_nan_are_not_relu():
     assert counts[Op.relu] == 0 and counts[Op.where] == 1
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_any_axis_order_of_a_contraction_is_one_einsum(data):
+    """Random einsums (batch, free and contracted letters in random orders) lower to one
+    einsum kernel that computes the same thing."""
+    kinds = data.draw(st.lists(st.sampled_from("bmnk"), min_size=2, max_size=5))
+    letters = "pqrstu"[:len(kinds)]
+    a = [c for c, k in zip(letters, kinds) if k in "bmk"]
+    b = [c for c, k in zip(letters, kinds) if k in "bnk"]
+    out = [c for c, k in zip(letters, kinds) if k in "bmn"]
+    if not a or not b or "k" not in kinds or not ({"m", "n"} & set(kinds)):
+        return  # not a contraction of two operands with a one-sided axis
+    a, b, out = (data.draw(st.permutations(x)) for x in (a, b, out))
+    eq = f"{''.join(a)},{''.join(b)}->{''.join(out)}"
+    sizes = dict(zip(letters, (2, 3, 4, 5, 2, 3)))
+    counts = lowered(lambda x, y: ops.einsum(eq, x, y),
+                     S(tuple(sizes[c] for c in a)), S(tuple(sizes[c] for c in b)))
+    only(counts, Op.einsum)
+
+
 def test_elementwise_product_sum_is_not_a_contraction():
     counts = lowered(lambda x: ops.sum(x * x, 1), S(("b", 8)))
     assert counts[Op.einsum] == 0 and counts[Op.reduce] == 1
@@ -176,6 +198,7 @@ POOLS = {
     "avg": (lambda x: ops.avg_pool(x, 3, stride=2, padding=1), Op.avg_pool),
     "adaptive-avg": (lambda x: ops.adaptive_avg_pool(x, 3), Op.avg_pool),
     "global-avg": (lambda x: ops.adaptive_avg_pool(x, 1), Op.avg_pool),
+    "global-max": (lambda x: ops.adaptive_max_pool(x, 1), Op.max_pool),
     "max-1d-on-last": (lambda x: ops.max_pool(x, 3, spatial_dims=1), Op.max_pool),
 }
 

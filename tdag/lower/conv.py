@@ -140,9 +140,11 @@ def _emit_conv(node: Node, ctx: Context, win, w: str, r: _Roles, lo: str):
 
 def conv_transpose_rule(node: Node, ctx: Context):
     """fold+(reshape?(einsum(x, w))) -> conv_transpose(x', w')"""
-    if node.op is not Op.fold or producer_is(ctx, node.inputs[0], Op.fold) is None and \
-            not _feeds_from_einsum(ctx, node.inputs[0]):
+    if node.op is not Op.fold:
         return None
+    if producer_is(ctx, node.inputs[0], Op.fold) is None and \
+            not _feeds_from_einsum(ctx, node.inputs[0]):
+        return "not folds of a contraction"
     folds = []
     cur = node
     while cur is not None and cur.op is Op.fold:
@@ -248,6 +250,8 @@ def _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsu
 
 def _out_channels(letters, x_of, w_of, roles, y_axis, ctx, einsum) -> bool:
     """Y's output-channel axis: one w axis, or (group letter, per-group w axis)."""
+    if roles["cout_w"] is not None:
+        return False  # a second w-only axis kept: not a transposed convolution
     if len(letters) == 1:
         w = w_of[letters[0]]
         if letters[0] in x_of or w.kind != "src" or w.parts != 1:
@@ -288,7 +292,9 @@ def _emit_conv_transpose(node: Node, ctx: Context, folds, x: str, w: str, roles,
         e = as_dim(f.length - needed)
         if not is_static(e) or e < 0 or e >= max(f.step, f.dilation):
             return "output padding out of torch's range"
-        stride.append(f.step), dilation.append(f.dilation), extra.append(int(e))
+        stride.append(f.step)
+        dilation.append(f.dilation)
+        extra.append(int(e))
     spec = ConvTranspose(tuple(stride), (0,) * len(by_x), tuple(extra), tuple(dilation),
                          roles["groups"])
     out = emit(Op.conv_transpose, spec, xp, wp)

@@ -39,6 +39,8 @@ def max_pool_rule(node: Node, ctx: Context):
     """max over the windows of x -> max_pool"""
     if node.op is not Op.reduce:
         return None
+    if any(r.op is Op.unfold for r in ctx.readers(node.name)):
+        return "a separable pooling goes on: merge the axes first"
     win = _pooled(ctx, node.name, ReduceKind.max)
     if win is None:
         return "not a windowed max"

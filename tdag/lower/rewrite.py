@@ -41,6 +41,7 @@ class Context:
             self.uses[name] = self.uses.get(name, 0) + 1
         self._taken = set(self.types)
         self._counter = 0
+        self._readers = None
 
     def producer(self, name: str) -> Node | None:
         """The node computing ``name``; None for inputs and weights."""
@@ -55,6 +56,12 @@ class Context:
 
     def type(self, name: str) -> TensorType:
         return self.types[name]
+
+    def readers(self, name: str) -> list[Node]:
+        """The nodes that read ``name`` in the graph as it was when the sweep began."""
+        if self._readers is None:
+            self._readers = self.graph.users()
+        return self._readers.get(name, [])
 
     def single_use(self, name: str) -> bool:
         """Whether ``name`` feeds exactly one node and is not a graph output."""

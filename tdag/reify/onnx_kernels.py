@@ -17,6 +17,7 @@ from tdag.ir.types import DType
 from tdag.reify.einsum_plan import plan_einsum
 from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder
 from tdag.reify.onnx_ops import _last_two, converts
+from tdag.reify.torch_ops import global_pool
 
 
 def _t(g: GraphBuilder, x: str, rank: int) -> str:
@@ -71,6 +72,8 @@ def _conv_transpose(node, ins, g, cx):
 @converts(Op.max_pool)
 def _max_pool(node, ins, g, cx):
     s = node.spec
+    if global_pool(node, cx.type(node.inputs[0]).shape):
+        return g.node("GlobalMaxPool", ins)
     return g.node("MaxPool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
                   pads=list(s.padding) * 2, dilations=list(s.dilation))
 
@@ -78,6 +81,8 @@ def _max_pool(node, ins, g, cx):
 @converts(Op.avg_pool)
 def _avg_pool(node, ins, g, cx):
     s = node.spec
+    if global_pool(node, cx.type(node.inputs[0]).shape):
+        return g.node("GlobalAveragePool", ins)
     return g.node("AveragePool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
                   pads=list(s.padding) * 2, count_include_pad=1)
 

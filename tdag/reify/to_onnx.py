@@ -70,6 +70,7 @@ class _Exporter:
             g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs],
                         [value_info(n, t) for n, t in zip(out_names, out_types)])
+        _drop_unread_initializers(graph)
         model = helper.make_model(graph, producer_name="tdag",
                                   opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)
@@ -203,6 +204,21 @@ class _GraphEmitter:
             if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
+
+
+def _drop_unread_initializers(graph: onnx.GraphProto) -> None:
+    """Constants made on the way but not read by any node (subgraphs included)."""
+    read = set()
+    pending = [graph]
+    while pending:
+        g = pending.pop()
+        for node in g.node:
+            read.update(node.input)
+            pending += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    read.update(o.name for o in graph.output)
+    keep = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
 
 
 def _typed(value: float, dtype: DType):

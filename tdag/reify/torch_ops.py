@@ -285,9 +285,18 @@ def _conv_transpose(node, a, code):
             f"{_tuple(s.padding)}, {_tuple(s.output_padding)}, {s.groups}, {_tuple(s.dilation)})")
 
 
+def global_pool(node, in_shape) -> bool:
+    """A pool whose one window covers the whole (static) spatial extent."""
+    s = node.spec
+    return all(p == 0 for p in s.padding) and all(d == 1 for d in s.dilation) and \
+        tuple(in_shape[2:]) == tuple(s.kernel)
+
+
 @emits(Op.max_pool)
 def _max_pool(node, a, code):
     s = node.spec
+    if global_pool(node, code.shape_of(node.inputs[0])):  # what adaptive pooling to 1 runs
+        return f"{a[0]}.amax({_tuple(range(2, node.type.rank))}, keepdim=True)"
     return (f"F.max_pool{_NDIM[len(s.kernel)]}({a[0]}, {_tuple(s.kernel)}, {_tuple(s.stride)}, "
             f"{_tuple(s.padding)}, {_tuple(s.dilation)})")
 
@@ -295,6 +304,8 @@ def _max_pool(node, a, code):
 @emits(Op.avg_pool)
 def _avg_pool(node, a, code):
     s = node.spec
+    if global_pool(node, code.shape_of(node.inputs[0])):
+        return f"{a[0]}.mean({_tuple(range(2, node.type.rank))}, keepdim=True)"
     return (f"F.avg_pool{_NDIM[len(s.kernel)]}({a[0]}, {_tuple(s.kernel)}, {_tuple(s.stride)}, "
             f"{_tuple(s.padding)})")
 

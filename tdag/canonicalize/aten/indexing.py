@@ -108,3 +108,33 @@ def select_scatter(x, src, dim, index):
 @aten("embedding")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return ops.gather(weight, _i64(indices), 0)
+
+
+@aten("_embedding_bag", "_embedding_bag_forward_only")
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Sums, means or maxima of the rows of ``weight`` in each bag: bag b holds
+    ``indices[offsets[b]:offsets[b + 1]]``. Each position's bag is the number of offsets at or
+    before it, less one; a one-hot [bags, positions] mask then reduces the gathered rows. Only
+    the output is computed (the other three results serve the backward pass)."""
+    n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
+    indices = _i64(indices)
+    position = ops.iota(n, "i64", weight.builder)
+    bag = ops.sub(ops.sum(ops.le(ops.unsqueeze(offsets, 1), ops.unsqueeze(position, 0)), 0), 1)
+    member = ops.eq(ops.unsqueeze(ops.iota(bags, "i64", weight.builder), 1),
+                    ops.unsqueeze(bag, 0))  # [bags, n]
+    if padding_idx is not None and padding_idx >= 0:
+        member = ops.logical_and(member, ops.unsqueeze(ops.ne(indices, padding_idx), 0))
+    rows = ops.gather(weight, indices, 0)  # [n, dim]
+    if per_sample_weights is not None:
+        rows = ops.mul(rows, ops.unsqueeze(per_sample_weights, 1))
+    inside = ops.unsqueeze(member, 2)
+    if mode == 2:  # max; an empty bag gives 0
+        best = ops.amax(ops.where(inside, ops.unsqueeze(rows, 0), float("-inf")), 1)
+        out = ops.where(ops.amax(member, 1, keepdim=True), best, 0.0)
+    else:
+        out = ops.sum(ops.where(inside, ops.unsqueeze(rows, 0), 0.0), 1)
+        if mode == 1:
+            count = ops.sum(ops.cast(member, weight.dtype), 1, keepdim=True)
+            out = ops.div(out, ops.maximum(count, 1.0))
+    return out, None, None, None

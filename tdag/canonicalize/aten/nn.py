@@ -9,7 +9,9 @@ import math
 
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten
+from tdag.deinops.nn_util import take
 from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
 
@@ -222,9 +224,24 @@ def _padded(x, pad, mode):
     """Negative widths crop, in every mode: crop first, then pad by the positive widths."""
     if all(not isinstance(p, int) or p >= 0 for p in pad):
         return ops.torch_pad(x, pad, mode)
+    if mode == "replicate":
+        return _replicate_cropped(x, pad)
     crop = [min(p, 0) if isinstance(p, int) else 0 for p in pad]
     x = ops.torch_pad(x, tuple(crop), "constant")
     return ops.torch_pad(x, tuple(p - c for p, c in zip(pad, crop)), mode)
+
+
+def _replicate_cropped(x, pad):
+    """Replicate with a crop: output i reads input clamp(i - before, 0, n - 1), so a crop to
+    nothing still repeats the edge ATen clamps to (crop-then-pad would have no edge)."""
+    for i in range(len(pad) // 2):
+        axis, (lo, hi) = x.ndim - 1 - i, pad[2 * i:2 * i + 2]
+        n = x.shape[axis]
+        if not is_static(n):
+            raise UnsupportedOpError("replicate padding with a crop on a symbolic axis")
+        if lo or hi:
+            x = take(x, axis, [min(max(j - lo, 0), n - 1) for j in range(n + lo + hi)])
+    return x
 
 
 _mode_pad("reflect", ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"))

@@ -41,11 +41,20 @@ def aten(*names: str, needs: tuple = ()):
     return register
 
 
+# torch's own custom-op namespaces that public functions call (F.linear_cross_entropy with
+# chunking options calls torch_nn ops); their keys carry the namespace: ``torch_nn::op.default``
+TORCH_NAMESPACES = frozenset({"torch_nn"})
+
+
 def key(target) -> str | None:
-    """``add.Tensor`` for ``torch.ops.aten.add.Tensor``; None outside the aten namespace."""
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+    """``add.Tensor`` for ``torch.ops.aten.add.Tensor``; None outside aten and
+    TORCH_NAMESPACES."""
+    if not isinstance(target, torch._ops.OpOverload):
         return None
-    return f"{target.overloadpacket.__name__}.{target._overloadname}"
+    name = f"{target.overloadpacket.__name__}.{target._overloadname}"
+    if target.namespace == "aten":
+        return name
+    return f"{target.namespace}::{name}" if target.namespace in TORCH_NAMESPACES else None
 
 
 def entry_for(target) -> Entry | None:

@@ -1,0 +1,141 @@
+"""from_torch on single ATen ops that need more than a one-line entry: sorting and order
+statistics, embedding bags, 3-d grid sampling, antialiased resizing, cropped replicate
+padding, histogramdd and the chunked linear cross-entropy. Each case runs a small function
+through torch.export, tdag.from_torch and tdag.run, and compares with eager (rtol 1e-4).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tdag
+from tdag.canonicalize import from_torch
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def check(fn, *args):
+    module = Fn(fn).eval()
+    with torch.no_grad():
+        want = module(*args)
+    got = tdag.run(from_torch(module, args), *args)
+    want = torch.utils._pytree.tree_leaves(want)
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def _ties_and_nans():
+    x = torch.randn(4, 7)
+    x[0, 2] = x[0, 5] = x[0, 6]  # ties keep their order (stable)
+    x[1, 1] = x[1, 4] = float("nan")  # NaN sorts last, first when descending
+    x[2, :] = float("nan")
+    return x
+
+
+SORTING = {
+    "sort": lambda x: torch.sort(x, dim=1),
+    "sort_desc_dim0": lambda x: torch.sort(x, dim=0, descending=True),
+    "argsort_stable": lambda x: torch.argsort(x, dim=-1, stable=True),
+    # among equal values (an all-NaN row) topk and nanmedian may pick any position
+    "topk": lambda x: torch.topk(x[[0, 1, 3]], 3, dim=1),
+    "topk_smallest": lambda x: torch.topk(x, 2, dim=0, largest=False),
+    # kthvalue (quickselect) picks any position among equal values: rows without ties
+    "kthvalue": lambda x: torch.kthvalue(torch.cat([x[1:2], x[3:]]), 3, dim=1, keepdim=True),
+    "median_dim": lambda x: torch.median(x, dim=1),
+    "nanmedian_dim": lambda x: torch.nanmedian(x[[0, 1, 3]], dim=1),
+    "median_all": lambda x: torch.median(x[3]),
+    "quantile": lambda x: torch.quantile(x[3:], torch.tensor([0.1, 0.5, 0.9]), dim=1),
+    "msort": lambda x: torch.msort(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SORTING))
+def test_sorting(name):
+    torch.manual_seed(0)
+    check(SORTING[name], _ties_and_nans())
+
+
+def test_mode_prefers_smallest_and_reports_last_position():
+    x = torch.tensor([[3.0, 1.0, 3.0, 1.0, 2.0], [5.0, 5.0, 4.0, 4.0, 4.0]])
+    check(lambda t: torch.mode(t, dim=1), x)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_bag(mode, padding_idx):
+    torch.manual_seed(0)
+    weight = torch.randn(10, 4)
+    index = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    offsets = torch.tensor([0, 3, 3, 6])  # bag 1 is empty
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=padding_idx),
+          weight, index, offsets)
+
+
+def test_embedding_bag_weights_last_offset_and_2d():
+    torch.manual_seed(0)
+    weight, index = torch.randn(10, 4), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    per_sample = torch.rand(8)
+    check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p,
+                                             include_last_offset=True),
+          weight, index, torch.tensor([0, 2, 5, 7]), per_sample)
+    check(lambda w, i: F.embedding_bag(i, w, mode="mean"), weight, index.reshape(2, 4))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_3d(mode, padding_mode, align_corners):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 2, 4, 3) * 2.6 - 1.3  # some points fall outside [-1, 1]
+    check(lambda a, g: F.grid_sample(a, g, mode=mode, padding_mode=padding_mode,
+                                     align_corners=align_corners), x, grid)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size", [(3, 7), (17, 9), (1, 40)])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_antialiased_interpolate(mode, size, align_corners):
+    torch.manual_seed(0)
+    check(lambda x: F.interpolate(x, size=size, mode=mode, antialias=True,
+                                  align_corners=align_corners), torch.randn(2, 3, 10, 20))
+
+
+def test_antialiased_interpolate_scale_factor():
+    check(lambda x: F.interpolate(x, scale_factor=0.3, mode="bilinear", antialias=True),
+          torch.randn(1, 2, 11, 13))
+
+
+@pytest.mark.parametrize("pad", [(-4, 5, 0, 0), (2, -3, -1, 2), (-1, -1, 1, 0)])
+def test_replicate_pad_with_crop(pad):
+    check(lambda x: F.pad(x, pad, mode="replicate"), torch.randn(2, 3, 4, 4))
+
+
+def test_histogramdd():
+    torch.manual_seed(0)
+    x, w = torch.randn(30, 2), torch.rand(30)
+    check(lambda t: torch.histogramdd(t, bins=[3, 4]), x)
+    check(lambda t, u: torch.histogramdd(t, bins=[2, 3], range=[-1.0, 1.0, -2.0, 0.5],
+                                         weight=u, density=True), x, w)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_chunked_linear_cross_entropy(reduction):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(6, 5), torch.randn(7, 5), torch.randn(7)
+    target, class_weight = torch.tensor([0, 3, 6, 2, 2, 1]), torch.rand(7)
+    options = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    check(lambda i, lw, t, lb, cw: F.linear_cross_entropy(
+        i, lw, t, linear_bias=lb, weight=cw, reduction=reduction, ignore_index=2,
+        options=options), x, w, target, b, class_weight)
