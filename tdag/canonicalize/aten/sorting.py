@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.aten.indexing import gather
-from tdag.errors import UnsupportedOpError
 from tdag.canonicalize.aten.registry import aten
+from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
