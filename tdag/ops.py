@@ -7,6 +7,7 @@ patterns (``rearrange``, ``einops_reduce``, ``repeat``, ``einsum``).
 """
 from tdag.deinops.core import *  # noqa: F401,F403
 from tdag.deinops.core import abs, pow, round, slice, sum  # noqa: F401  (shadow builtins)
+from tdag.deinops.arrays import *  # noqa: F401,F403
 from tdag.deinops.nn import *  # noqa: F401,F403
 from tdag.deinops.trace import buffer, const, param  # noqa: F401
 from tdag.deinops.einops import einsum, rearrange, reduce as einops_reduce, repeat  # noqa: F401

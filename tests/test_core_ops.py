@@ -1,4 +1,4 @@
-"""The torch-like helpers of ``tdag.deinops.core`` against torch itself, from a table.
+"""The torch-like helpers of ``tdag.ops`` (core and arrays) against torch itself, from a table.
 
 Each row traces a function written with the helpers, verifies the Program, runs it with
 ``tdag.run`` and compares with the same computation in torch: the dtype and shape must be
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import tdag
-from tdag.deinops import core as C
+from tdag import ops as C  # core, arrays and the rest, as users see them
 from tdag.ir.op import Op
 
 NAN, INF = float("nan"), float("inf")

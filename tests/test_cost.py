@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tdag
 from tdag.deinops import REGISTRY, Cost
-from tdag.deinops import core as C
+from tdag import ops as C
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,

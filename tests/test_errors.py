@@ -7,7 +7,7 @@ import torch
 
 import tdag
 from tdag import InvalidModelError, Node, ShapeError, TdagError, TensorSpec, TensorType, Value
-from tdag.deinops import core as C
+from tdag import ops as C
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Divide, DivideMode
 from tdag.deinops.indexing import Iota

@@ -7,7 +7,7 @@ import torch
 
 import tdag
 from tdag import Block, Call, If, Loop, Program, TensorKind, TensorSpec, TensorType, Value, Weight
-from tdag.deinops import core as C
+from tdag import ops as C
 from tdag.errors import InvalidModelError
 from tdag.ir.symbols import as_dim, symbol
 

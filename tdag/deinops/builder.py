@@ -93,8 +93,9 @@ class Tensor:
 
 
 def _ops():
-    from tdag.deinops import core
-    return core
+    # tdag.ops gathers core, arrays, nn and einops; imported late (it imports this module)
+    import tdag.ops
+    return tdag.ops
 
 
 class Builder:

@@ -28,7 +28,7 @@ from typing import Mapping
 
 import sympy
 
-from tdag.deinops import core
+from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
 from tdag.errors import PatternError, ShapeError, TdagError
 from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, is_static, product
@@ -36,7 +36,7 @@ from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, is_static, prod
 ELLIPSIS = "…"  # "..." as one name; expanded per rank into "…0", "…1", ...
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 _CACHE_SIZE = 512
-_REDUCERS = {"sum": core.sum, "mean": core.mean, "max": core.amax, "min": core.amin,
+_REDUCERS = {"sum": core.sum, "mean": arrays.mean, "max": core.amax, "min": core.amin,
              "prod": core.prod}
 
 # An Axis is a tuple of elementary names fused into one tensor axis, e.g. ("h", "w").

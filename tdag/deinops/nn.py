@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from tdag.deinops import core
+from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
 from tdag.deinops.nn_conv import conv, conv_transpose, torch_pad
 from tdag.deinops.nn_pool import (adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate,
@@ -161,8 +161,8 @@ def logsumexp(x: Tensor, axis=-1, keepdim: bool = False) -> Tensor:
 
 def _normalize(x: Tensor, axes: tuple, eps: float) -> Tensor:
     """(x - mean) / sqrt(var + eps) over ``axes``, with the biased variance as torch uses."""
-    centered = core.sub(x, core.mean(x, axes, keepdim=True))
-    variance = core.mean(core.mul(centered, centered), axes, keepdim=True)
+    centered = core.sub(x, arrays.mean(x, axes, keepdim=True))
+    variance = arrays.mean(core.mul(centered, centered), axes, keepdim=True)
     return core.mul(centered, core.rsqrt(core.add(variance, eps)))
 
 
@@ -193,7 +193,7 @@ def rms_norm(x: Tensor, normalized_shape, weight=None, eps: float | None = None)
     x = as_float(x)
     axes = _trailing_axes(x, normalized_shape, "rms_norm")
     eps = torch.finfo(x.dtype.torch).eps if eps is None else eps
-    scale = core.rsqrt(core.add(core.mean(core.mul(x, x), axes, keepdim=True), eps))
+    scale = core.rsqrt(core.add(arrays.mean(core.mul(x, x), axes, keepdim=True), eps))
     return _affine(core.mul(x, scale), weight, None)
 
 
@@ -269,14 +269,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
             raise ShapeError(f"scaled_dot_product_attention: a symbolic head size {q.type} "
                              "needs an explicit scale")
         scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = core.mul(core.matmul(q, core.transpose(k, -2, -1)), scale)   # (..., L, S)
+    scores = core.mul(arrays.matmul(q, core.transpose(k, -2, -1)), scale)   # (..., L, S)
     if is_causal:
         scores = core.where(_causal_keep(q.shape[-2], k.shape[-2], q), scores, -_INF)
     if attn_mask is not None:
         mask = core.as_tensor(attn_mask, q.builder)
         scores = core.where(mask, scores, -_INF) if mask.dtype is DType.bool else \
             core.add(scores, mask)
-    return core.matmul(_safe_softmax(scores), v)
+    return arrays.matmul(_safe_softmax(scores), v)
 
 
 def _repeat_heads(q: Tensor, kv: Tensor) -> Tensor:
@@ -285,7 +285,7 @@ def _repeat_heads(q: Tensor, kv: Tensor) -> Tensor:
     if not (isinstance(hq, int) and isinstance(hk, int)) or hq % hk:
         raise ShapeError(f"scaled_dot_product_attention: {hq} query heads do not divide "
                          f"into {hk} key/value heads")
-    return core.repeat_interleave(kv, hq // hk, -3)
+    return arrays.repeat_interleave(kv, hq // hk, -3)
 
 
 def _causal_keep(queries, keys, like: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tdag.deinops import core
+from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
 from tdag.deinops.nn_util import channel_view, ntuple, static_dims, take
 from tdag.errors import ShapeError
@@ -175,7 +175,7 @@ def _reflect(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
             index = core.sub(core.sub(core.size_tensor(x, (axis,), "i64"), 2),
                              core.arange(0, hi, like=x))
         parts.append(take(x, axis, index))
-    return core.concat(parts, axis)
+    return arrays.concat(parts, axis)
 
 
 def _replicate(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
@@ -187,7 +187,7 @@ def _replicate(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
     parts.append(x)
     if hi:
         parts.append(core.repeat_axes(last, (axis,), (hi,)))
-    return core.concat(parts, axis)
+    return arrays.concat(parts, axis)
 
 
 def _circular(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
@@ -200,7 +200,7 @@ def _circular(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
     parts.append(x)
     if hi:
         parts.append(core.slice(x, axis, 0, hi))
-    return core.concat(parts, axis)
+    return arrays.concat(parts, axis)
 
 
 _MODES = {"reflect": _reflect, "replicate": _replicate, "circular": _circular}
