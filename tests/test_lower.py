@@ -327,11 +327,13 @@ def test_causal_mask_is_recognised():
 
 # -- recurrence -------------------------------------------------------------------------------
 
-def _hand_lstm(x, h, c, reverse=False):
-    """One LSTM layer over x[T, B, 4] from state h, c [B, 3], unrolled with tdag.ops."""
-    torch.manual_seed(2)
-    w_ih, w_hh = ops.param("w_ih", torch.randn(12, 4)), ops.param("w_hh", torch.randn(12, 3))
-    b_ih, b_hh = ops.param("b_ih", torch.randn(12)), ops.param("b_hh", torch.randn(12))
+def _hand_lstm(x, h, c, reverse=False, name="", hidden=3):
+    """One LSTM layer over x[T, B, I] from state h, c [B, hidden], unrolled with tdag.ops."""
+    torch.manual_seed(2 + len(name))
+    size, n = x.shape[-1], 4 * hidden
+    w_ih, w_hh = (ops.param(f"{name}w_ih", torch.randn(n, size)),
+                  ops.param(f"{name}w_hh", torch.randn(n, hidden)))
+    b_ih, b_hh = ops.param(f"{name}b_ih", torch.randn(n)), ops.param(f"{name}b_hh", torch.randn(n))
     projected = ops.linear(x, w_ih, b_ih)
     outs = {}
     for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
@@ -341,11 +343,27 @@ def _hand_lstm(x, h, c, reverse=False):
     return ops.stack([outs[t] for t in range(x.shape[0])], 0)
 
 
+def _hand_bilstm_stack(x, h, c):
+    """Two bidirectional layers, as torch's nn.LSTM(bidirectional=True, num_layers=2)."""
+    for layer in range(2):
+        x = ops.concat([_hand_lstm(x, h, c, False, f"l{layer}."),
+                        _hand_lstm(x, h * 0.5, c, True, f"l{layer}.reverse.")], -1)
+    return x
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_unrolled_lstm_becomes_one_kernel(reverse):
     counts = lowered(lambda x, h, c: _hand_lstm(x, h, c, reverse), S((5, "b", 4)),
                      S(("b", 3)), S(("b", 3)))
     only(counts, Op.lstm)
+
+
+def test_bidirectional_lstm_layers_become_one_kernel():
+    prog = tdag.trace(_hand_bilstm_stack, S((5, "b", 4)), S(("b", 3)), S(("b", 3)))
+    counts = lowered(_hand_bilstm_stack, S((5, "b", 4)), S(("b", 3)), S(("b", 3)))
+    only(counts, Op.lstm, allowed=(Op.multiply, Op.expand))  # h * 0.5 stays
+    (node,) = [n for n in lower(prog).graph.nodes if n.op is Op.lstm]
+    assert (node.spec.layers, node.spec.bidirectional, node.spec.reverse) == (2, True, False)
 
 
 # -- movement ---------------------------------------------------------------------------------
@@ -395,6 +413,15 @@ def test_lowered_costs_keep_the_contraction_flops():
     before, after = tdag.cost(prog), tdag.cost(lower(prog))
     assert after.flops == before.flops == 2 * 4 * 8 * 3
     assert after.bytes_written < before.bytes_written  # the broadcast product is gone
+
+
+def test_constant_subgraphs_fold_before_lowering():
+    """A causal mask built from iotas on every call is one constant after lowering."""
+    def fn(x):
+        rows, cols = ops.iota(6), ops.iota(6)
+        mask = ops.unsqueeze(rows, 1) >= ops.unsqueeze(cols, 0)
+        return ops.where(mask, x, float("-inf"))
+    only(lowered(fn, S(("b", 6, 6))), Op.where)  # no iota, no compare
 
 
 def test_recognition_ignores_names_and_provenance():

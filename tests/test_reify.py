@@ -114,6 +114,8 @@ def _kernel_programs():
         padding=1, output_padding=1, groups=2), [S(("b", 4, 5, 5))]))
     tables.append(("lstm", lambda x, h, c: test_lower._hand_lstm(x, h, c, True),
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
+    tables.append(("lstm-bidirectional-stack", test_lower._hand_bilstm_stack,
+                   [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
@@ -140,6 +142,19 @@ def test_every_kernel_reifies(name):
         ref = tdag.run(prog, *args)
         assert_close(to_torch(low, lower=False)(*args), ref, f"torch {name}")
         assert_close(run_onnx(to_onnx(low, lower=False), *args), ref, f"onnx {name}")
+
+
+@pytest.mark.parametrize("width", [4, 16])  # values narrower and wider than the 8 keys
+def test_attention_rows_with_every_key_masked_give_zeros(width):
+    mask = torch.rand(5, 8) > 0.3
+    mask[1] = False
+    fn = lambda q, k, v: ops.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, attn_mask=ops.const(mask))
+    prog = tdag.trace(fn, S(("b", 2, 5, 4)), S(("b", 2, 8, 4)), S(("b", 2, 8, width)))
+    args = test_lower._args(prog, 3)
+    ref = tdag.run(prog, *args)
+    assert ref[:, :, 1].abs().max() == 0
+    both(prog, args, what=f"fully masked row, width {width}")
 
 
 # -- traced models -----------------------------------------------------------------------------
@@ -219,6 +234,77 @@ def test_parameters_nest_by_their_dotted_names(block_program):
     assert not any(n.startswith("_tdag") for n in names)  # consts are not state
     module.load_state_dict({k: torch.zeros_like(v) for k, v in module.state_dict().items()})
     assert module.attn.q.weight.abs().sum() == 0
+
+
+def test_generated_code_frees_intermediates_and_reads_weights_directly(block_program):
+    code = to_torch(block_program).code
+    assert "\n    del " in code  # eager frees each value after its last use; so must we
+    assert "self._modules['attn']._modules['q'].weight" in code  # no nn.Module.__getattr__ chain
+
+
+def test_parametrized_weights_still_apply(block_program):
+    """Weights are read as attributes, so torch's parametrizations (properties) work."""
+    from torch.nn.utils import parametrize
+
+    class Zero(torch.nn.Module):
+        def forward(self, w):
+            return torch.zeros_like(w)
+
+    module, x = to_torch(block_program), torch.randn(2, 6, 16)
+    before = module(x)
+    parametrize.register_parametrization(module.head, "weight", Zero())
+    after = module(x)
+    pooled = torch.relu(module.head.bias).reshape(1, 4, 1, 1).expand_as(after[1])
+    assert not torch.equal(before[1], pooled) and torch.equal(after[1], pooled)
+
+
+def _dead(model: onnx.ModelProto) -> tuple[list, list]:
+    """Nodes whose outputs nothing reads and initializers no node reads (subgraphs too)."""
+    from tdag.reify.onnx_graph import _graphs
+    graphs = _graphs(model.graph)
+    read = {o.name for g in graphs for o in g.output} | \
+        {i for g in graphs for n in g.node for i in n.input}
+    nodes = [n.name for g in graphs for n in g.node if not any(o in read for o in n.output)]
+    return nodes, [t.name for t in model.graph.initializer if t.name not in read]
+
+
+def test_onnx_has_no_dead_nodes_or_unread_initializers(block_program):
+    from tdag.models import tiny_vit
+    model, (images,) = tiny_vit()
+    for prog in (block_program, tdag.from_torch(model, (images,), dynamic_batch=True),
+                 test_program.row_sum_loop(), test_program.if_program()):
+        assert _dead(to_onnx(prog)) == ([], [])
+
+
+def test_onnx_outputs_are_written_by_their_producers():
+    """No Identity copies for outputs, except a value returned twice or an input returned."""
+    prog = tdag.trace(lambda x: (ops.exp(x), x, ops.exp(x) * 2.0), S(("b", 3)))
+    model = to_onnx(prog, lower=False)
+    assert [n.op_type for n in model.graph.node].count("Identity") == 1  # x itself
+    x = torch.randn(2, 3)
+    assert_close(run_onnx(model, x), tdag.run(prog, x))
+    twice = to_onnx(tdag.trace(lambda x: (ops.exp(x), ops.exp(x)), S((3,))))
+    assert_close(run_onnx(twice, x[0]), (x[0].exp(), x[0].exp()))
+
+
+def test_prune_drops_dead_chains_in_subgraphs_and_their_initializers():
+    from onnx import helper
+    from tdag.reify.onnx_graph import GraphBuilder, prune
+    g = GraphBuilder(20)
+    x = "x"
+    unused = g.node("Add", [g.node("Mul", [x, g.const(3.0, tdag.DType.f32)]), x])  # dead chain
+    sub = g.child()
+    sub.node("Neg", [sub.const(7.0, tdag.DType.f32)])  # dead inside the branch
+    out = sub.node("Identity", [x])
+    info = lambda n: helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2])  # noqa: E731
+    branch = sub.graph("then", [], [info(out)])
+    y = g.node("If", [g.const(True, tdag.DType.bool)], then_branch=branch, else_branch=branch)
+    graph = g.graph("t", [info(x)], [info(y)])
+    assert unused and len(graph.initializer) == 3
+    prune(graph)
+    assert [n.op_type for n in graph.node] == ["If"]
+    assert [n.op_type for n in graph.node[0].attribute[0].g.node] == ["Identity"]
+    assert len(graph.initializer) == 1  # the condition
 
 
 def test_unlowered_programs_reify_too(block_program):

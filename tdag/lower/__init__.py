@@ -21,8 +21,12 @@ from tdag.lower import (activations, attention, conv, movement, norms, pool, rec
 from tdag.lower.contraction import contraction_rule, einsum_bias_rule, einsum_permute_rule
 from tdag.lower.passes import Pass, PassError, run_passes
 from tdag.lower.rewrite import rule_pass
+from tdag.refine.simplify import PIPELINE as SIMPLIFY, PassManager
 
 PASSES: dict[str, Pass] = {
+    # fold constants (masks, positions), merge common subexpressions, drop dead code: work
+    # the source model repeats on every call is done once here
+    "simplify": PassManager(SIMPLIFY),
     "contraction": rule_pass(contraction_rule, einsum_permute_rule),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
@@ -36,7 +40,7 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(einsum_bias_rule, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
+DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
            "attention", "movement", "fuse", "recurrent")
 
 

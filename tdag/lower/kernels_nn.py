@@ -232,44 +232,70 @@ primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eva
 
 @dataclass(frozen=True, slots=True)
 class Lstm:
-    """One LSTM layer in one direction, torch's gate order (i, f, g, o): inputs x[T, B, I],
-    w_ih[4H, I], w_hh[4H, H], b_ih[4H], b_hh[4H], h0[B, H], c0[B, H]; the output is every
-    step's hidden state, [T, B, H] (``reverse`` runs from the last step to the first)."""
+    """Stacked LSTM layers, torch's gate order (i, f, g, o). Inputs: x[T, B, I]; for each
+    layer and direction (forward first) w_ih[4H, I or D*H], w_hh[4H, H], b_ih[4H], b_hh[4H];
+    then h0[B, H] for each layer and direction, then c0[B, H] likewise (D = 2 when
+    ``bidirectional``). The output is the last layer's hidden state at every step,
+    [T, B, D*H]; ``reverse`` runs a one-direction stack from the last step to the first.
+    One layer in one direction is x, w_ih, w_hh, b_ih, b_hh, h0, c0."""
 
     reverse: bool = False
+    layers: int = 1
+    bidirectional: bool = False
+
+    @property
+    def cells(self) -> int:
+        """Layers times directions: how many weight quadruples and initial states."""
+        return self.layers * (2 if self.bidirectional else 1)
+
+
+def lstm_parts(spec: Lstm, ins: list) -> tuple:
+    """``(x, [(w_ih, w_hh, b_ih, b_hh) per cell], [h0 per cell], [c0 per cell])``."""
+    n = spec.cells
+    weights = [tuple(ins[1 + 4 * k:5 + 4 * k]) for k in range(n)]
+    return ins[0], weights, list(ins[1 + 4 * n:1 + 5 * n]), list(ins[1 + 5 * n:1 + 6 * n])
 
 
 def _lstm_shape(spec: Lstm, ins):
-    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = ins
+    if spec.layers < 1 or (spec.reverse and spec.bidirectional) or \
+            len(ins) != 1 + 6 * spec.cells:
+        raise ShapeError(f"lstm: {spec} takes 1 + 6 * {spec.cells} operands, got {len(ins)}")
+    x, weights, h0s, c0s = lstm_parts(spec, ins)
     _float_input("lstm", x)
-    hidden = h0.shape[-1]
-    t, b, _ = x.shape if x.rank == 3 else (None, None, None)
-    want = [(w_ih, (4 * hidden, x.shape[-1])), (w_hh, (4 * hidden, hidden)),
-            (b_ih, (4 * hidden,)), (b_hh, (4 * hidden,)), (h0, (b, hidden)), (c0, (b, hidden))]
+    hidden = h0s[0].shape[-1]
     if x.rank != 3 or not is_static(hidden):
         raise ShapeError(f"lstm: x must be [T, B, I] with a static hidden size, got {x}")
-    for tensor, shape in want:
-        _same_shape("lstm", tensor, shape, x.dtype)
-    return x.with_shape((t, b, hidden))
+    t, b, size = x.shape
+    directions = 2 if spec.bidirectional else 1
+    for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):
+        width = size if k < directions else directions * hidden
+        want = [(w_ih, (4 * hidden, width)), (w_hh, (4 * hidden, hidden)),
+                (b_ih, (4 * hidden,)), (b_hh, (4 * hidden,)), (h0s[k], (b, hidden)),
+                (c0s[k], (b, hidden))]
+        for tensor, shape in want:
+            _same_shape("lstm", tensor, shape, x.dtype)
+    return x.with_shape((t, b, directions * hidden))
 
 
 def _lstm_eval(spec: Lstm, xs, resolve):
-    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = xs
+    x, weights, h0s, c0s = lstm_parts(spec, xs)
     if spec.reverse:
         x = x.flip(0)
-    out = torch.lstm(x, (h0[None], c0[None]), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, False,
-                     False, False)[0]
+    flat = [w for cell in weights for w in cell]
+    out = torch.lstm(x, (torch.stack(h0s), torch.stack(c0s)), flat, True, spec.layers, 0.0,
+                     False, spec.bidirectional, False)[0]
     return out.flip(0) if spec.reverse else out
 
 
 def _lstm_cost(spec: Lstm, ins, out: TensorType) -> Cost:
-    x, w_ih, w_hh = ins[:3]
+    x, weights, h0s, _ = lstm_parts(spec, ins)
     steps = product(x.shape[:2])  # T * B rows
-    flops = 2 * steps * (product(w_ih.shape) + product(w_hh.shape)) + 12 * out.numel
-    return traffic(ins, out, flops)
+    flops = sum(2 * steps * (product(w_ih.shape) + product(w_hh.shape))
+                for w_ih, w_hh, _, _ in weights)
+    return traffic(ins, out, flops + 12 * spec.cells * product(x.shape[:2] + h0s[0].shape[-1:]))
 
 
-primitive(Op.lstm, Lstm, 7, _lstm_shape, _lstm_eval, _lstm_cost,
+primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
           "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++")
 
 

@@ -9,6 +9,10 @@ Each step t of a layer (torch's gate order i, f, g, o, each H wide):
 and the layer's output stacks h_0 .. h_{T-1} along a new first axis (a concat of
 reshapes). The chain is followed from the stacked pieces: every piece must be the next (or,
 running backwards, the previous) step of one recurrence over the same P and weights.
+
+Then layers join, as torch runs them in one call: a forward and a reverse layer over the
+same input, concatenated on the feature axis, are one bidirectional layer; a layer that
+reads the output of another alike (same directions) stacks onto it.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.lower.kernels import parse_equation
-from tdag.lower.kernels_nn import Lstm
+from tdag.lower.kernels_nn import Lstm, lstm_parts
 from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
 from tdag.lower.rewrite import Context
@@ -160,4 +164,45 @@ def lstm_rule(node: Node, ctx: Context):
                             first["b_hh"], first["h_prev"], first["c_prev"]))
 
 
-RULES = (lstm_rule,)
+def _lstm_of(ctx: Context, name: str) -> Node | None:
+    """The lstm node computing ``name`` when nothing else reads it."""
+    node = producer_is(ctx, name, Op.lstm)
+    return node if node is not None and ctx.single_use(name) else None
+
+
+def bidirectional_rule(node: Node, ctx: Context):
+    """concat(lstm(x), lstm[reverse](x), axis=-1) -> lstm[bidirectional](x)"""
+    if node.op is not Op.concat or len(node.inputs) != 2 or node.spec.axis != 2:
+        return None
+    fwd, bwd = (_lstm_of(ctx, n) for n in node.inputs)
+    if fwd is None or bwd is None:
+        return "not two single-use lstm layers"
+    if fwd.spec != Lstm() or bwd.spec != Lstm(reverse=True) or fwd.inputs[0] != bwd.inputs[0]:
+        return "not one forward and one reverse layer over the same input"
+    if not dims_equal(fwd.type.shape[-1], bwd.type.shape[-1]):
+        return "the directions differ in hidden size"
+    f, b = fwd.inputs, bwd.inputs
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.lstm, Lstm(bidirectional=True), f[0], *f[1:5], *b[1:5],
+                            f[5], b[5], f[6], b[6]))
+
+
+def stack_rule(node: Node, ctx: Context):
+    """lstm(lstm(x, cells A), cells B) -> lstm(x, cells A + B): one call for the stack"""
+    if node.op is not Op.lstm:
+        return None
+    below = _lstm_of(ctx, node.inputs[0])
+    if below is None or below.spec.reverse != node.spec.reverse or \
+            below.spec.bidirectional != node.spec.bidirectional:
+        return "not over a single-use lstm running the same directions"
+    x, w_low, h_low, c_low = lstm_parts(below.spec, list(below.inputs))
+    _, w_high, h_high, c_high = lstm_parts(node.spec, list(node.inputs))
+    if not dims_equal(ctx.type(h_low[0]).shape[-1], ctx.type(h_high[0]).shape[-1]):
+        return "the layers differ in hidden size"
+    spec = Lstm(node.spec.reverse, below.spec.layers + node.spec.layers, node.spec.bidirectional)
+    weights = [w for cell in w_low + w_high for w in cell]
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.lstm, spec, x, *weights, *h_low, *h_high, *c_low, *c_high))
+
+
+RULES = (lstm_rule, bidirectional_rule, stack_rule)

@@ -179,3 +179,61 @@ class GraphBuilder:
     def graph(self, name: str, inputs, outputs) -> onnx.GraphProto:
         return helper.make_graph(self.nodes, name, inputs, outputs,
                                  initializer=self.initializers if self.parent is None else [])
+
+
+def prune(graph: onnx.GraphProto) -> None:
+    """Drop the nodes whose outputs nothing reads and the initializers no node reads, in
+    ``graph`` and its subgraphs (If branches, Loop bodies), to a fixed point.
+
+    Converters and symbol lookups may build values that end up unread (a dimension computed
+    for a branch not taken, a constant superseded by a literal); onnxruntime would warn about
+    each such initializer and remove it at every session start. Every op emitted here is
+    pure, so an unread node is dead. Value names are unique across the model, so one set of
+    read names serves all graphs.
+    """
+    graphs = _graphs(graph)
+    while True:
+        read = {o.name for g in graphs for o in g.output}
+        for g in graphs:
+            for node in g.node:
+                read.update(node.input)
+        removed = False
+        for g in graphs:
+            keep = [n for n in g.node if any(o in read for o in n.output)]
+            if len(keep) != len(g.node):
+                del g.node[:]
+                g.node.extend(keep)
+                removed = True
+        if not removed:
+            break
+        graphs = _graphs(graph)  # a dropped If or Loop takes its subgraphs with it
+    keep = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+
+
+def rename(graph: onnx.GraphProto, names: dict[str, str]) -> None:
+    """Rename values (node inputs and outputs, subgraphs included) by ``names``."""
+    if not names:
+        return
+    for g in _graphs(graph):
+        for node in g.node:
+            for field in (node.input, node.output):
+                for i, name in enumerate(field):
+                    if name in names:
+                        field[i] = names[name]
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every subgraph nested in its nodes' attributes."""
+    found, pending = [], [graph]
+    while pending:
+        g = pending.pop()
+        found.append(g)
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    pending.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    pending.extend(a.graphs)
+    return found

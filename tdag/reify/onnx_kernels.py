@@ -14,6 +14,7 @@ import torch
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
+from tdag.lower.kernels_nn import lstm_parts
 from tdag.reify.einsum_plan import plan_einsum
 from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder
 from tdag.reify.onnx_ops import _last_two, converts
@@ -205,8 +206,10 @@ def _attention(node, ins, g, cx):
         return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
     mask = ins[3]
     boolean = cx.type(node.inputs[3]).dtype is DType.bool
-    scores = g.node("Where", [mask, scores, neg_inf]) if boolean else \
-        g.node("Add", [scores, mask])
+    # a bool mask becomes an additive one: onnxruntime adds faster than it selects, and the
+    # (small, broadcast) additive mask is made once for every layer that shares the mask
+    additive = g.node("Where", [mask, g.const(0.0, dtype), neg_inf]) if boolean else mask
+    scores = g.node("Add", [scores, additive])
     # torch's safe softmax: a row with every key masked attends to nothing (0, not nan).
     # Without a causal mask the test reads the (small, broadcast) mask, not the scores.
     if node.spec.causal:
@@ -218,24 +221,44 @@ def _attention(node, ins, g, cx):
         dead = g.node("Equal", [keep, g.const(0.0, DType.f32)])
     else:
         dead = g.node("Equal", [g.node("ReduceMax", [mask, g.const([-1])], keepdims=1), neg_inf])
-    weights = g.node("Where", [dead, g.const(0.0, dtype), g.node("Softmax", [scores], axis=-1)])
-    return g.node("MatMul", [weights, v])
+    probs, zero = g.node("Softmax", [scores], axis=-1), g.const(0.0, dtype)
+    # rows are independent, so the dead rows may as well be zeroed after the product (their
+    # nan stays in their own row), where the tensor is smaller when values are narrower
+    # than the keys are many
+    keys, width = k_type.shape[-2], cx.type(node.inputs[2]).shape[-1]
+    if is_static(keys) and is_static(width) and width < keys:
+        return g.node("Where", [dead, zero, g.node("MatMul", [probs, v])])
+    return g.node("MatMul", [g.node("Where", [dead, zero, probs]), v])
 
 
 @converts(Op.lstm)
 def _lstm(node, ins, g, cx):
-    """ONNX LSTM; its gates are ordered (i, o, f, c) where torch's are (i, f, g, o)."""
-    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = ins
-    hidden = int(node.type.shape[-1])
+    """One ONNX LSTM per layer (both directions in one where bidirectional); ONNX orders
+    the gates (i, o, f, c) where torch has (i, f, g, o)."""
+    spec = node.spec
+    x, weights, h0s, c0s = lstm_parts(spec, ins)
+    hidden = int(node.type.shape[-1]) // (2 if spec.bidirectional else 1)
     order = g.const([k * hidden + j for k in (0, 3, 1, 2) for j in range(hidden)])
     gates = lambda t: g.node("Gather", [t, order], axis=0)  # noqa: E731
-    w = g.node("Unsqueeze", [gates(w_ih), g.const([0])])
-    r = g.node("Unsqueeze", [gates(w_hh), g.const([0])])
-    b = g.node("Unsqueeze", [g.node("Concat", [gates(b_ih), gates(b_hh)], axis=0), g.const([0])])
-    h, c = (g.node("Unsqueeze", [t, g.const([0])]) for t in (h0, c0))
-    y = g.node("LSTM", [x, w, r, b, "", h, c], hidden_size=hidden,
-               direction="reverse" if node.spec.reverse else "forward")
-    return g.node("Squeeze", [y, g.const([1])])  # [T, 1, B, H] -> [T, B, H]
+    stack = lambda ts: ts[0] if len(ts) == 1 else g.node("Concat", ts, axis=0)  # noqa: E731
+    first = lambda t: g.node("Unsqueeze", [t, g.const([0])])  # noqa: E731
+    directions = 2 if spec.bidirectional else 1
+    for layer in range(spec.layers):
+        cells = range(layer * directions, (layer + 1) * directions)
+        w = stack([first(gates(weights[k][0])) for k in cells])
+        r = stack([first(gates(weights[k][1])) for k in cells])
+        b = stack([first(g.node("Concat", [gates(weights[k][2]), gates(weights[k][3])], axis=0))
+                   for k in cells])
+        h, c = (stack([first(states[k]) for k in cells]) for states in (h0s, c0s))
+        direction = "bidirectional" if spec.bidirectional else \
+            "reverse" if spec.reverse else "forward"
+        y = g.node("LSTM", [x, w, r, b, "", h, c], hidden_size=hidden, direction=direction)
+        if directions == 1:
+            x = g.node("Squeeze", [y, g.const([1])])  # [T, 1, B, H] -> [T, B, H]
+        else:  # [T, 2, B, H] -> [T, B, 2H], forward first as torch concatenates
+            x = g.node("Reshape", [g.node("Transpose", [y], perm=[0, 2, 1, 3]),
+                                   g.const([0, 0, -1])])
+    return x
 
 
 @converts(Op.gelu)

@@ -19,7 +19,8 @@ from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
 from tdag.reify import onnx_kernels  # noqa: F401  (registers the kernel converters)
-from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder, Symbols, value_info
+from tdag.reify.onnx_graph import (ONNX_DTYPE, GraphBuilder, Symbols, prune, rename,
+                                     value_info)
 from tdag.reify.onnx_ops import CONVERT
 from tdag.reify.torch_codegen import broadcasts_to
 
@@ -66,11 +67,20 @@ class _Exporter:
         outs = self.block(g, main, env)
         out_types = block_types(self.prog, main)
         out_names = [g.names(name) for name in main.outputs]
+        # the node computing an output writes it under the output's name; an Identity (a
+        # copy in onnxruntime) only where that is not possible: an input or weight returned
+        # as is, or one value returned twice
+        produced = {o for node in g.nodes for o in node.output}
+        renames = {}
         for src, dst in zip(outs, out_names):
-            g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
+            if src in produced and src not in renames:
+                renames[src] = dst
+            else:
+                g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs],
                         [value_info(n, t) for n, t in zip(out_names, out_types)])
-        _drop_unread_initializers(graph)
+        rename(graph, renames)
+        prune(graph)
         model = helper.make_model(graph, producer_name="tdag",
                                   opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)
@@ -204,21 +214,6 @@ class _GraphEmitter:
             if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
-
-
-def _drop_unread_initializers(graph: onnx.GraphProto) -> None:
-    """Constants made on the way but not read by any node (subgraphs included)."""
-    read = set()
-    pending = [graph]
-    while pending:
-        g = pending.pop()
-        for node in g.node:
-            read.update(node.input)
-            pending += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    read.update(o.name for o in graph.output)
-    keep = [t for t in graph.initializer if t.name in read]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
 
 
 def _typed(value: float, dtype: DType):

@@ -134,10 +134,13 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
     for w in graph.weights:
         if w in live:
             body.append(f"{scope(w)} = {weight_expr(w)}")
+    dying = _last_uses(graph, live, {name: used for name, (_, used) in operands.items()})
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
             expr = EMIT[node.op](node, operands[node.name][0], code)
             body.append(f"{scope(node.name)} = {expr}")
+            if dying.get(node.name):
+                body.append(f"del {', '.join(scope(n) for n in dying[node.name])}")
     outs = [scope(o) for o in graph.outputs]
     body.append(f"return ({', '.join(outs)},)")
     header, free = _bind_symbols(graph, params, code.symbols)
@@ -218,6 +221,23 @@ def _live(graph: TDAG, refs: dict) -> set[str]:
         if node.name in live:
             live.update(refs[node.name])
     return live
+
+
+def _last_uses(graph: TDAG, live: set, refs: dict) -> dict[str, list[str]]:
+    """For each live node, the intermediate values it is the last reader of: deleting them
+    there frees their memory as eager code would, instead of holding every intermediate to
+    the end of the function (a working set far larger than the caches)."""
+    keep = set(graph.outputs) | {v.name for v in graph.inputs} | set(graph.weights)
+    last: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.name in live:
+            for name in refs[node.name]:
+                last[name] = node.name
+    dying: dict[str, list[str]] = {}
+    for name, reader in last.items():
+        if name not in keep:
+            dying.setdefault(reader, []).append(name)
+    return {k: sorted(v) for k, v in dying.items()}
 
 
 def _bind_symbols(graph: TDAG, params, symbols: set) -> tuple[list[str], list[str]]:

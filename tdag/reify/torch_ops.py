@@ -16,6 +16,7 @@ from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 from tdag.lower.kernels import torch_mode
+from tdag.lower.kernels_nn import lstm_parts
 from tdag.reify.einsum_plan import plan_einsum
 
 EMIT: dict[Op, Callable] = {}
@@ -360,12 +361,19 @@ def _clamp(node, a, code):
 
 @emits(Op.lstm)
 def _lstm(node, a, code):
-    x, w_ih, w_hh, b_ih, b_hh, h0, c0 = a
-    if node.spec.reverse:
+    s = node.spec
+    x, weights, h0s, c0s = lstm_parts(s, a)
+    if s.reverse:
         x = f"{x}.flip(0)"
-    out = (f"torch.lstm({x}, ({h0}[None], {c0}[None]), ({w_ih}, {w_hh}, {b_ih}, {b_hh}), "
-           f"True, 1, 0.0, False, False, False)[0]")
-    return f"{out}.flip(0)" if node.spec.reverse else out
+    flat = ", ".join(w for cell in weights for w in cell)
+    out = (f"torch.lstm({x}, ({_stacked(h0s)}, {_stacked(c0s)}), ({flat}), True, {s.layers}, 0.0, "
+           f"False, {s.bidirectional}, False)[0]")
+    return f"{out}.flip(0)" if s.reverse else out
+
+
+def _stacked(states) -> str:
+    """Per-cell [B, H] states as torch's [layers * directions, B, H]."""
+    return f"{states[0]}[None]" if len(states) == 1 else f"torch.stack([{', '.join(states)}])"
 
 
 @emits(Op.gelu)
