@@ -8,7 +8,7 @@ from tdag.canonicalize import from_torch
 >>> tdag.verify(prog)
 """
 from tdag import ops
-from tdag.canonicalize import from_torch
+from tdag.canonicalize import from_onnx, from_torch
 from tdag.deinops import PRIMITIVES
 from tdag.deinops.trace import TensorSpec, trace
 from tdag.errors import (FileFormatError, InvalidModelError, PatternError, ShapeError,
@@ -32,5 +32,5 @@ __all__ = [
     "InvalidModelError", "Loop", "Node", "Op", "Origin", "PatternError", "Program", "ShapeError",
     "TdagError", "TensorKind", "TensorSpec", "TensorType", "UnsupportedOpError", "Value",
     "Weight", "BatchError", "add_batch", "compose", "extract", "replace", "simplify",
-    "strip_batch", "CostReport", "from_torch", "to_onnx", "to_torch", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
+    "strip_batch", "CostReport", "from_onnx", "from_torch", "to_onnx", "to_torch", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
 ]

@@ -3,13 +3,13 @@
     tdag show model.pt2                     # the program in tdag's text form
     tdag verify model.tdag
     tdag cost model.pt2 --by scope --size batch=8
-    tdag convert model.pt2 model.tdag       # .pt2 / .tdag  ->  .tdag / .onnx
+    tdag convert model.onnx model.tdag      # .pt2 / .onnx / .tdag  ->  .tdag / .onnx
     tdag extract model.tdag --scope encoder.layer.1 -o block.tdag
     tdag simplify model.tdag -o smaller.tdag
     tdag demo
 
-Inputs: ``.pt2`` (written by ``torch.export.save``) and ``.tdag``. Errors print one line and
-exit with status 1; no traceback.
+Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``. Errors print
+one line and exit with status 1; no traceback.
 """
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def _load(path: str, dynamic_batch: bool = False):
         return tdag.load(path)
     if path.endswith(".pt2"):
         return tdag.from_torch(path, dynamic_batch=dynamic_batch)
-    raise TdagError(f"cannot read {path!r}: expected a .tdag or a .pt2 file")
+    if path.endswith(".onnx"):
+        return tdag.from_onnx(path)
+    raise TdagError(f"cannot read {path!r}: expected a .tdag, a .pt2 or an .onnx file")
 
 
 def _write(prog, path: str) -> None:
@@ -61,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_: str, output: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("file", help="a .pt2 or .tdag file")
+        p.add_argument("file", help="a .pt2, .onnx or .tdag file")
         p.add_argument("--dynamic-batch", action="store_true",
                        help="for .pt2 input: make dim 0 of every input symbolic")
         if output:
@@ -74,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     cost.add_argument("--by", choices=["op", "scope", "graph", "node"], default="op")
     cost.add_argument("--size", action="append", default=[], metavar="NAME=INT",
                       help="a value for a symbolic dimension, e.g. batch=8")
-    convert = sub.add_parser("convert", help="convert between .pt2, .tdag and .onnx")
+    convert = sub.add_parser("convert", help="convert .pt2, .onnx or .tdag to .tdag or .onnx")
     convert.add_argument("file")
     convert.add_argument("output")
     convert.add_argument("--dynamic-batch", action="store_true")

@@ -46,7 +46,7 @@ def test_convert_and_extract(pt2, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["show", "missing.tdag"], "no such file"),
-    (["cost", __file__], "expected a .tdag or a .pt2"),
+    (["cost", __file__], "expected a .tdag, a .pt2 or an .onnx"),
 ])
 def test_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 1

@@ -1,0 +1,141 @@
+"""ONNX If and Loop as tdag controllers.
+
+The current segment is closed (its values read later become a TDAG's outputs), each
+subgraph becomes a Block by its own importer, and the controller joins them. An ONNX
+subgraph reads outer values by name; a tdag Block is closed, so the outer tensors a body
+reads become its inputs (for Loop: extra carried values the body passes through unchanged).
+Shape values and initializers need no passing: the body's importer re-creates them. An If
+whose condition is known at import time is inlined instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from tdag import ops
+from tdag.canonicalize.onnx_values import Boundary, Known, Param
+from tdag.errors import UnsupportedOpError
+from tdag.ir.program import Block, If, Loop, Program
+from tdag.ir.types import DType, TensorType
+from tdag.ir.verify import block_types
+
+
+def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
+    branches = {a.name: a.g for a in node.attribute}
+    cond = importer.read(node.input[0])
+    if isinstance(cond, Known) and cond.static:
+        _inline(importer, node, branches["then_branch" if cond.values.reshape(-1)[0]
+                                         else "else_branch"])
+        return
+    key = f"{node.output[0]}__cond"  # the bool scalar the controller reads
+    with importer.builder.active():
+        importer.env[key] = ops.reshape(ops.cast(importer._as_tensor(cond), DType.bool))
+    blocks, passed = _bodies(importer, node, index, [branches["then_branch"],
+                                                      branches["else_branch"]], {key})
+    outs = tuple(importer.names(o) for o in node.output)
+    step = If(importer.env[key].name, tuple(importer.env[f].name for f in passed),
+              blocks[0], blocks[1], outs)
+    _append(importer, node, step, blocks[0])
+
+
+def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
+    """Loop(M, cond, v...) with body (i, cond_in, v...) -> (cond_out, v..., scans...)."""
+    body = next(a.g for a in node.attribute if a.name == "body")
+    count = importer.read(node.input[0]) if node.input[0] else None
+    if count is not None and not (isinstance(count, Known)):
+        raise UnsupportedOpError("Loop: the trip count must be known at import time")
+    count = count.dims()[0] if count is not None else None
+    carried = list(node.input[2:])
+    key = None
+    if node.input[1]:
+        key = f"{node.output[0]}__cond"
+        with importer.builder.active():
+            value = importer._as_tensor(importer.read(node.input[1]))
+            importer.env[key] = ops.reshape(ops.cast(value, DType.bool))
+    with importer.builder.active():
+        for name in carried:  # shape values and initializers become tensors of the block
+            if isinstance(importer.env.get(name), (Known, Param)):
+                importer.env[name] = importer._as_tensor(importer.read(name))
+    blocks, passed = _bodies(importer, node, index, [body], {key, *carried} - {None},
+                             loop_carried=carried)
+    n_scan = len(body.output) - 1 - len(carried)
+    outs = [importer.names(o) if o else importer.names(f"{node.name}_unused_{i}")
+            for i, o in enumerate(node.output)]
+    extra = [importer.names(f"{node.output[0]}__pass_{f}") for f in passed]
+    step = Loop(tuple(importer.env[n].name for n in carried) +
+                tuple(importer.env[f].name for f in passed), blocks[0],
+                tuple(outs[:len(carried)] + extra + outs[len(carried):]), count,
+                importer.env[key].name if key else None, n_scan)
+    _append(importer, node, step, blocks[0], skip=len(carried), drop=len(extra))
+
+
+def _inline(importer, node, branch: onnx.GraphProto) -> None:
+    """A branch chosen at import time: its nodes join the current segment."""
+    importer._initializers(branch)
+    for inner in branch.node:
+        importer._node(inner)
+    for out, inner in zip(node.output, branch.output):
+        importer.env[out] = importer.env.get(inner.name)
+
+
+def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
+    """Close the segment, then convert each subgraph into a Block."""
+    from tdag.canonicalize.onnx_import import _Importer, free_names  # (a cycle)
+    importer.close(importer.later[index] | keep)
+    free = sorted(set().union(*[free_names(g) for g in graphs]))
+    passed = [f for f in free if isinstance(importer.env.get(f), Boundary)]
+    outer = {f: importer.env[f] for f in free if f in importer.env}
+    blocks = []
+    for k, graph in enumerate(graphs):
+        prefix = importer.shared.graph_name(f"{importer.prefix}_{node.op_type.lower()}{k}")
+        env = dict(outer)
+        if loop_carried is None:
+            inputs = [outer[f] for f in passed]
+        else:
+            inputs = _loop_inputs(importer, graph, loop_carried, env)
+            inputs += [outer[f] for f in passed]
+        sub = _Importer(graph, importer.shared, prefix, env)
+        block = sub.sub_block(inputs, bool_first=loop_carried is not None and bool(node.input[1]))
+        if loop_carried is not None:  # the passed-through outer values go out unchanged
+            out, split = block.outputs, 1 + len(loop_carried)
+            first = 0 if node.input[1] else 1  # no initial condition: no keep_going output
+            block = Block(block.inputs, block.steps, out[first:split] +
+                          tuple(outer[f].name for f in passed) + out[split:])
+        blocks.append(block)
+    return blocks, passed
+
+
+def _loop_inputs(importer, body: onnx.GraphProto, carried, env) -> list:
+    i = body.input[0].name
+    values = [Boundary(importer.names(i), TensorType((), DType.i64))]
+    env[i] = values[0]
+    # the body only runs while the condition holds, so the condition it sees is true
+    env[body.input[1].name] = Known(np.array(True, dtype=object), DType.bool)
+    for inner, outer in zip(body.input[2:], carried):
+        b = Boundary(importer.names(inner.name), importer.env[outer].type)
+        env[inner.name] = b
+        values.append(b)
+    return values
+
+
+def _append(importer, node, step, block, skip: int = 0, drop: int = 0) -> None:
+    """Add the controller and bind its outputs (less ``drop`` pass-through values after the
+    first ``skip``) as block-level values."""
+    types = block_types(Program(importer.shared.graphs, block), block)
+    if isinstance(step, Loop):
+        offset = 1 if step.cond is not None else 0
+        carried_types = types[offset:offset + len(step.inputs)]
+        scans = [TensorType((step.count if step.count is not None else _no_count(),
+                             *t.shape), t.dtype) for t in types[offset + len(step.inputs):]]
+        types = list(carried_types) + scans
+    importer.steps.append(step)
+    names = list(step.outputs[:skip]) + list(step.outputs[skip + drop:])
+    types = list(types[:skip]) + list(types[skip + drop:])
+    for out, name, t in zip(node.output, names, types):
+        if out:
+            importer.env[out] = Boundary(name, t)
+
+
+def _no_count():
+    raise UnsupportedOpError("Loop: scan outputs of a loop without a trip count")
+

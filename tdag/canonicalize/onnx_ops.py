@@ -1,0 +1,539 @@
+"""The ONNX op table: one entry per op type, each a short function over tdag.ops.
+
+An entry takes ``(ctx, *inputs)``: ``ctx`` is the NodeContext (attributes, opset, helpers),
+inputs are Tensors, Knowns (shape values, see onnx_values.py) or None for an omitted
+optional input. It returns one value or a tuple (None for an output tdag does not compute).
+Opset differences live inside the entry: an attribute in old opsets is an input in new ones.
+This file holds elementwise, shape and movement ops; onnx_ops_nn.py the neural-network ones.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import sympy
+import torch
+from onnx import numpy_helper
+
+from tdag import ops
+from tdag.canonicalize.onnx_values import (Known, decide, fold_arith, fold_compare,
+                                          floor_div, known_of)
+from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import as_dim, is_static, product
+from tdag.ir.types import DType, TensorKind
+
+OPS: dict = {}
+
+
+def register(*names):
+    def deco(fn):
+        for name in names:
+            OPS[name] = fn
+        return fn
+    return deco
+
+
+def _norm(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+# -- elementwise --------------------------------------------------------------------------------
+
+_UNARY = {
+    "Neg": ops.neg, "Abs": ops.abs, "Sqrt": ops.sqrt, "Reciprocal": ops.reciprocal,
+    "Exp": ops.exp, "Log": ops.log, "Tanh": ops.tanh, "Sigmoid": ops.sigmoid, "Relu": ops.relu,
+    "Erf": ops.erf, "Sin": ops.sin, "Cos": ops.cos, "Tan": ops.tan, "Asin": ops.asin,
+    "Acos": ops.acos, "Atan": ops.atan, "Sinh": ops.sinh, "Cosh": ops.cosh, "Asinh": ops.asinh,
+    "Acosh": ops.acosh, "Atanh": ops.atanh, "Floor": ops.floor, "Ceil": ops.ceil,
+    "Sign": ops.sign, "Not": ops.logical_not, "Round": ops.round, "IsNaN": ops.isnan,
+    "Softplus": ops.softplus, "Mish": ops.mish, "HardSwish": ops.hardswish,
+}
+
+
+def _unary(fn):
+    return lambda ctx, x: fn(ctx.tensor(x))
+
+
+for _name, _fn in _UNARY.items():
+    OPS[_name] = _unary(_fn)
+
+
+def _binary(fn, fold=None):
+    """``fn`` on tensors; ``fold`` on Dims when both operands are shape values."""
+    def convert(ctx, a, b):
+        if fold is not None and isinstance(a, Known) and isinstance(b, Known):
+            return fold_arith(fold, [a, b], a.dtype)
+        return fn(ctx.tensor(a), ctx.tensor(b))
+    return convert
+
+
+OPS["Add"] = _binary(ops.add, operator.add)
+OPS["Sub"] = _binary(ops.sub, operator.sub)
+OPS["Mul"] = _binary(ops.mul, operator.mul)
+OPS["And"] = _binary(ops.logical_and)
+OPS["Or"] = _binary(ops.logical_or)
+OPS["Xor"] = _binary(ops.ne)
+
+
+@register("Div")
+def _div(ctx, a, b):
+    if isinstance(a, Known) and isinstance(b, Known):
+        return fold_arith(floor_div, [a, b], a.dtype)
+    a, b = ctx.tensor(a), ctx.tensor(b)
+    return ops.div(a, b) if a.dtype.is_float else ops.trunc_divide(a, b)  # ints truncate
+
+
+@register("Pow")
+def _pow(ctx, a, b):
+    a = ctx.tensor(a)
+    return ops.cast(ops.pow(a, ctx.tensor(b)), a.dtype)  # ONNX keeps the base's type
+
+
+@register("Mod")
+def _mod(ctx, a, b):
+    fn = ops.fmod if ctx.attr("fmod", 0) else ops.remainder
+    return fn(ctx.tensor(a), ctx.tensor(b))
+
+
+def _compare(fn, rel):
+    def convert(ctx, a, b):
+        if isinstance(a, Known) and isinstance(b, Known):
+            folded = fold_compare(rel, a, b)
+            if folded is not None:
+                return folded
+        return fn(ctx.tensor(a), ctx.tensor(b))
+    return convert
+
+
+OPS["Equal"] = _compare(ops.eq, sympy.Eq)
+OPS["Less"] = _compare(ops.lt, sympy.Lt)
+OPS["Greater"] = _compare(ops.gt, sympy.Gt)
+OPS["LessOrEqual"] = _compare(ops.le, sympy.Le)
+OPS["GreaterOrEqual"] = _compare(ops.ge, sympy.Ge)
+
+
+@register("Where")
+def _where(ctx, cond, a, b):
+    if all(isinstance(v, Known) for v in (cond, a, b)) and cond.static:
+        return Known(np.where(cond.values.astype(bool), a.values, b.values), a.dtype)
+    return ops.where(ctx.tensor(cond), ctx.tensor(a), ctx.tensor(b))
+
+
+def _variadic(fn, fold=None):
+    def convert(ctx, *xs):
+        if fold is not None and all(isinstance(x, Known) for x in xs):
+            return fold_arith(fold, list(xs), xs[0].dtype)
+        result = ctx.tensor(xs[0])
+        for x in xs[1:]:
+            result = fn(result, ctx.tensor(x))
+        return result
+    return convert
+
+
+def _dim_max(a, b):
+    choice = decide(sympy.Ge(sympy.sympify(a), b))
+    if choice is None:
+        return as_dim(sympy.Max(a, b))
+    return a if choice else b
+
+
+def _dim_min(a, b):
+    choice = decide(sympy.Le(sympy.sympify(a), b))
+    if choice is None:
+        return as_dim(sympy.Min(a, b))
+    return a if choice else b
+
+
+OPS["Max"] = _variadic(ops.maximum, _dim_max)
+OPS["Min"] = _variadic(ops.minimum, _dim_min)
+OPS["Sum"] = _variadic(ops.add, operator.add)
+
+
+@register("Mean")
+def _mean(ctx, *xs):
+    return ops.div(_variadic(ops.add)(ctx, *xs), float(len(xs)))
+
+
+@register("Clip")
+def _clip(ctx, x, lo=None, hi=None):
+    x = ctx.tensor(x)
+    if ctx.opset < 11:  # bounds were attributes
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        return ops.clamp(x, lo, hi)
+    lo = ctx.tensor(lo) if lo is not None else None
+    hi = ctx.tensor(hi) if hi is not None else None
+    return ops.clamp(x, lo, hi)
+
+
+@register("LeakyRelu")
+def _leaky_relu(ctx, x):
+    return ops.leaky_relu(ctx.tensor(x), ctx.attr("alpha", 0.01))
+
+
+@register("Elu")
+def _elu(ctx, x):
+    return ops.elu(ctx.tensor(x), ctx.attr("alpha", 1.0))
+
+
+@register("Selu")
+def _selu(ctx, x):
+    alpha = ctx.attr("alpha", 1.67326319217681884765625)
+    gamma = ctx.attr("gamma", 1.05070102214813232421875)
+    return ops.mul(ops.elu(ctx.tensor(x), alpha), gamma)
+
+
+@register("Gelu")
+def _gelu(ctx, x):
+    return ops.gelu(ctx.tensor(x), ctx.attr("approximate", "none"))
+
+
+@register("HardSigmoid")
+def _hard_sigmoid(ctx, x):
+    # ONNX's defaults (0.2, 0.5) are not torch's (1/6, 1/2)
+    alpha, beta = ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    return ops.clamp(ops.add(ops.mul(ctx.tensor(x), alpha), beta), 0.0, 1.0)
+
+
+@register("PRelu")
+def _prelu(ctx, x, slope):
+    x = ctx.tensor(x)
+    return ops.where(ops.lt(x, 0.0), ops.mul(x, ctx.tensor(slope)), x)
+
+
+@register("Cast")
+def _cast(ctx, x):
+    dtype = ctx.dtype(ctx.attr("to"))
+    return _cast_to(ctx, x, dtype)
+
+
+@register("CastLike")
+def _cast_like(ctx, x, like):
+    return _cast_to(ctx, x, like.dtype)
+
+
+def _cast_to(ctx, x, dtype: DType):
+    if isinstance(x, Known) and not dtype.is_float:
+        values = x.values if dtype is not DType.bool or not x.static else x.values != 0
+        return Known(values, dtype)
+    return ops.cast(ctx.tensor(x), dtype)
+
+
+@register("Identity", "Dropout")
+def _identity(ctx, x, *rest):
+    if ctx.node.op_type == "Dropout" and len(rest) > 1 and rest[1] is not None \
+            and ctx.scalar(rest[1], "training_mode"):
+        raise UnsupportedOpError("Dropout: training mode is not supported")
+    return x
+
+
+# -- constants and shape values ---------------------------------------------------------------
+
+@register("Constant")
+def _constant(ctx):
+    attrs = ctx.attrs
+    if "value" in attrs:
+        value = torch.from_numpy(numpy_helper.to_array(attrs["value"]).copy())
+    elif "value_float" in attrs or "value_floats" in attrs:
+        value = torch.tensor(attrs.get("value_float", attrs.get("value_floats")),
+                             dtype=torch.float32)
+    elif "value_int" in attrs or "value_ints" in attrs:
+        value = torch.tensor(attrs.get("value_int", attrs.get("value_ints")), dtype=torch.int64)
+    else:
+        raise UnsupportedOpError(f"Constant: attribute {sorted(attrs)} is not supported")
+    known = known_of(value)
+    if known is not None:
+        return known
+    name = ctx.importer.names(ctx.node.output[0])
+    if name in ctx.builder._taken:
+        name = ctx.builder.fresh(name + "_")
+    return ctx.builder.weight(name, TensorKind.const, value)
+
+
+@register("Shape")
+def _shape(ctx, x):
+    shape = list(x.shape)
+    start, end = ctx.attr("start", 0), ctx.attr("end", len(shape))
+    return Known(np.array(shape[slice(start, end)], dtype=object).reshape(-1), DType.i64)
+
+
+@register("Size")
+def _size(ctx, x):
+    return Known(np.array(product(x.shape), dtype=object), DType.i64)
+
+
+@register("ConstantOfShape")
+def _constant_of_shape(ctx, shape):
+    dims = ctx.ints(shape, "shape")
+    fill = ctx.attrs.get("value")
+    value = torch.from_numpy(numpy_helper.to_array(fill).copy()).reshape(()) if fill is not None \
+        else torch.tensor(0.0)
+    if all(is_static(d) for d in dims) and product(dims) <= 1024:
+        known = known_of(value.expand(*dims).clone())
+        if known is not None:
+            return known
+    return ops.full(tuple(dims), value.item(), DType.of(value.dtype))
+
+
+@register("Range")
+def _range(ctx, start, limit, delta):
+    start, limit, delta = (ctx.scalar(v, what) for v, what in
+                           ((start, "start"), (limit, "limit"), (delta, "delta")))
+    out_type = ctx.importer.types.get(ctx.node.output[0])
+    dtype = ctx.dtype(out_type.tensor_type.elem_type) if out_type is not None else DType.i64
+    if all(is_static(v) or isinstance(v, float) for v in (start, limit, delta)):
+        return ctx.const_tensor(torch.arange(start, limit, delta, dtype=dtype.torch))
+    return ops.arange(start, limit, delta, dtype)
+
+
+# -- movement -----------------------------------------------------------------------------------
+
+@register("Reshape")
+def _reshape(ctx, x, shape=None):
+    dims = list(ctx.attr("shape")) if ctx.opset < 5 else ctx.ints(shape, "shape")
+    in_shape = list(x.shape)
+    allow_zero = ctx.attr("allowzero", 0)
+    dims = [in_shape[i] if is_static(d) and d == 0 and not allow_zero else d
+            for i, d in enumerate(dims)]
+    if any(is_static(d) and d == -1 for d in dims):
+        known = product(d for d in dims if not (is_static(d) and d == -1))
+        rest = as_dim(sympy.cancel(sympy.sympify(product(in_shape)) / known))
+        dims = [rest if is_static(d) and d == -1 else d for d in dims]
+    if isinstance(x, Known) and all(is_static(d) for d in dims):
+        return Known(x.values.reshape([int(d) for d in dims]), x.dtype)
+    return ops.reshape(ctx.tensor(x), *dims)
+
+
+@register("Flatten")
+def _flatten(ctx, x):
+    shape = list(x.shape)
+    axis = _norm(ctx.attr("axis", 1), len(shape))
+    return ops.reshape(ctx.tensor(x), product(shape[:axis]), product(shape[axis:]))
+
+
+@register("Transpose")
+def _transpose(ctx, x):
+    perm = ctx.attr("perm") or list(reversed(range(len(x.shape))))
+    if isinstance(x, Known):
+        return Known(np.transpose(x.values, perm), x.dtype)
+    return ops.permute(ctx.tensor(x), *perm)
+
+
+def _axes(ctx, axes_input, first_input_opset: int):
+    """Axes from the attribute (before ``first_input_opset``) or the input (from it on)."""
+    if ctx.opset < first_input_opset:
+        axes = ctx.attr("axes")
+        return list(axes) if axes is not None else None
+    return [int(a) for a in ctx.ints(axes_input, "axes")] if axes_input is not None else None
+
+
+@register("Squeeze")
+def _squeeze(ctx, x, axes=None):
+    axes = _axes(ctx, axes, 13)
+    rank = len(x.shape)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if is_static(d) and d == 1]
+    axes = tuple(_norm(a, rank) for a in axes)
+    if isinstance(x, Known):
+        return Known(np.squeeze(x.values, axes), x.dtype)
+    return ops.squeeze(ctx.tensor(x), axes)
+
+
+@register("Unsqueeze")
+def _unsqueeze(ctx, x, axes=None):
+    axes = _axes(ctx, axes, 13)
+    rank = len(x.shape) + len(axes)
+    axes = tuple(sorted(_norm(a, rank) for a in axes))
+    if isinstance(x, Known):
+        return Known(np.expand_dims(x.values, axes), x.dtype)
+    return ops.unsqueeze(ctx.tensor(x), axes)
+
+
+@register("Concat")
+def _concat(ctx, *xs):
+    axis = _norm(ctx.attr("axis"), len(xs[0].shape))
+    if all(isinstance(x, Known) for x in xs):
+        return Known(np.concatenate([x.values for x in xs], axis), xs[0].dtype)
+    parts = [ctx.tensor(x) for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)]
+    return ops.concat(parts, axis) if len(parts) > 1 else parts[0]
+
+
+@register("Split")
+def _split(ctx, x, split=None):
+    axis = _norm(ctx.attr("axis", 0), len(x.shape))
+    sizes = ctx.attr("split") if ctx.opset < 13 else ctx.ints(split, "split")
+    if not sizes:
+        dim, count = x.shape[axis], ctx.attr("num_outputs", ctx.num_outputs)
+        if not is_static(dim):
+            raise UnsupportedOpError(f"Split: an equal split of the symbolic axis {dim}")
+        chunk = -(-dim // count)  # ceil: the last part may be smaller (opset 18)
+        sizes = [min(chunk, dim - i * chunk) for i in range(count)]
+    if isinstance(x, Known):
+        cuts = np.cumsum([int(s) for s in sizes])[:-1]
+        return tuple(Known(v, x.dtype) for v in np.split(x.values, cuts, axis))
+    return tuple(ops.split(ctx.tensor(x), list(sizes), axis))
+
+
+_HUGE = 2 ** 31  # ONNX writes "to the end" as INT64_MAX (and INT32_MAX)
+
+
+@register("Slice")
+def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
+    if ctx.opset < 10:
+        starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
+    else:
+        starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
+        axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
+    rank = len(x.shape)
+    axes = [_norm(int(a), rank) for a in axes] if axes else list(range(len(starts)))
+    steps = [int(s) for s in steps] if steps else [1] * len(starts)
+    if isinstance(x, Known) and all(is_static(v) for v in list(starts) + list(ends)):
+        index = [slice(None)] * rank
+        for a, b, e, s in zip(axes, starts, ends, steps):
+            index[a] = slice(b, e, s)
+        return Known(x.values[tuple(index)], x.dtype)
+    x = ctx.tensor(x)
+    for a, b, e, s in zip(axes, starts, ends, steps):
+        x = _slice_axis(x, a, b, e, s)
+    return x
+
+
+def _slice_axis(x, axis, start, stop, step):
+    dim = x.shape[axis]
+    if step > 0:
+        start = 0 if is_static(start) and start <= -_HUGE else start
+        stop = None if is_static(stop) and stop >= _HUGE else stop
+        return ops.slice(x, axis, start, stop, step)
+    if not is_static(dim):
+        raise UnsupportedOpError(f"Slice: a negative step on the symbolic axis {dim}")
+    index = list(range(dim))[slice(max(min(start, _HUGE), -_HUGE), max(stop, -dim - 1), step)]
+    return ops.gather(x, x.builder.const(torch.tensor(index, dtype=torch.int64)), axis)
+
+
+@register("Gather")
+def _gather(ctx, data, index):
+    axis = _norm(ctx.attr("axis", 0), len(data.shape))
+    if isinstance(data, Known) and isinstance(index, Known) and index.static:
+        return Known(np.take(data.values, index.values.astype(np.int64), axis), data.dtype)
+    return ops.gather(ctx.tensor(data), ctx.tensor(index), axis)
+
+
+@register("Expand")
+def _expand(ctx, x, shape):
+    dims = ctx.ints(shape, "shape")
+    out = ops.broadcast_shapes(tuple(x.shape), tuple(dims))
+    if isinstance(x, Known) and all(is_static(d) for d in out):
+        return Known(np.broadcast_to(x.values, [int(d) for d in out]).copy(), x.dtype)
+    return ops.broadcast_to(ctx.tensor(x), out)
+
+
+@register("Tile")
+def _tile(ctx, x, repeats):
+    return ops.tile(ctx.tensor(x), *ctx.ints(repeats, "repeats"))
+
+
+@register("Pad")
+def _pad(ctx, x, pads=None, value=None, axes=None):
+    rank = len(x.shape)
+    if ctx.opset < 11:  # pads and value were attributes
+        pads, fill = list(ctx.attr("pads")), ctx.attr("value", 0.0)
+    else:
+        pads = ctx.ints(pads, "pads")
+        fill = ctx.scalar(value, "value") if value is not None else 0
+    axes = [_norm(int(a), rank) for a in ctx.ints(axes, "axes")] if axes is not None \
+        else list(range(rank))
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        widths[a] = (pads[i], pads[i + len(axes)])
+    mode = ctx.attr("mode", "constant")
+    x = ctx.tensor(x)
+    if mode == "constant":
+        return ops.pad(x, widths, float(fill))
+    torch_mode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(mode)
+    if torch_mode is None:
+        raise UnsupportedOpError(f"Pad: mode {mode!r}")
+    first = next((a for a, w in enumerate(widths) if w != (0, 0)), rank)
+    flat = [w for pair in reversed(widths[first:]) for w in pair]
+    return ops.torch_pad(x, flat, torch_mode) if flat else x
+
+
+@register("Trilu")
+def _trilu(ctx, x, k=None):
+    x = ctx.tensor(x)
+    k = ctx.scalar(k, "k") if k is not None else 0
+    rows = ops.unsqueeze(ops.iota(x.shape[-2]), 1)
+    cols = ops.unsqueeze(ops.iota(x.shape[-1]), 0)
+    diag = ops.sub(cols, rows)  # column minus row: k-th diagonal where it equals k
+    keep = ops.ge(diag, int(k)) if ctx.attr("upper", 1) else ops.le(diag, int(k))
+    return ops.where(keep, x, ops.zeros((), x.dtype, like=x))
+
+
+# -- reductions and scans -----------------------------------------------------------------------
+
+def _sum_square(x, axes, keep):
+    return ops.sum(ops.mul(x, x), axes, keep)
+
+
+_REDUCE = {
+    "ReduceSum": (ops.sum, 13), "ReduceMean": (ops.mean, 18), "ReduceMax": (ops.amax, 18),
+    "ReduceMin": (ops.amin, 18), "ReduceProd": (ops.prod, 18),
+    "ReduceSumSquare": (_sum_square, 18),
+    "ReduceL1": (lambda x, a, k: ops.sum(ops.abs(x), a, k), 18),
+    "ReduceL2": (lambda x, a, k: ops.sqrt(_sum_square(x, a, k)), 18),
+    "ReduceLogSumExp": (ops.logsumexp, 18),
+}
+
+
+def _reduce(fn, axes_input_opset):
+    def convert(ctx, x, axes=None):
+        x = ctx.tensor(x)
+        axes = _axes(ctx, axes, axes_input_opset)
+        if not axes:
+            if ctx.attr("noop_with_empty_axes", 0):
+                return x
+            axes = list(range(x.ndim))
+        axes = tuple(_norm(a, x.ndim) for a in axes)
+        return fn(x, axes, bool(ctx.attr("keepdims", 1)))
+    return convert
+
+
+for _name, (_fn, _opset) in _REDUCE.items():
+    OPS[_name] = _reduce(_fn, _opset)
+
+
+def _arg(fn):
+    def convert(ctx, x):
+        if ctx.attr("select_last_index", 0):
+            raise UnsupportedOpError(f"{ctx.node.op_type}: select_last_index=1")
+        return fn(ctx.tensor(x), ctx.attr("axis", 0), bool(ctx.attr("keepdims", 1)))
+    return convert
+
+
+OPS["ArgMax"] = _arg(ops.argmax)
+OPS["ArgMin"] = _arg(ops.argmin)
+
+
+@register("CumSum")
+def _cumsum(ctx, x, axis):
+    x = ctx.tensor(x)
+    axis = _norm(int(ctx.scalar(axis, "axis")), x.ndim)
+    total = ops.cumsum(x, axis) if is_static(x.shape[axis]) else _cumsum_symbolic(x, axis)
+    if ctx.attr("reverse", 0):  # suffix sums: the whole sum less the prefix before each
+        whole = ops.sum(x, (axis,), True)
+        total = ops.add(ops.sub(whole, total), x)
+    if ctx.attr("exclusive", 0):
+        total = ops.sub(total, x)
+    return total
+
+
+def _cumsum_symbolic(x, axis):
+    """Prefix sums over a symbolic axis: a product with the mask ``j <= i`` (from iota)."""
+    n = x.shape[axis]
+    mask = ops.le(ops.unsqueeze(ops.iota(n), 1), ops.unsqueeze(ops.iota(n), 0))
+    moved = ops.movedim(x, axis, -1)
+    return ops.movedim(ops.matmul(moved, ops.cast(mask, x.dtype)), -1, axis)
+
+
+@register("Einsum")
+def _einsum(ctx, *xs):
+    equation = ctx.attr("equation").replace(" ", "")
+    return ops.einsum(equation, *[ctx.tensor(x) for x in xs])

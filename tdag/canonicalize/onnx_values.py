@@ -1,0 +1,142 @@
+"""Shape values: small integer tensors known at import time.
+
+``Shape`` of a tensor with a known (possibly symbolic) type is a list of Dims, not a runtime
+value. Keeping such values as ``Known`` arrays of Dims through Gather/Slice/Concat/arithmetic
+lets Reshape, Expand, ConstantOfShape and Range see their target shapes while importing, as
+torch.onnx.export's ``Shape -> Gather -> Concat -> Reshape`` chains need. A Known becomes a
+tensor only where an op reads it as data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+import torch
+
+from tdag import ops
+from tdag.canonicalize.aten.registry import dim_tensor
+from tdag.deinops.builder import Builder, Tensor
+from tdag.ir.symbols import as_dim, is_static
+from tdag.ir.types import DType, TensorKind, TensorType
+
+MAX_KNOWN = 1024  # integer constants up to this many elements are tracked as values
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A value defined outside the current segment: a block input or an earlier step's
+    output, read in a segment as one of its TDAG's inputs."""
+
+    name: str
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Param:
+    """An initializer: each TDAG that reads it holds it under its own name."""
+
+    name: str
+    value: torch.Tensor
+
+
+class Known:
+    """An integer (or bool) tensor whose elements are known: ints or symbolic Dims."""
+
+    __slots__ = ("values", "dtype", "weight_name", "tensor")
+
+    def __init__(self, values, dtype: DType, weight_name: str | None = None):
+        self.values = np.vectorize(_dim, otypes=[object])(np.asarray(values, dtype=object)) \
+            if np.size(values) else np.asarray(values, dtype=object).reshape(np.shape(values))
+        self.dtype = dtype
+        self.weight_name = weight_name  # an initializer: materialised under its own name
+        self.tensor: Tensor | None = None
+
+    @property
+    def shape(self) -> tuple:
+        return self.values.shape
+
+    @property
+    def static(self) -> bool:
+        return all(is_static(v) for v in self.values.flat)
+
+    def dims(self) -> list:
+        return [v for v in self.values.reshape(-1)]
+
+    def torch(self) -> torch.Tensor:
+        return torch.tensor(np.asarray(self.values, dtype=np.int64), dtype=self.dtype.torch) \
+            .reshape(self.shape)
+
+
+def _dim(v):
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, sympy.logic.boolalg.BooleanAtom):
+        return bool(v)
+    return as_dim(int(v) if isinstance(v, np.integer) else v)
+
+
+def known_of(value: torch.Tensor, weight_name: str | None = None) -> Known | None:
+    """A Known for a small integer or bool torch tensor, else None."""
+    dtype = DType.of(value.dtype)
+    if dtype.is_float or value.numel() > MAX_KNOWN:
+        return None
+    return Known(value.to(torch.int64).numpy().astype(object), dtype, weight_name)
+
+
+def materialize(builder: Builder, value: Known) -> Tensor:
+    """The tensor of a Known: a const (or the initializer) when static, else built from the
+    symbolic sizes it holds."""
+    if value.tensor is not None and value.tensor.builder is builder:
+        return value.tensor
+    if value.static:
+        if value.weight_name is not None:
+            name = value.weight_name
+            if name in builder._taken:  # a generated name got there first
+                name = builder.fresh(name + "_")
+            value.tensor = builder.weight(name, TensorKind.parameter, value.torch())
+        else:
+            value.tensor = builder.const(value.torch())
+        return value.tensor
+    parts = [ops.cast(dim_tensor(sympy.sympify(d)), value.dtype) for d in value.dims()]
+    flat = ops.stack(parts, 0) if parts else builder.const(value.torch())
+    value.tensor = ops.reshape(flat, *value.shape) if value.shape != (len(parts),) else flat
+    return value.tensor
+
+
+# -- folding ------------------------------------------------------------------------------------
+
+def fold_arith(fn, values, dtype: DType) -> Known:
+    """An elementwise integer op applied to Dims (ints stay ints, symbols stay symbolic)."""
+    arrays = np.broadcast_arrays(*[v.values for v in values])
+    out = np.empty(arrays[0].shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fn(*[a[idx] for a in arrays])
+    return Known(out, dtype)
+
+
+def decide(relation):
+    """A comparison of Dims as a Python bool, or None when the symbols leave it open."""
+    if isinstance(relation, (bool, np.bool_)):
+        return bool(relation)
+    if relation in (sympy.true, sympy.false):
+        return bool(relation)
+    return None
+
+
+def fold_compare(fn, a: Known, b: Known) -> Known | None:
+    arrays = np.broadcast_arrays(a.values, b.values)
+    out = np.empty(arrays[0].shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        result = decide(fn(sympy.sympify(arrays[0][idx]), sympy.sympify(arrays[1][idx])))
+        if result is None:
+            return None
+        out[idx] = result
+    return Known(out, DType.bool)
+
+
+def floor_div(a, b):
+    """ONNX Div on integers truncates; shape arithmetic works on non-negative sizes."""
+    if is_static(a) and is_static(b):
+        return int(a / b) if b else 0
+    return as_dim(sympy.floor(sympy.sympify(a) / b))
