@@ -69,14 +69,21 @@ class LayerNorm:
     eps: float
 
 
-def _layer_norm_shape(spec: LayerNorm, ins):
-    x = ins[0]
-    _float_input("layer_norm", x)
-    if not 1 <= spec.count <= x.rank:
-        raise ShapeError(f"layer_norm: {spec.count} trailing axes of {x}")
-    for t in ins[1:]:
-        _same_shape("layer_norm", t, x.shape[x.rank - spec.count:], x.dtype)
-    return x
+def _trailing_norm_shape(name: str):
+    """Shape rule of a norm over the trailing ``spec.count`` axes with optional affine
+    operands of exactly those axes' shape (layer_norm, rms_norm)."""
+    def rule(spec, ins):
+        x = ins[0]
+        _float_input(name, x)
+        if not 1 <= spec.count <= x.rank:
+            raise ShapeError(f"{name}: {spec.count} trailing axes of {x}")
+        for t in ins[1:]:
+            _same_shape(name, t, x.shape[x.rank - spec.count:], x.dtype)
+        return x
+    return rule
+
+
+_layer_norm_shape = _trailing_norm_shape("layer_norm")
 
 
 def _layer_norm_eval(spec: LayerNorm, xs, resolve):
@@ -99,14 +106,7 @@ class RMSNorm:
     eps: float
 
 
-def _rms_norm_shape(spec: RMSNorm, ins):
-    x = ins[0]
-    _float_input("rms_norm", x)
-    if not 1 <= spec.count <= x.rank:
-        raise ShapeError(f"rms_norm: {spec.count} trailing axes of {x}")
-    for t in ins[1:]:
-        _same_shape("rms_norm", t, x.shape[x.rank - spec.count:], x.dtype)
-    return x
+_rms_norm_shape = _trailing_norm_shape("rms_norm")
 
 
 def _rms_norm_eval(spec: RMSNorm, xs, resolve):
