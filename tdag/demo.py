@@ -2,8 +2,9 @@
 
 On TinyViT (a small vision transformer shipped in tdag.models, random weights): import it from
 torch, check the Program against eager, report its cost beside torch's flop counter, extract a
-transformer block and run it standalone, export to ONNX (onnxruntime) and back to torch, and
-check every result against the original. Exits non-zero if any check fails.
+transformer block and run it standalone, export to ONNX (run on onnxruntime, and imported back
+with from_onnx) and back to torch, and check every result against the original. Exits
+non-zero if any check fails.
 """
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ def main(out_dir: str | None = None) -> int:
         got = torch.from_numpy(session.run(None, {name: batch.numpy()})[0])
         ok &= _check(f"onnxruntime vs eager (batch {batch.shape[0]})", got, want)
     print(f"  wrote {onnx_path}")
+    reimported = tdag.from_onnx(onnx_path)
+    tdag.verify(reimported)
+    ok &= _check("tdag.from_onnx(that file) vs eager (batch 5)", tdag.run(reimported, other),
+                 model(other).detach())
     _done(t)
 
     t = _step("5. export: tdag.to_torch(prog)")
