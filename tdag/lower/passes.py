@@ -1,21 +1,15 @@
-"""The pass manager: a named list of passes run in order until none changes the program.
+"""Running the lowering passes: the shared PassManager over passes named in a registry.
 
-A pass is ``(program) -> (program, changed)``. ``lower`` repeats the list to a fixed point;
-with ``check=True`` it verifies the program after every pass and names the pass that broke it.
+``lower`` repeats its list to a fixed point (a lowering that stops short is still correct, so
+running out of rounds returns the program); ``check=True`` verifies after every pass and names
+the pass that broke the program.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from tdag.errors import TdagError
+from tdag.ir.passes import Pass, PassError, PassManager
 from tdag.ir.program import Program
-from tdag.ir.verify import verify
-
-Pass = Callable[[Program], "tuple[Program, bool]"]
-
-
-class PassError(TdagError):
-    """A lowering pass raised or produced a program that does not verify."""
 
 
 def run_passes(prog: Program, names: Sequence[str], registry: Mapping[str, Pass],
@@ -24,16 +18,8 @@ def run_passes(prog: Program, names: Sequence[str], registry: Mapping[str, Pass]
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise PassError(f"unknown lowering passes {unknown}; known: {sorted(registry)}")
-    for _ in range(max_rounds):
-        changed_any = False
-        for name in names:
-            try:
-                prog, changed = registry[name](prog)
-                if check and changed:
-                    verify(prog)
-            except TdagError as exc:
-                raise PassError(f"lowering pass {name!r} failed: {exc}") from exc
-            changed_any |= changed
-        if not changed_any:
-            return prog
-    return prog
+    manager = PassManager([(n, registry[n]) for n in names], max_rounds, check, strict=False)
+    return manager(prog)[0]
+
+
+__all__ = ["Pass", "PassError", "run_passes"]

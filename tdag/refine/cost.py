@@ -41,6 +41,7 @@ from tdag.ir.graph import TDAG
 from tdag.ir.op import Family
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, as_dim, format_dim, product, symbol
+from tdag.ir.passes import gc_paused
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
@@ -255,6 +256,7 @@ class CostReport:
         return _format_table(report, by, depth)
 
 
+@gc_paused()  # many small objects, no cycles: see tdag.ir.passes
 def cost(prog: Program | TDAG) -> CostReport:
     """The cost report of a Program or TDAG (see the module docstring for conventions)."""
     if isinstance(prog, TDAG):

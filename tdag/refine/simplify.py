@@ -22,61 +22,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from tdag.errors import TdagError
 from tdag.ir.graph import TDAG, Weight
+from tdag.ir.passes import Pass, PassError, PassManager  # noqa: F401  (re-exported)
 from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import TensorKind
 from tdag.refine.constants import FOLD_LIMIT, fold_constants
 from tdag.refine.dataflow import prune, renamed
 from tdag.refine.rules import rewrite
-
-Pass = Callable[[Program], "tuple[Program, bool]"]
-
-
-class PassError(TdagError):
-    """A pass that raised, or left a malformed Program (named in the message)."""
-
-
-class PassManager:
-    """Runs ``passes`` (name, pass) in order, again and again until none changes anything.
-
-    With ``check=True`` the Program is verified after every pass, so a broken rewrite is
-    caught by name at the pass that made it.
-    """
-
-    def __init__(self, passes: Sequence[tuple[str, Pass]], max_rounds: int = 32,
-                 check: bool = False):
-        self.passes = list(passes)
-        self.max_rounds = max_rounds
-        self.check = check
-
-    def __call__(self, prog: Program) -> tuple[Program, bool]:
-        changed_any = False
-        for _ in range(self.max_rounds):
-            changed = False
-            for name, run in self.passes:
-                prog, did = self._run(name, run, prog)
-                changed |= did
-            if not changed:
-                return prog, changed_any
-            changed_any = True
-        raise PassError(f"simplify: no fixed point after {self.max_rounds} rounds of "
-                        f"{', '.join(name for name, _ in self.passes)}")
-
-    def _run(self, name: str, run: Pass, prog: Program) -> tuple[Program, bool]:
-        try:
-            prog, changed = run(prog)
-        except TdagError as exc:
-            raise PassError(f"pass {name} failed: {exc}") from exc
-        if changed and self.check:
-            from tdag.ir.verify import verify
-            try:
-                verify(prog)
-            except TdagError as exc:
-                raise PassError(f"pass {name} left a malformed program: {exc}") from exc
-        return prog, changed
-
 
 def per_graph(fn: Callable[[TDAG], "tuple[TDAG, bool]"]) -> Pass:
     """Lift a TDAG pass to a Program pass (applied to every TDAG)."""

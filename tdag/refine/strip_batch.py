@@ -41,6 +41,7 @@ from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import (Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, product,
                              symbol)
 from tdag.ir.types import TensorType
+from tdag.ir.passes import gc_paused
 from tdag.refine.batch_axes import MIXING, RULES, drop_spec
 from tdag.refine.dataflow import Names, all_names, prune
 
@@ -67,6 +68,7 @@ class Folded:
     inner: Dim = 1
 
 
+@gc_paused()  # many small objects, no cycles: see tdag.ir.passes
 def strip_batch(prog: Program, axis: int = 0) -> Program:
     """The per-sample Program: every input loses axis ``axis``, the batch.
 
@@ -81,6 +83,7 @@ def strip_batch(prog: Program, axis: int = 0) -> Program:
                             lambda t, s: _strip_type(t, s, batch), "strip_batch")
 
 
+@gc_paused()  # many small objects, no cycles: see tdag.ir.passes
 def add_batch(prog: Program, name: str = "b") -> Program:
     """The inverse of ``strip_batch``: every input, and every value computed from one, gains
     a leading batch axis of symbolic size ``name``; weights stay as they are."""
