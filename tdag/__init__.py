@@ -3,9 +3,10 @@ analyse and transform it as data, and turn it back into torch or ONNX.
 
 >>> import tdag
 >>> from tdag import ops
-from tdag.canonicalize import from_torch
 >>> prog = tdag.trace(lambda x: ops.sum(x * x, axis=1), tdag.TensorSpec(("b", 8)))
 >>> tdag.verify(prog)
+>>> [str(t) for t in prog.graph.output_types]
+['f32[b]']
 """
 from tdag import ops
 from tdag.canonicalize import from_onnx, from_torch
@@ -15,22 +16,32 @@ from tdag.errors import (FileFormatError, InvalidModelError, PatternError, Shape
                          TdagError, UnsupportedOpError)
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.interpreter import run
-from tdag.ir.parser import parse
-from tdag.ir.serialize import load, save
-from tdag.reify import to_onnx, to_torch
-from tdag.refine import (BatchError, CostReport, add_batch, compose, cost, extract, replace,
-                         simplify, strip_batch)
 from tdag.ir.op import Family, Op
+from tdag.ir.parser import parse
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.serialize import load, save
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 from tdag.ir.verify import verify
+from tdag.refine import (BatchError, CostReport, add_batch, compose, cost, extract, replace,
+                         simplify, strip_batch)
+from tdag.reify import to_onnx, to_torch  # also registers the kernel ops of tdag.lower
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "FileFormatError", "If",
-    "InvalidModelError", "Loop", "Node", "Op", "Origin", "PatternError", "Program", "ShapeError",
-    "TdagError", "TensorKind", "TensorSpec", "TensorType", "UnsupportedOpError", "Value",
-    "Weight", "BatchError", "add_batch", "compose", "extract", "replace", "simplify",
-    "strip_batch", "CostReport", "from_onnx", "from_torch", "to_onnx", "to_torch", "cost", "load", "ops", "parse", "run", "save", "trace", "verify",
+    # capture and build
+    "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
+    # the data model
+    "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "If", "Loop", "Node", "Op",
+    "Origin", "Program", "TensorKind", "TensorType", "Value", "Weight",
+    # run, check, read and write
+    "load", "parse", "run", "save", "verify",
+    # refine
+    "BatchError", "CostReport", "add_batch", "compose", "cost", "extract", "replace",
+    "simplify", "strip_batch",
+    # reify
+    "to_onnx", "to_torch",
+    # errors
+    "FileFormatError", "InvalidModelError", "PatternError", "ShapeError", "TdagError",
+    "UnsupportedOpError",
 ]
