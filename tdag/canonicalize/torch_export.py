@@ -4,7 +4,9 @@ Placeholders become inputs (user inputs, flattened as torch.export flattens the 
 convention) and weights (parameters, buffers and constants under their state-dict names);
 each ATen node is emitted through the op table inside ``Builder.scope(origin)``; outputs are
 the flattened user outputs. Unsupported ops are collected over the whole graph and reported
-in one UnsupportedOpError.
+in one UnsupportedOpError. A graph with ``torch.cond`` or ``while_loop`` is split into
+several TDAGs joined by If and Loop controllers (``torch_control``); one without stays a
+single TDAG.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tdag import ops
 from tdag.canonicalize import aten
 from tdag.canonicalize.aten.registry import is_inplace
 from tdag.canonicalize.torch_capture import capture, decompose_unknown
+from tdag.canonicalize.torch_control import CONTROL, convert_control, has_control_flow
 from tdag.canonicalize.torch_inplace import inplace_safe
 from tdag.canonicalize.torch_names import dim_names, origin_of
 from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
@@ -57,6 +60,8 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
 def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
     """The Program of an ExportedProgram whose ops the table knows; ``names`` maps
     (user input number, axis) to the name of that dynamic dimension."""
+    if has_control_flow(ep):
+        return convert_control(ep, names or {})
     converter = _Converter(ep, names or {})
     with converter.builder.active():
         converter.run()
@@ -293,6 +298,8 @@ def handled(node) -> bool:
     """Whether the converter can take this call_function node as it is."""
     if node.target is operator.getitem or is_scalar(node) or is_noop(node):
         return True
+    if node.target in CONTROL:
+        return True
     return aten.supports(node.target) and inplace_safe(node)
 
 
@@ -323,7 +330,8 @@ def _why_unsupported(target) -> str:
     if name is None:
         name = getattr(target, "__name__", str(target))
         if isinstance(target, torch._ops.HigherOrderOperator):
-            return f"{name}: control flow (torch.cond, loops) is not supported yet"
+            return f"{name}: a higher-order op tdag does not convert (torch.cond and " \
+                "while_loop it does)"
         return f"{name}: not an ATen op"
     entry = aten.registry.entry_for(target)
     if entry is None:
