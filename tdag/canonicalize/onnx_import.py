@@ -19,14 +19,15 @@ import torch
 from onnx import helper, numpy_helper
 
 from tdag import ops
-from tdag.canonicalize.onnx_load import (NameMap, dtype_of, load_model, scope_of,
-                                         symbol_name)
+from tdag.canonicalize.onnx_load import (dtype_of, load_model, scope_of, symbol_name,
+                                         tdag_name)
 from tdag.canonicalize.onnx_control import convert_if, convert_loop
 from tdag.canonicalize.onnx_ops import OPS
 from tdag.canonicalize.onnx_values import Boundary, Known, Param, known_of, materialize
 from tdag.canonicalize.torch_export import live
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, UnsupportedOpError
+from tdag.ir.names import NameMap
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.symbols import as_dim
@@ -87,7 +88,7 @@ class Shared:
 
     def __init__(self, opset: int, graph: onnx.GraphProto):
         self.opset = opset
-        self.names = NameMap()
+        self.names = NameMap(sanitize=tdag_name)  # ONNX names -> tdag names, stable
         self.graphs: dict = {}
         self.problems: list = []
         infos = [v for g in all_graphs(graph) for v in list(g.value_info) + list(g.output)]

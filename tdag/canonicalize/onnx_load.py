@@ -119,24 +119,10 @@ _BAD_NAME = re.compile(r"[^A-Za-z0-9_.:]")
 _BAD_SYMBOL = re.compile(r"[^A-Za-z0-9_]")
 
 
-class NameMap:
-    """ONNX names -> tdag names ([A-Za-z0-9_.:]), stable and collision-free."""
-
-    def __init__(self):
-        self.names: dict[str, str] = {}
-        self.taken: set[str] = set()
-
-    def __call__(self, onnx_name: str) -> str:
-        if onnx_name not in self.names:
-            base = _BAD_NAME.sub("_", onnx_name).strip("_") or "t"
-            if not base[0].isalnum() and base[0] != "_":
-                base = "_" + base
-            name, k = base, 1
-            while name in self.taken:
-                name, k = f"{base}_{k}", k + 1
-            self.taken.add(name)
-            self.names[onnx_name] = name
-        return self.names[onnx_name]
+def tdag_name(onnx_name: str) -> str:
+    """An ONNX name under tdag's naming rules ([A-Za-z0-9_.:], starting alphanumeric or _)."""
+    base = _BAD_NAME.sub("_", onnx_name).strip("_") or "t"
+    return base if base[0].isalnum() or base[0] == "_" else "_" + base
 
 
 def symbol_name(dim_param: str) -> str:

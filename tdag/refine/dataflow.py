@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from tdag.ir.names import FreshNames as Names  # noqa: F401  (re-exported)
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.types import TensorKind
 
@@ -44,22 +45,6 @@ def renamed(node: Node, env: dict[str, str]) -> Node:
     """``node`` reading ``env[name]`` in place of each input ``name`` found in ``env``."""
     inputs = tuple(env.get(n, n) for n in node.inputs)
     return node if inputs == node.inputs else node.replace(inputs=inputs)
-
-
-class Names:
-    """Hands out names not yet taken in a graph: ``base``, then ``base_1``, ``base_2`` ..."""
-
-    def __init__(self, taken: Iterable[str]):
-        self.taken = set(taken)
-        self.counters: dict[str, int] = {}
-
-    def fresh(self, base: str) -> str:
-        name = base
-        while name in self.taken:
-            self.counters[base] = self.counters.get(base, 0) + 1
-            name = f"{base}_{self.counters[base]}"
-        self.taken.add(name)
-        return name
 
 
 def all_names(graph: TDAG) -> set[str]:

@@ -12,6 +12,7 @@ import torch
 from onnx import TensorProto, helper
 
 from tdag.errors import UnsupportedOpError
+from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim, format_dim, is_static
 from tdag.ir.types import DType, TensorType
 
@@ -37,19 +38,8 @@ def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, ONNX_DTYPE[t.dtype], dims)
 
 
-class Names:
-    """Unique value names across the whole model (subgraphs included)."""
-
-    def __init__(self):
-        self.taken: set[str] = set()
-
-    def __call__(self, hint: str) -> str:
-        base = hint or "t"
-        name, i = base, 1
-        while name in self.taken:
-            name, i = f"{base}_{i}", i + 1
-        self.taken.add(name)
-        return name
+def _value_name(hint: str) -> str:
+    return hint or "t"
 
 
 class Symbols:
@@ -81,10 +71,11 @@ class Symbols:
 
 
 class GraphBuilder:
-    def __init__(self, opset: int, names: Names | None = None,
+    def __init__(self, opset: int, names: FreshNames | None = None,
                  initializers: list | None = None, parent: "GraphBuilder | None" = None):
         self.opset = opset
-        self.names = names or Names()
+        # value names are unique across the whole model, subgraphs included
+        self.names = names or FreshNames(sanitize=_value_name)
         self.initializers = initializers if initializers is not None else []
         self.nodes: list[onnx.NodeProto] = []
         self.parent = parent

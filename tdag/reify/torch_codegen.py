@@ -17,6 +17,7 @@ from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
+from tdag.ir.names import NameMap
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
 from tdag.reify.torch_ops import BROADCASTING, EMIT, accepts_literal, literal
@@ -25,24 +26,20 @@ RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "
             "len", "tuple", "list", "getattr", "setattr"}
 
 
-class Scope:
+def identifier(name: str) -> str:
+    """A tdag name as a Python identifier; ``s_`` and ``_`` prefixes are kept for symbols and
+    the runtime, so a name that starts with one is prefixed ``v_``."""
+    base = re.sub(r"\W", "_", name)
+    if not base.isidentifier() or keyword.iskeyword(base) or base.startswith(("s_", "_")):
+        base = "v_" + base
+    return base
+
+
+class Scope(NameMap):
     """Python identifiers for tdag names, unique within one generated function."""
 
     def __init__(self):
-        self.names: dict[str, str] = {}
-        self.taken: set[str] = set(RESERVED)
-
-    def __call__(self, name: str) -> str:
-        if name not in self.names:
-            base = re.sub(r"\W", "_", name)
-            if not base.isidentifier() or keyword.iskeyword(base) or base.startswith(("s_", "_")):
-                base = "v_" + base
-            ident, i = base, 1
-            while ident in self.taken:
-                ident, i = f"{base}_{i}", i + 1
-            self.taken.add(ident)
-            self.names[name] = ident
-        return self.names[name]
+        super().__init__(RESERVED, identifier)
 
     def fresh(self, hint: str) -> str:
         return self(f"{hint}#{len(self.names)}")
