@@ -32,19 +32,10 @@ import tdag  # noqa: E402
 import tdag.lower  # noqa: E402
 from tdag.canonicalize import from_torch  # noqa: E402
 from tdag.reify import to_onnx, to_torch  # noqa: E402
-from torch_models import CNN, MLP, Decoder, Encoder, Tagger, UNetBlock  # noqa: E402
+from torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
+                          attention_mask, padding_mask)
 
 
-def _mask(batch, seq):
-    mask = torch.zeros(batch, seq, dtype=torch.bool)
-    mask[0, seq - 2:] = True
-    return mask
-
-
-def _attention_mask(batch, seq):
-    mask = torch.ones(batch, seq, dtype=torch.long)
-    mask[-1, :2] = 0
-    return mask
 
 
 # one thread each for torch and onnxruntime: on a shared machine, thread pools that wait
@@ -55,9 +46,9 @@ THREADS = 1
 MODELS = {
     "mlp": (lambda: MLP((256, 512, 512, 10)), lambda: (torch.randn(64, 256),)),
     "cnn": (lambda: CNN(3, 10), lambda: (torch.randn(16, 3, 32, 32),)),
-    "encoder": (lambda: Encoder(128, 4, 2), lambda: (torch.randn(8, 64, 128), _mask(8, 64))),
+    "encoder": (lambda: Encoder(128, 4, 2), lambda: (torch.randn(8, 64, 128), padding_mask(8, 64))),
     "decoder": (lambda: Decoder(vocab=512, d=128, layers=2, heads=4, kv_heads=2, hidden=256),
-                lambda: (torch.randint(1, 512, (4, 64)), _attention_mask(4, 64))),
+                lambda: (torch.randint(1, 512, (4, 64)), attention_mask(4, 64))),
     "tagger": (lambda: Tagger(200, 64, 64, 9), lambda: (torch.randint(1, 200, (8, 24)),)),
     "unet": (lambda: UNetBlock(16), lambda: (torch.randn(4, 16, 64, 64),)),
 }

@@ -26,16 +26,8 @@ from torch_models import (CNN, MLP, Decoder, Encoder, LMOutput, Tagger,  # noqa:
                           UNetBlock, llama_config_7b)
 
 
-def _padding_mask(batch, seq):
-    mask = torch.zeros(batch, seq, dtype=torch.bool)
-    mask[0, seq - 2:] = True
-    return mask
-
-
-def _attention_mask(batch, seq):
-    mask = torch.ones(batch, seq, dtype=torch.long)
-    mask[-1, :2] = 0  # left padding
-    return mask
+from torch_models import attention_mask as _attention_mask  # noqa: E402
+from torch_models import padding_mask as _padding_mask  # noqa: E402
 
 
 def _ids(vocab):

@@ -196,5 +196,19 @@ class UNetBlock(nn.Module):
         return self.fuse(torch.cat([x, z], dim=1)) + F.hardswish(x)
 
 
+def padding_mask(batch, seq):
+    """A key-padding mask (True = padded) with the last two positions of sample 0 padded."""
+    mask = torch.zeros(batch, seq, dtype=torch.bool)
+    mask[0, seq - 2:] = True
+    return mask
+
+
+def attention_mask(batch, seq):
+    """An HF-style attention mask (1 = attend) with the last sample left-padded by two."""
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[-1, :2] = 0
+    return mask
+
+
 def llama_config_7b():
     return dict(vocab=32000, d=4096, layers=32, heads=32, kv_heads=32, hidden=11008)

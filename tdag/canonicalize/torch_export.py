@@ -31,6 +31,7 @@ from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
 from tdag.ir.symbols import shapes_equal
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
+from tdag.refine.dataflow import prune
 
 
 def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool = False,
@@ -358,12 +359,4 @@ def unsupported_error(problems) -> UnsupportedOpError:
 def live(graph: TDAG) -> TDAG:
     """Drop nodes no output depends on (statistics and indices the table computed for
     multi-result ops) and the consts only they read."""
-    needed = set(graph.outputs)
-    kept = []
-    for node in reversed(graph.nodes):
-        if node.name in needed:
-            kept.append(node)
-            needed.update(node.inputs)
-    weights = {k: w for k, w in graph.weights.items()
-               if w.kind is not TensorKind.const or k in needed}
-    return graph.replace(nodes=tuple(reversed(kept)), weights=weights)
+    return prune(graph)

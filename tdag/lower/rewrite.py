@@ -16,7 +16,8 @@ from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.program import Program
-from tdag.ir.types import TensorKind, TensorType
+from tdag.ir.types import TensorType
+from tdag.refine.dataflow import prune
 
 Rule = Callable[[Node, "Context"], "list[Node] | Alias | str | None"]
 
@@ -153,22 +154,6 @@ def rewrite_tdag(graph: TDAG, rules: Sequence[Rule]) -> tuple[TDAG, bool]:
     return graph.replace(nodes=tuple(nodes), outputs=outputs), True
 
 
-def eliminate_dead(graph: TDAG) -> tuple[TDAG, bool]:
-    """Drop nodes whose values nothing reads (every op is pure)."""
-    live = set(graph.outputs)
-    kept = []
-    for node in reversed(graph.nodes):
-        if node.name in live:
-            kept.append(node)
-            live.update(node.inputs)
-    if len(kept) == len(graph.nodes):
-        return graph, False
-    # parameters and buffers stay (they are the model's state dict); unread consts go
-    weights = {k: w for k, w in graph.weights.items()
-               if k in live or w.kind is not TensorKind.const}
-    return graph.replace(nodes=tuple(reversed(kept)), weights=weights), True
-
-
 def on_tdags(fn: Callable[[TDAG], tuple[TDAG, bool]]):
     """Lift a TDAG transformation to a pass over every TDAG of a Program."""
     def run(prog: Program) -> tuple[Program, bool]:
@@ -187,6 +172,6 @@ def rule_pass(*rules: Rule):
     def sweep(graph: TDAG) -> tuple[TDAG, bool]:
         graph, changed = rewrite_tdag(graph, rules)
         if changed:
-            graph, _ = eliminate_dead(graph)
+            graph = prune(graph)  # every op is pure: unread nodes and consts go
         return graph, changed
     return on_tdags(sweep)
