@@ -16,15 +16,16 @@ from tdag.errors import (FileFormatError, InvalidModelError, PatternError, Shape
                          TdagError, UnsupportedOpError)
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.interpreter import run
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
 from tdag.ir.parser import parse
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import OpRecord, Trait, ops_with, record
 from tdag.ir.serialize import load, save
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 from tdag.ir.verify import verify
 from tdag.refine import (BatchError, CostReport, add_batch, compose, cost, extract, replace,
                          simplify, strip_batch)
-from tdag.reify import to_onnx, to_torch  # also registers the kernel ops of tdag.lower
+from tdag.reify import to_onnx, to_torch
 
 __version__ = "0.1.0"
 
@@ -32,8 +33,9 @@ __all__ = [
     # capture and build
     "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
     # the data model
-    "PRIMITIVES", "TDAG", "Block", "Call", "DType", "Family", "If", "Loop", "Node", "Op",
-    "Origin", "Program", "TensorKind", "TensorType", "Value", "Weight",
+    "PRIMITIVES", "TDAG", "Block", "Call", "DType", "If", "Loop", "Node", "Op", "OpRecord",
+    "Origin", "Program", "TensorKind", "TensorType", "Trait", "Value", "Weight", "ops_with",
+    "record",
     # run, check, read and write
     "load", "parse", "run", "save", "verify",
     # refine

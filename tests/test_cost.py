@@ -14,15 +14,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import tdag
-from tdag.deinops import REGISTRY, Cost
+from tdag.ir.record import REGISTRY, Cost
 from tdag import ops as C
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
                                    Unfold, Ungroup, Unsqueeze)
-from tdag.deinops.primitive import NoSpec
+from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, ops_with
 from tdag.ir.symbols import as_dim, symbol
 from tdag.ir.types import DType, TensorType
 
@@ -40,7 +41,7 @@ def node_cost(op, spec, *ins) -> Cost:
 # (op, spec, operand types, expected Cost(flops, bytes_read, bytes_written)), all by hand
 HAND = [
     # unary: one flop per element; f32[2,3] is 24 bytes
-    *[(op, NoSpec(), [T(2, 3)], Cost(6, 24, 24)) for op in sorted(Family.UNARY, key=str)],
+    *[(op, NoSpec(), [T(2, 3)], Cost(6, 24, 24)) for op in sorted(ops_with(Trait.UNARY), key=str)],
     (Op.exp, NoSpec(), [T(4, dtype="f16")], Cost(4, 8, 8)),
     (Op.neg, NoSpec(), [T(5, dtype="i64")], Cost(5, 40, 40)),
     # binary: both operands read

@@ -12,7 +12,7 @@ from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Divide, DivideMode
 from tdag.deinops.indexing import Iota
 from tdag.deinops.movement import Fold, Permute, Repeat, Ungroup
-from tdag.deinops.primitive import NoSpec
+from tdag.ir.record import NoSpec
 from tdag.ir.op import Op
 from tdag.ir.types import Origin, TensorKind
 

@@ -19,10 +19,11 @@ from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideM
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
                                    Ungroup, Unfold, Unsqueeze)
-from tdag.deinops.primitive import NoSpec
+from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.ir.graph import TDAG, Node, Value, Weight
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, ops_with
 from tdag.ir.parser import parse
 from tdag.ir.printer import format_tdag
 from tdag.ir.symbols import symbol
@@ -120,7 +121,7 @@ def _every_spec_graph() -> TDAG:
     e(Op.fold, Fold(1, 2, 2, s), w)
     for kind in ReduceKind:
         e(Op.reduce, Reduce(kind, (0, 2)), x)
-    for op in sorted(Family.UNARY, key=lambda o: o.value):
+    for op in sorted(ops_with(Trait.UNARY), key=lambda o: o.value):
         e(op, NoSpec(), x)
     for op in (Op.add, Op.multiply, Op.pow):
         e(op, NoSpec(), x, x)

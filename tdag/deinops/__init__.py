@@ -1,10 +1,8 @@
-"""The primitive ops: importing this package registers every primitive."""
-from tdag.deinops import elementwise, indexing, movement, reduce  # noqa: F401  (registration)
-from tdag.deinops.primitive import REGISTRY, Cost, NoSpec, Primitive
-from tdag.ir.op import Family
+"""The ops: importing this package registers the record of every primitive and kernel."""
+from tdag.deinops import elementwise, indexing, kernels, movement, reduce  # noqa: F401
+from tdag.ir.record import REGISTRY, Cost, NoSpec, OpRecord, Trait, ops_with, record
 
-# kernels (Family.KERNEL) also live in REGISTRY once tdag.lower is imported; they are
-# placeholders for fused framework calls, not primitives
-PRIMITIVES = tuple(op for op in REGISTRY if op not in Family.KERNEL)
+# kernels are placeholders for fused framework calls (made by tdag.lower), not primitives
+PRIMITIVES = tuple(op for op, rec in REGISTRY.items() if not rec.has(Trait.KERNEL))
 
-__all__ = ["PRIMITIVES", "REGISTRY", "Cost", "NoSpec", "Primitive"]
+__all__ = ["PRIMITIVES", "REGISTRY", "Cost", "NoSpec", "OpRecord", "Trait", "ops_with", "record"]

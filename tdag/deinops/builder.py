@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from tdag.deinops.primitive import REGISTRY, NoSpec
+from tdag.ir.record import REGISTRY, NoSpec
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.graph import TDAG, Node, Value, Weight, valid_name
 from tdag.ir.op import Op

@@ -10,6 +10,7 @@ import torch
 from tdag.deinops.primitive import NoSpec, elementwise_cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
+from tdag.ir.record import Trait
 from tdag.ir.types import DType
 
 _UNARY = {
@@ -52,7 +53,8 @@ def _unary_evaluator(fn):
 
 for _op, (_fn, _float_only, _reason) in _UNARY.items():
     primitive(_op, NoSpec, 1, _unary_shape_rule(_op, _float_only), _unary_evaluator(_fn),
-              elementwise_cost, _reason)
+              elementwise_cost, _reason,
+              traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE)
 
 
 def same_operands(op: str, ins) -> None:
@@ -73,10 +75,12 @@ def _binary_shape_rule(op: Op):
 
 
 primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] + xs[1],
-          elementwise_cost, "addition; with neg, subtraction; with pad, concat")
+          elementwise_cost, "addition; with neg, subtraction; with pad, concat",
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE | Trait.SCALAR_OPERAND)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
-          elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction")
+          elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE | Trait.SCALAR_OPERAND)
 
 
 class DivideMode(enum.Enum):
@@ -112,9 +116,11 @@ def _divide_eval(spec: Divide, xs, resolve):
 
 primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
           "a*(1/b) rounds twice in float32 and is wrong for integer floor division; "
-          "a - b*floor(a/b) is not an exact remainder in floats")
+          "a - b*floor(a/b) is not an exact remainder in floats",
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND)
 primitive(Op.pow, NoSpec, 2, _binary_shape_rule(Op.pow), lambda s, xs, r: torch.pow(xs[0], xs[1]),
-          elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5")
+          elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5",
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND)
 
 
 # -- beyond exact compositions ----------------------------------------------------------------
@@ -130,7 +136,8 @@ def _where_shape(spec, ins):
 
 
 primitive(Op.where, NoSpec, 3, _where_shape, lambda s, xs, r: torch.where(xs[0], xs[1], xs[2]),
-          elementwise_cost, "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)")
+          elementwise_cost, "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)",
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND)
 
 
 class CompareKind(enum.Enum):
@@ -158,7 +165,8 @@ def _compare_shape(spec: Compare, ins):
 
 primitive(Op.compare, Compare, 2, _compare_shape,
           lambda s, xs, r: _COMPARE[s.kind](xs[0], xs[1]), elementwise_cost,
-          "comparisons make masks; no arithmetic composition yields a bool exactly")
+          "comparisons make masks; no arithmetic composition yields a bool exactly",
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,4 +176,5 @@ class Cast:
 
 primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           lambda s, xs, r: xs[0].to(s.dtype.torch), lambda s, ins, out: traffic(ins, out),
-          "changes the element type; no arithmetic composition does")
+          "changes the element type; no arithmetic composition does",
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE)

@@ -8,6 +8,7 @@ import torch
 from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
+from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim
 from tdag.ir.types import DType, TensorType, check_dim
 
@@ -38,7 +39,8 @@ def _gather_cost(spec, ins, out: TensorType) -> Cost:
 
 
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
-          "takes rows by index (embeddings); one-hot x table costs O(vocab) more")
+          "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
+          traits=Trait.NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,4 +56,5 @@ def _iota_shape(spec: Iota, ins):
 primitive(Op.iota, Iota, 0, _iota_shape,
           lambda s, xs, r: torch.arange(r(s.length), dtype=s.dtype.torch),
           lambda s, ins, out: Cost(0, 0, out.nbytes),
-          "0, 1, ..., n-1 for a symbolic n (positions, masks); a const cannot be symbolic")
+          "0, 1, ..., n-1 for a symbolic n (positions, masks); a const cannot be symbolic",
+          traits=Trait.NONE)

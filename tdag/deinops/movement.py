@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from tdag.deinops.primitive import Cost, movement_cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
+from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
 from tdag.ir.types import TensorType, check_dim
 
@@ -46,7 +47,8 @@ def _permute_shape(spec: Permute, ins):
 
 primitive(Op.permute, Permute, 1, _permute_shape,
           lambda spec, xs, r: xs[0].permute(spec.perm), movement_cost,
-          "reorders axes; the mirror of itself (inverse permutation)")
+          "reorders axes; the mirror of itself (inverse permutation)",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
 
 
 # -- group / ungroup --------------------------------------------------------------------------
@@ -72,7 +74,8 @@ def _group_eval(spec: Group, xs, resolve):
 
 
 primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
-          "merges adjacent axes (einops parentheses on the right); mirror of ungroup")
+          "merges adjacent axes (einops parentheses on the right); mirror of ungroup",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,8 @@ def _ungroup_eval(spec: Ungroup, xs, resolve):
 
 
 primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
-          "splits one axis into several (einops parentheses on the left); mirror of group")
+          "splits one axis into several (einops parentheses on the left); mirror of group",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
 
 
 # -- squeeze / unsqueeze ----------------------------------------------------------------------
@@ -146,7 +150,8 @@ def _squeeze_eval(spec: Squeeze, xs, resolve):
 
 
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
-          "drops size-1 axes; mirror of unsqueeze")
+          "drops size-1 axes; mirror of unsqueeze",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +176,8 @@ def _unsqueeze_eval(spec: Unsqueeze, xs, resolve):
 
 
 primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movement_cost,
-          "inserts size-1 axes; mirror of squeeze")
+          "inserts size-1 axes; mirror of squeeze",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING)
 
 
 # -- slice / pad ------------------------------------------------------------------------------
@@ -214,7 +220,8 @@ def _slice_eval(spec: Slice, xs, resolve):
 
 
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
-          "takes a strided range of an axis; slice of pad recovers the input")
+          "takes a strided range of an axis; slice of pad recovers the input",
+          traits=Trait.MOVEMENT | Trait.VIEW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +253,8 @@ def _pad_eval(spec: Pad, xs, resolve):
 
 
 primitive(Op.pad, Pad, 1, _pad_shape, _pad_eval, movement_cost,
-          "surrounds axes with a constant; mirror of slice (concat is pads + add)")
+          "surrounds axes with a constant; mirror of slice (concat is pads + add)",
+          traits=Trait.MOVEMENT | Trait.REMAP)
 
 
 # -- select / repeat --------------------------------------------------------------------------
@@ -269,7 +277,8 @@ def _select_shape(spec: Select, ins):
 
 primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
-          "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes")
+          "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
+          traits=Trait.MOVEMENT | Trait.VIEW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +309,8 @@ def _repeat_eval(spec: Repeat, xs, resolve):
 
 
 primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,
-          "broadcasts size-1 axes (explicit broadcasting); select or reduce undoes it")
+          "broadcasts size-1 axes (explicit broadcasting); select or reduce undoes it",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING | Trait.INSERTING)
 
 
 # -- unfold / fold ----------------------------------------------------------------------------
@@ -339,7 +349,8 @@ def _unfold_eval(spec: Unfold, xs, resolve):
 
 
 primitive(Op.unfold, Unfold, 1, _unfold_shape, _unfold_eval, movement_cost,
-          "sliding windows of an axis, the window axis appended last (conv, pooling)")
+          "sliding windows of an axis, the window axis appended last (conv, pooling)",
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.EXPANDING | Trait.INSERTING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,4 +390,5 @@ def _fold_cost(spec: Fold, ins, out: TensorType) -> Cost:
 
 
 primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
-          "overlap-adds windows back into an axis (transposed conv); mirror of unfold")
+          "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
+          traits=Trait.MOVEMENT)

@@ -9,6 +9,7 @@ import torch
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
+from tdag.ir.record import Trait
 
 
 class ReduceKind(enum.Enum):
@@ -55,4 +56,5 @@ def _reduce_cost(spec: Reduce, ins, out) -> Cost:
 
 
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
-          "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it")
+          "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
+          traits=Trait.NONE)

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.program import Block, Call, If, Loop, Program

@@ -1,6 +1,6 @@
-"""The op enum. Each member is one primitive; its rules live in ``tdag/deinops``.
-
-Ops are grouped into families so that one rule (shape, cost, a rewrite) covers a family.
+"""The op enum. Each member is one primitive or kernel; its record (``tdag/ir/record.py``),
+defined next to the op in ``tdag/deinops``, holds every rule about it. Op families are
+queries on the records' traits: ``ops_with(Trait.VIEW)``.
 """
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ class Op(enum.Enum):
     # indexing and generators
     gather = "gather"
     iota = "iota"
-    # kernels (placeholders made by tdag.lower): one fast framework call each; their rules
-    # live in tdag/lower/kernels.py and register when tdag.lower is imported
+    # kernels (placeholders made by tdag.lower): one fast framework call each; their records
+    # live in tdag/deinops/kernels
     einsum = "einsum"
     conv = "conv"
     conv_transpose = "conv_transpose"
@@ -79,25 +79,3 @@ class Op(enum.Enum):
     reshape = "reshape"
     expand = "expand"
     concat = "concat"
-
-
-class Family:
-    """Op families: a rule written for a family covers every member."""
-
-    MOVEMENT = frozenset({Op.permute, Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.slice,
-                          Op.pad, Op.select, Op.repeat, Op.unfold, Op.fold})
-    # views: no data moves when a framework runs them (strided views)
-    VIEW = frozenset({Op.permute, Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.slice,
-                      Op.select, Op.repeat, Op.unfold})
-    UNARY = frozenset({Op.neg, Op.reciprocal, Op.exp, Op.log, Op.sin, Op.cos, Op.tan, Op.asin,
-                       Op.acos, Op.atan, Op.sinh, Op.cosh, Op.tanh, Op.asinh, Op.acosh,
-                       Op.atanh, Op.erf, Op.erfinv, Op.sign})
-    BINARY = frozenset({Op.add, Op.multiply, Op.divide, Op.pow})
-    ELEMENTWISE = UNARY | BINARY | frozenset({Op.where, Op.compare, Op.cast})
-    # placeholders for fused framework kernels (tdag.lower); not primitives
-    KERNEL = frozenset({Op.einsum, Op.conv, Op.conv_transpose, Op.max_pool, Op.avg_pool,
-                        Op.resize,
-                        Op.softmax, Op.log_softmax, Op.layer_norm, Op.group_norm,
-                        Op.batch_norm, Op.rms_norm, Op.attention, Op.lstm, Op.gelu, Op.silu,
-                        Op.sigmoid, Op.relu, Op.clamp, Op.hardswish, Op.reshape, Op.expand,
-                        Op.concat})

@@ -23,7 +23,7 @@ from functools import lru_cache
 import sympy
 import torch
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.errors import FileFormatError
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.lexer import Expr, Ident, Line, Ref, to_dim, to_float

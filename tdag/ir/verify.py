@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, valid_name
 from tdag.ir.program import Block, Call, If, Loop, Program

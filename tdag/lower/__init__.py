@@ -1,7 +1,6 @@
 """Lowering: recognise primitive patterns that a framework runs as one kernel.
 
-Importing this package registers the kernel ops (``Family.KERNEL``) so that ``tdag.verify``,
-``tdag.run`` and ``tdag.cost`` understand lowered programs.
+The kernels it emits are ops like any other, with their records in ``tdag/deinops/kernels``.
 
 >>> import tdag, tdag.lower
 >>> from tdag import ops
@@ -15,7 +14,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from tdag.ir.program import Program
-from tdag.lower import kernels, kernels_nn  # noqa: F401  (registration)
 from tdag.lower import (activations, attention, conv, movement, norms, pool, recurrent, resize,
                         softmax)
 from tdag.lower.contraction import contraction_rule, einsum_bias_rule, einsum_permute_rule

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.deinops.primitive import NoSpec
+from tdag.ir.record import NoSpec
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.lower.kernels_nn import Gelu
+from tdag.deinops.kernels.activations import Gelu
 from tdag.lower.match import close, is_scalar, producer_is, scalar
 from tdag.lower.rewrite import Context
 
@@ -208,7 +208,7 @@ def _bound(ctx: Context, cond: str, x: str):
 def clamp_rule(node: Node, ctx: Context):
     """maximum(x, lo) -> clamp(x, lo);  minimum(x, hi) -> clamp(x, hi=hi);
     clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)"""
-    from tdag.lower.kernels_nn import Clamp
+    from tdag.deinops.kernels.activations import Clamp
     if not node.type.dtype.is_float:
         return None
     if node.op is Op.clamp:  # relu is clamp(lo=0)

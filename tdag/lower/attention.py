@@ -15,8 +15,8 @@ from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.types import DType
-from tdag.lower.kernels import parse_equation
-from tdag.lower.kernels_nn import Attention
+from tdag.deinops.kernels.contraction import parse_equation
+from tdag.deinops.kernels.sequence import Attention
 from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
 from tdag.lower.rewrite import Context
 

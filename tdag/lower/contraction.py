@@ -12,7 +12,8 @@ import string
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.lower.kernels import Einsum, Reshape, parse_equation
+from tdag.deinops.kernels.contraction import Einsum, parse_equation
+from tdag.deinops.kernels.layout import Reshape
 from tdag.lower.match import is_unit, producer_is, trace_axes
 from tdag.lower.rewrite import Context
 

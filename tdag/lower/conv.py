@@ -14,7 +14,8 @@ from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim, is_static
-from tdag.lower.kernels import Conv, ConvTranspose, Reshape, parse_equation
+from tdag.deinops.kernels.contraction import Conv, ConvTranspose, parse_equation
+from tdag.deinops.kernels.layout import Reshape
 from tdag.lower.match import producer_is, trace_axes
 from tdag.lower.rewrite import Context, Emitter
 from tdag.lower.windows import split_of, symmetric_padding, windows_of

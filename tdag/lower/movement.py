@@ -11,7 +11,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim, dims_equal
 from tdag.ir.types import TensorKind
-from tdag.lower.kernels import Expand, Reshape
+from tdag.deinops.kernels.layout import Expand, Reshape
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
 from tdag.lower.rewrite import Alias, Context
 
@@ -148,7 +148,7 @@ def concat_rule(node: Node, ctx: Context):
         offset = as_dim(offset + ctx.type(nxt[0].inputs[0]).shape[axis])
     if not dims_equal(offset, node.type.shape[axis]):
         return "pieces do not cover the axis"
-    from tdag.lower.kernels import Concat
+    from tdag.deinops.kernels.layout import Concat
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.concat, Concat(axis), *(p.inputs[0] for p in order)))
 

@@ -16,7 +16,7 @@ from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static, product
-from tdag.lower.kernels_nn import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.deinops.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.lower.match import (close, linear_coefficient, maps_reduced, producer_is,
                               trace_axes, trace_chain)
 from tdag.lower.movement import RESHAPES

@@ -13,7 +13,8 @@ from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import product
-from tdag.lower.kernels import Pool, Reshape
+from tdag.deinops.kernels.windows import Pool
+from tdag.deinops.kernels.layout import Reshape
 from tdag.lower.match import close, producer_is, scalar
 from tdag.lower.rewrite import Context
 from tdag.lower.windows import symmetric_padding, windows_of

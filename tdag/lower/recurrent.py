@@ -20,8 +20,8 @@ from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.kernels import parse_equation
-from tdag.lower.kernels_nn import Lstm, lstm_parts
+from tdag.deinops.kernels.contraction import parse_equation
+from tdag.deinops.kernels.sequence import Lstm, lstm_parts
 from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
 from tdag.lower.rewrite import Context

@@ -17,7 +17,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import TensorKind
-from tdag.lower.kernels import Resize
+from tdag.deinops.kernels.windows import Resize
 from tdag.lower.match import producer_is, trace_axes
 from tdag.lower.rewrite import Context
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tdag.deinops import REGISTRY
-from tdag.deinops.primitive import NoSpec
+from tdag.ir.record import REGISTRY
+from tdag.ir.record import NoSpec
 from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op

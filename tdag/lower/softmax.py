@@ -9,7 +9,7 @@ from __future__ import annotations
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.lower.kernels_nn import Softmax
+from tdag.deinops.kernels.activations import Softmax
 from tdag.lower.match import linear_coefficient, maps_reduced, producer_is, trace_chain
 from tdag.lower.rewrite import Context
 

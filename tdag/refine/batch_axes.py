@@ -14,7 +14,8 @@ from typing import Callable
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
                                    Unsqueeze)
 from tdag.deinops.reduce import Reduce
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, ops_with
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import TensorType
 
@@ -121,7 +122,9 @@ RULES: dict[Op, AxisRule] = {
         lambda s: Reduce(s.kind, _plus1(s.axes))),
 }
 _IDENTITY = AxisRule(_nothing, _same_axis, lambda s, p: s, lambda s: s)
-for _op in Family.UNARY | {Op.cast}:
+for _op in (Op.neg, Op.reciprocal, Op.exp, Op.log, Op.sin, Op.cos, Op.tan, Op.asin, Op.acos,
+            Op.atan, Op.sinh, Op.cosh, Op.tanh, Op.asinh, Op.acosh, Op.atanh, Op.erf,
+            Op.erfinv, Op.sign, Op.cast):
     RULES[_op] = _IDENTITY
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.errors import TdagError
 from tdag.ir.graph import TDAG, Node, Weight
-from tdag.ir.op import Family
+from tdag.ir.record import Trait, has
 from tdag.ir.symbols import evaluate, shape_is_static
 from tdag.ir.types import TensorKind
 
@@ -35,7 +35,7 @@ class Constants:
             return
         if not shape_is_static(node.type.shape):
             return
-        if node.op not in Family.VIEW and _numel(node) > self.limit:
+        if not has(node.op, Trait.VIEW) and _numel(node) > self.limit:
             return
         value = _evaluate(node, [self.values[n] for n in node.inputs])
         if value is not None and tuple(value.shape) == node.type.shape and \
@@ -79,7 +79,7 @@ def fold_constants(graph: TDAG, limit: int = FOLD_LIMIT) -> tuple[TDAG, bool]:
     for node in graph.nodes:
         consts.add(node)
         value = consts.value(node.name)
-        if value is not None and node.op not in Family.VIEW:
+        if value is not None and not has(node.op, Trait.VIEW):
             weights[node.name] = Weight(TensorKind.const, node.type, value.contiguous())
             continue
         nodes.append(node)

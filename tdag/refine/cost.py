@@ -8,7 +8,7 @@ Conventions:
 - **matmul_flops** are the flops of contractions only (matmul, conv, einsum, attention), by
   the ``torch.utils.flop_counter`` convention (2*M*K*N; bias adds and softmax not counted):
   a multiply of broadcast operands feeding a reduce-sum (see ``fusion.contraction_flops``),
-  and the flops of kernel placeholders (``Family.KERNEL``) that are contractions.
+  and the ``matmul_flops`` that a kernel's cost rule reports (einsum, conv, attention).
 - **bytes_read / bytes_written** (*unfused*): every primitive reads its inputs and writes its
   output once, as the reference interpreter does.
 - **fused_read / fused_written** (*fused*): what a lowered, reified program moves; views are
@@ -36,35 +36,12 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.ir.graph import TDAG
-from tdag.ir.op import Family
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import Dim, as_dim, format_dim, product, symbol
+from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
 from tdag.ir.passes import gc_paused
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
-
-
-# -- contraction flops of kernel placeholders (tdag/lower), by torch's flop counter -----------
-# Their own cost rules also count a fused bias or softmax; matmul_flops count 2*M*K*N only.
-
-def _einsum_matmul(spec, ins, out) -> Dim:
-    from tdag.lower.kernels import label_sizes
-    return as_dim(2 * product(label_sizes(spec, ins[:2]).values()))
-
-
-def _attention_matmul(spec, ins, out) -> Dim:
-    q, k, v = ins[:3]
-    scores = product(q.shape[:-1] + (k.shape[-2],))
-    return as_dim(2 * scores * (q.shape[-1] + v.shape[-1]))
-
-
-_KERNEL_MATMUL = {
-    "einsum": _einsum_matmul,
-    "conv": lambda spec, ins, out: as_dim(2 * out.numel * product(ins[1].shape[1:])),
-    "conv_transpose": lambda spec, ins, out: as_dim(2 * ins[0].numel * product(ins[1].shape[1:])),
-    "attention": _attention_matmul,
-}
 
 
 @dataclass(frozen=True)
@@ -288,7 +265,6 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
     access = view_accesses(graph, sizes)
     reads, writes = fused_traffic(graph, access, sizes)
     matmul = contraction_flops(graph, access)
-    kernels = getattr(Family, "KERNEL", frozenset())
     rule_cache: dict = {}
     result = {}
     for node in graph.nodes:
@@ -297,9 +273,7 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         c = rule_cache.get(key)
         if c is None:
             c = rule_cache[key] = REGISTRY[node.op].cost(node.spec, in_types, node.type)
-        mm = matmul.get(node.name, 0)
-        if node.op in kernels and node.op.value in _KERNEL_MATMUL:
-            mm = _KERNEL_MATMUL[node.op.value](node.spec, in_types, node.type)
+        mm = c.matmul_flops or matmul.get(node.name, 0)  # a kernel's, or a contraction's
         result[node.name] = Figures(c.flops, mm, c.bytes_read, c.bytes_written,
                                     reads.get(node.name, 0), writes.get(node.name, 0))
     return result

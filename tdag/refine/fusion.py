@@ -4,8 +4,8 @@ The unfused figure (every primitive reads its inputs and writes its output) over
 traffic of a lowered program by the size of every broadcast product and view. This model
 groups compute nodes into kernels the way a lowering or a fusing compiler would:
 
-- views are free: ``Family.VIEW`` nodes, and ``pad`` (an index remap with a constant
-  default: conv padding, concat), alias their source. Reading through a view reads its
+- views are free: ``Trait.VIEW`` nodes, and ``Trait.REMAP`` ones (pad: an index remap with a
+  constant default: conv padding, concat), alias their source. Reading through a view reads its
   *extent*: the source once through a broadcast (repeat) or sliding windows (unfold), only
   the taken part through a slice or select;
 - an elementwise node fuses into the kernel of one of its producers (its epilogue);
@@ -25,22 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdag.ir.graph import TDAG
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, has, ops_with
 from tdag.ir.symbols import Dim, as_dim
 
 
-def _ops(*names: str) -> frozenset:
-    """The ops of these names that exist (kernel placeholders come with tdag.lower)."""
-    return frozenset(getattr(Op, n) for n in names if hasattr(Op, n))
-
-
-FREE_VIEWS = Family.VIEW | _ops("pad", "reshape", "expand")
-# views that read source elements more than once: fusing through them would recompute
-EXPANDING = _ops("repeat", "unfold", "expand")
-# views that give a tensor an axis its source does not index (contraction operands)
-INSERTING = _ops("repeat", "unfold", "unsqueeze", "expand")
-# ops that fuse into their producer's kernel as an epilogue
-POINTWISE = Family.ELEMENTWISE | _ops("gelu", "silu", "sigmoid", "relu")
+def _free_views() -> frozenset:
+    """Ops that alias their source inside a fused kernel."""
+    return ops_with(Trait.VIEW | Trait.REMAP)
 
 
 class Sizes(dict):
@@ -68,16 +60,20 @@ def view_accesses(graph: TDAG, sizes: Sizes) -> dict[str, Access]:
         access[value.name] = Access(value.name, sizes[value.type], False, False)
     for name, weight in graph.weights.items():
         access[name] = Access(name, sizes[weight.type], False, False)
+    free_views = _free_views()
     for node in graph.nodes:
-        if node.op not in FREE_VIEWS:
+        if node.op not in free_views:
             access[node.name] = Access(node.name, sizes[node.type], False, False)
             continue
         base = access[node.inputs[0]]
         extent = base.extent
         if node.op in (Op.slice, Op.select) and not base.expanded:
             extent = sizes[node.type]  # only the taken part is read
-        access[node.name] = Access(base.source, extent, base.expanded or node.op in EXPANDING,
-                                   base.inserted or node.op in INSERTING)
+        # an expanding view reads source elements more than once: fusing through it would
+        # recompute; an inserting one gives the tensor an axis its source does not index
+        access[node.name] = Access(base.source, extent,
+                                   base.expanded or has(node.op, Trait.EXPANDING),
+                                   base.inserted or has(node.op, Trait.INSERTING))
     return access
 
 
@@ -89,21 +85,22 @@ class _Kernel:
 
 def fused_traffic(graph: TDAG, access: dict[str, Access], sizes: Sizes) -> tuple[dict, dict]:
     """Per node: the bytes its kernel reads on its behalf and the bytes it writes."""
-    producer = {n.name: n for n in graph.nodes if n.op not in FREE_VIEWS}
+    free_views = _free_views()
+    producer = {n.name: n for n in graph.nodes if n.op not in free_views}
     kernel_of: dict[str, int] = {}
     kernels: list[_Kernel] = []
     seen: set = set()
     reads: dict[str, Dim] = {}
     written: set[str] = set()
     for node in graph.nodes:
-        if node.op in FREE_VIEWS:
+        if node.op in free_views:
             continue
         k = _join(node, access, producer, kernel_of, kernels)
         if k is None:
             k = len(kernels)
             kernels.append(_Kernel())
         kernel_of[node.name] = k
-        kernels[k].has_reduce |= node.op not in POINTWISE
+        kernels[k].has_reduce |= not has(node.op, Trait.POINTWISE)
         for name in node.inputs:
             acc = access[name]
             if kernel_of.get(acc.source) == k:
@@ -125,7 +122,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access], sizes: Sizes) -> tuple
 
 def _join(node, access, producer, kernel_of, kernels) -> int | None:
     """The kernel ``node`` fuses into, or None when it starts one."""
-    if node.op in POINTWISE:
+    if has(node.op, Trait.POINTWISE):  # an epilogue of one of its producers
         candidates = node.inputs
     elif node.op in (Op.reduce, Op.fold):
         candidates = node.inputs[:1]

@@ -30,13 +30,14 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from tdag.deinops import REGISTRY
+from tdag.ir.record import REGISTRY
 from tdag.deinops.indexing import Gather
 from tdag.deinops.movement import (Group, Permute, Repeat, Slice, Squeeze, Ungroup, Unsqueeze,
                                    ungroup_sizes)
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.graph import TDAG, Node, Value
-from tdag.ir.op import Family, Op
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, ops_with
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import (Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, product,
                              symbol)
@@ -221,7 +222,7 @@ class _Strip(_Rewriter):
     def rewrite(self, node: Node, states) -> object:
         if node.op in RULES:
             return self.one_input(node, states[0])
-        if node.op in Family.ELEMENTWISE:
+        if node.op in ops_with(Trait.ELEMENTWISE):
             return self.elementwise(node, states)
         if node.op is Op.gather:
             return self.gather(node, states)
@@ -431,7 +432,7 @@ class _Add(_Rewriter):
             spec = RULES[node.op].insert0(node.spec)
             self.emit(node, node.op, spec, [self.env[node.inputs[0]]], node.name)
             return Batched(0)
-        if node.op in Family.ELEMENTWISE:
+        if node.op in ops_with(Trait.ELEMENTWISE):
             inputs = [self.env[n] if s is not None else self.broadcast(n, node)
                       for n, s in zip(node.inputs, states)]
             self.emit(node, node.op, node.spec, inputs, node.name)

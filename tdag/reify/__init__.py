@@ -3,7 +3,6 @@
 ``to_torch(prog)`` gives a ``torch.nn.Module``; ``to_onnx(prog)`` an ``onnx.ModelProto``.
 Both lower the program first (``lower=True``) and handle every primitive and kernel.
 """
-from tdag.lower import kernels as _kernels  # noqa: F401  (kernel ops must be registered)
 from tdag.reify.to_onnx import to_onnx
 from tdag.reify.to_torch import TdagModule, to_torch
 

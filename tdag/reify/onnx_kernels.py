@@ -14,8 +14,8 @@ import torch
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
-from tdag.lower.kernels_nn import lstm_parts
-from tdag.reify.einsum_plan import plan_einsum
+from tdag.deinops.kernels.sequence import lstm_parts
+from tdag.deinops.kernels.einsum_plan import plan_einsum
 from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder
 from tdag.reify.onnx_ops import _last_two, converts
 from tdag.reify.torch_ops import global_pool

@@ -15,9 +15,9 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
-from tdag.lower.kernels import torch_mode
-from tdag.lower.kernels_nn import lstm_parts
-from tdag.reify.einsum_plan import plan_einsum
+from tdag.deinops.kernels.windows import torch_mode
+from tdag.deinops.kernels.sequence import lstm_parts
+from tdag.deinops.kernels.einsum_plan import plan_einsum
 
 EMIT: dict[Op, Callable] = {}
 

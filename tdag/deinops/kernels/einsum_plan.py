@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tdag.lower.kernels import parse_equation
+from tdag.deinops.kernels.contraction import parse_equation
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,187 @@
+"""Contraction kernels: einsum (matmul, bmm, linear), convolutions."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from tdag.deinops.kernels.common import check_bias
+from tdag.deinops.primitive import Cost, primitive, traffic
+from tdag.errors import ShapeError
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
+from tdag.ir.types import TensorType
+
+# -- einsum: every two-operand contraction ----------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Einsum:
+    """``out = einsum(equation, a, b) [+ bias]``: one letter per axis, no ellipsis. An
+    optional third operand is a bias broadcast to the output's trailing axes (nn.Linear)."""
+
+    equation: str
+
+
+@lru_cache(maxsize=None)
+def parse_equation(equation: str) -> tuple[tuple[str, str], str]:
+    """``"bmk,nk->bmn"`` -> ``(("bmk", "nk"), "bmn")``, checked."""
+    lhs, arrow, out = equation.partition("->")
+    ins = tuple(lhs.split(","))
+    if not arrow or len(ins) != 2:
+        raise ShapeError(f"einsum: {equation!r} is not of the form 'ab,bc->ac'")
+    for labels in ins + (out,):
+        if not all(c.isalpha() for c in labels) or len(set(labels)) != len(labels):
+            raise ShapeError(f"einsum: {equation!r}: labels must be distinct letters per operand")
+    if not set(out) <= set(ins[0]) | set(ins[1]):
+        raise ShapeError(f"einsum: {equation!r}: an output label is in no operand")
+    return ins, out
+
+
+def label_sizes(spec: Einsum, ins) -> dict[str, Dim]:
+    (la, lb), _ = parse_equation(spec.equation)
+    sizes: dict[str, Dim] = {}
+    for labels, t in ((la, ins[0]), (lb, ins[1])):
+        if len(labels) != t.rank:
+            raise ShapeError(f"einsum: {spec.equation!r} names {len(labels)} axes for {t}")
+        for c, d in zip(labels, t.shape):
+            if c in sizes and not dims_equal(sizes[c], d):
+                raise ShapeError(f"einsum: {spec.equation!r}: axis {c} is {format_dim(sizes[c])} "
+                                 f"and {format_dim(d)} ({ins[0]}, {ins[1]})")
+            sizes.setdefault(c, d)
+    return sizes
+
+
+def _einsum_shape(spec: Einsum, ins):
+    if ins[0].dtype is not ins[1].dtype:
+        raise ShapeError(f"einsum: operands {ins[0]} and {ins[1]} differ in dtype")
+    sizes = label_sizes(spec, ins)
+    out = ins[0].with_shape(sizes[c] for c in parse_equation(spec.equation)[1])
+    if len(ins) == 3:
+        check_bias("einsum", ins[2], out)
+    return out
+
+
+def _einsum_eval(spec: Einsum, xs, resolve):
+    out = torch.einsum(spec.equation, xs[0], xs[1])
+    return out + xs[2] if len(xs) == 3 else out
+
+
+def _einsum_cost(spec: Einsum, ins, out: TensorType) -> Cost:
+    matmul = 2 * product(label_sizes(spec, ins).values())  # one multiply and one add per term
+    bias = out.numel if len(ins) == 3 else 0
+    return traffic(ins, out, matmul + bias, matmul)
+
+
+primitive(Op.einsum, Einsum, range(2, 4), _einsum_shape, _einsum_eval, _einsum_cost,
+          "multiply + reduce-sum of broadcast operands materialises the whole product; "
+          "matmul/bmm/linear never do",
+          traits=Trait.KERNEL)
+
+
+# -- convolutions -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Conv:
+    """``F.conv{n}d(x[N,C,*S], w[Co,C/g,*K], bias[Co])``; symmetric zero padding."""
+
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    groups: int = 1
+
+
+def conv_out(length: Dim, k: Dim, stride: int, pad: int, dilation: int) -> Dim:
+    return as_dim(floordiv(as_dim(length + 2 * pad - dilation * (k - 1) - 1), stride) + 1)
+
+
+def _check_conv_operands(op: str, spec, x: TensorType, w: TensorType) -> int:
+    n = len(spec.stride)
+    if x.rank != n + 2 or w.rank != n + 2 or not n == len(spec.padding) == len(spec.dilation):
+        raise ShapeError(f"{op}: {n}-d spec for input {x} and weight {w}")
+    if x.dtype is not w.dtype or not x.dtype.is_float:
+        raise ShapeError(f"{op}: input {x} and weight {w} must share a float dtype")
+    if spec.groups < 1:
+        raise ShapeError(f"{op}: groups must be >= 1, got {spec.groups}")
+    return n
+
+
+def _conv_shape(spec: Conv, ins):
+    x, w = ins[0], ins[1]
+    n = _check_conv_operands("conv", spec, x, w)
+    cout, cin_g = w.shape[0], w.shape[1]
+    if not dims_equal(as_dim(cin_g * spec.groups), x.shape[1]) or \
+            (is_static(cout) and cout % spec.groups):
+        raise ShapeError(f"conv: weight {w} does not fit input {x} with {spec.groups} groups")
+    spatial = tuple(conv_out(x.shape[2 + i], w.shape[2 + i], spec.stride[i], spec.padding[i],
+                              spec.dilation[i]) for i in range(n))
+    out = x.with_shape((x.shape[0], cout) + spatial)
+    if len(ins) == 3 and not (ins[2].rank == 1 and dims_equal(ins[2].shape[0], cout)):
+        raise ShapeError(f"conv: bias {ins[2]} must be [{format_dim(cout)}]")
+    return out
+
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def _conv_eval(spec: Conv, xs, resolve):
+    bias = xs[2] if len(xs) == 3 else None
+    return _CONV[len(spec.stride)](xs[0], xs[1], bias, spec.stride, spec.padding, spec.dilation,
+                                   spec.groups)
+
+
+def _conv_cost(spec: Conv, ins, out: TensorType) -> Cost:
+    w = ins[1]
+    macs = out.numel * product(w.shape[1:])  # each output sums C/g * prod(K) products
+    return traffic(ins, out, 2 * macs + (out.numel if len(ins) == 3 else 0), 2 * macs)
+
+
+primitive(Op.conv, Conv, range(2, 4), _conv_shape, _conv_eval, _conv_cost,
+          "pad + unfold + multiply + reduce materialises every window; conv kernels do not",
+          traits=Trait.KERNEL)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvTranspose:
+    """``F.conv_transpose{n}d(x[N,Ci,*S], w[Ci,Co/g,*K], bias[Co])``."""
+
+    stride: tuple
+    padding: tuple
+    output_padding: tuple
+    dilation: tuple
+    groups: int = 1
+
+
+def _conv_t_shape(spec: ConvTranspose, ins):
+    x, w = ins[0], ins[1]
+    n = _check_conv_operands("conv_transpose", spec, x, w)
+    if not dims_equal(w.shape[0], x.shape[1]) or len(spec.output_padding) != n:
+        raise ShapeError(f"conv_transpose: weight {w} does not fit input {x}")
+    cout = as_dim(w.shape[1] * spec.groups)
+    spatial = tuple(as_dim((x.shape[2 + i] - 1) * spec.stride[i] - 2 * spec.padding[i]
+                           + spec.dilation[i] * (w.shape[2 + i] - 1) + spec.output_padding[i] + 1)
+                    for i in range(n))
+    if len(ins) == 3 and not (ins[2].rank == 1 and dims_equal(ins[2].shape[0], cout)):
+        raise ShapeError(f"conv_transpose: bias {ins[2]} must be [{format_dim(cout)}]")
+    return x.with_shape((x.shape[0], cout) + spatial)
+
+
+def _conv_t_eval(spec: ConvTranspose, xs, resolve):
+    bias = xs[2] if len(xs) == 3 else None
+    return _CONV_T[len(spec.stride)](xs[0], xs[1], bias, spec.stride, spec.padding,
+                                     spec.output_padding, spec.groups, spec.dilation)
+
+
+def _conv_t_cost(spec: ConvTranspose, ins, out: TensorType) -> Cost:
+    x, w = ins[0], ins[1]
+    macs = x.numel * product(w.shape[1:])  # every input element meets Co/g * prod(K) weights
+    return traffic(ins, out, 2 * macs + (out.numel if len(ins) == 3 else 0), 2 * macs)
+
+
+primitive(Op.conv_transpose, ConvTranspose, range(2, 4), _conv_t_shape, _conv_t_eval,
+          _conv_t_cost, "fold of a windowed product materialises every window; "
+          "transposed-conv kernels do not",
+          traits=Trait.KERNEL)

@@ -1,0 +1,138 @@
+"""Sequence kernels: scaled dot-product attention and the LSTM."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tdag.deinops.kernels.common import float_input, same_shape
+from tdag.deinops.primitive import Cost, primitive, traffic
+from tdag.errors import ShapeError
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+from tdag.ir.symbols import dims_equal, is_static, product
+from tdag.ir.types import DType, TensorType
+
+# -- attention --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """``softmax(q @ k^T * scale + mask) @ v`` with q[...,L,E], k[...,S,E], v[...,S,Ev].
+    A bool mask keeps where True; a float mask is added; ``causal`` keeps ``s <= l``."""
+
+    scale: float
+    causal: bool = False
+
+
+def _attention_shape(spec: Attention, ins):
+    q, k, v = ins[:3]
+    float_input("attention", q)
+    if not (q.rank == k.rank == v.rank >= 2) or q.dtype is not k.dtype or k.dtype is not v.dtype:
+        raise ShapeError(f"attention: q {q}, k {k}, v {v} differ in rank or dtype")
+    batch = q.shape[:-2]
+    for t in (k, v):
+        if not all(dims_equal(a, b) for a, b in zip(batch, t.shape[:-2])):
+            raise ShapeError(f"attention: batch axes of {q} and {t} differ")
+    if not dims_equal(q.shape[-1], k.shape[-1]) or not dims_equal(k.shape[-2], v.shape[-2]):
+        raise ShapeError(f"attention: q {q}, k {k}, v {v} do not fit")
+    if len(ins) == 4:
+        mask = ins[3]
+        if mask.dtype not in (DType.bool, q.dtype) or mask.rank > q.rank:
+            raise ShapeError(f"attention: mask {mask} must be bool or {q.dtype.value}")
+        want = batch + (q.shape[-2], k.shape[-2])
+        for m, w in zip(reversed(mask.shape), reversed(want)):
+            if not (dims_equal(m, w) or (is_static(m) and m == 1)):
+                raise ShapeError(f"attention: mask {mask} does not broadcast to scores")
+    return q.with_shape(q.shape[:-1] + v.shape[-1:])
+
+
+def _attention_eval(spec: Attention, xs, resolve):
+    mask = xs[3] if len(xs) == 4 else None
+    return F.scaled_dot_product_attention(xs[0], xs[1], xs[2], attn_mask=mask,
+                                          is_causal=spec.causal, scale=spec.scale)
+
+
+def _attention_cost(spec: Attention, ins, out: TensorType) -> Cost:
+    q, k, v = ins[:3]
+    scores = product(q.shape[:-1] + (k.shape[-2],))  # [..., L, S]
+    matmul = 2 * scores * q.shape[-1] + 2 * scores * v.shape[-1]  # q k^T, then p v
+    return traffic(ins, out, matmul + 6 * scores, matmul)
+
+
+primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eval,
+          _attention_cost, "two contractions and a softmax materialise the score matrix; "
+          "fused attention does not",
+          traits=Trait.KERNEL)
+
+
+# -- recurrence -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Lstm:
+    """Stacked LSTM layers, torch's gate order (i, f, g, o). Inputs: x[T, B, I]; for each
+    layer and direction (forward first) w_ih[4H, I or D*H], w_hh[4H, H], b_ih[4H], b_hh[4H];
+    then h0[B, H] for each layer and direction, then c0[B, H] likewise (D = 2 when
+    ``bidirectional``). The output is the last layer's hidden state at every step,
+    [T, B, D*H]; ``reverse`` runs a one-direction stack from the last step to the first.
+    One layer in one direction is x, w_ih, w_hh, b_ih, b_hh, h0, c0."""
+
+    reverse: bool = False
+    layers: int = 1
+    bidirectional: bool = False
+
+    @property
+    def cells(self) -> int:
+        """Layers times directions: how many weight quadruples and initial states."""
+        return self.layers * (2 if self.bidirectional else 1)
+
+
+def lstm_parts(spec: Lstm, ins: list) -> tuple:
+    """``(x, [(w_ih, w_hh, b_ih, b_hh) per cell], [h0 per cell], [c0 per cell])``."""
+    n = spec.cells
+    weights = [tuple(ins[1 + 4 * k:5 + 4 * k]) for k in range(n)]
+    return ins[0], weights, list(ins[1 + 4 * n:1 + 5 * n]), list(ins[1 + 5 * n:1 + 6 * n])
+
+
+def _lstm_shape(spec: Lstm, ins):
+    if spec.layers < 1 or (spec.reverse and spec.bidirectional) or \
+            len(ins) != 1 + 6 * spec.cells:
+        raise ShapeError(f"lstm: {spec} takes 1 + 6 * {spec.cells} operands, got {len(ins)}")
+    x, weights, h0s, c0s = lstm_parts(spec, ins)
+    float_input("lstm", x)
+    hidden = h0s[0].shape[-1]
+    if x.rank != 3 or not is_static(hidden):
+        raise ShapeError(f"lstm: x must be [T, B, I] with a static hidden size, got {x}")
+    t, b, size = x.shape
+    directions = 2 if spec.bidirectional else 1
+    for k, (w_ih, w_hh, b_ih, b_hh) in enumerate(weights):
+        width = size if k < directions else directions * hidden
+        want = [(w_ih, (4 * hidden, width)), (w_hh, (4 * hidden, hidden)),
+                (b_ih, (4 * hidden,)), (b_hh, (4 * hidden,)), (h0s[k], (b, hidden)),
+                (c0s[k], (b, hidden))]
+        for tensor, shape in want:
+            same_shape("lstm", tensor, shape, x.dtype)
+    return x.with_shape((t, b, directions * hidden))
+
+
+def _lstm_eval(spec: Lstm, xs, resolve):
+    x, weights, h0s, c0s = lstm_parts(spec, xs)
+    if spec.reverse:
+        x = x.flip(0)
+    flat = [w for cell in weights for w in cell]
+    out = torch.lstm(x, (torch.stack(h0s), torch.stack(c0s)), flat, True, spec.layers, 0.0,
+                     False, spec.bidirectional, False)[0]
+    return out.flip(0) if spec.reverse else out
+
+
+def _lstm_cost(spec: Lstm, ins, out: TensorType) -> Cost:
+    x, weights, h0s, _ = lstm_parts(spec, ins)
+    steps = product(x.shape[:2])  # T * B rows
+    flops = sum(2 * steps * (product(w_ih.shape) + product(w_hh.shape))
+                for w_ih, w_hh, _, _ in weights)
+    return traffic(ins, out, flops + 12 * spec.cells * product(x.shape[:2] + h0s[0].shape[-1:]))
+
+
+primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
+          "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++",
+          traits=Trait.KERNEL)

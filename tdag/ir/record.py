@@ -1,0 +1,146 @@
+"""The record of an op: everything keyed by an op, in one place.
+
+A primitive (or a kernel placeholder) is a name with its rules attached next to it, as JAX
+registers a primitive's rules beside it. One ``OpRecord`` per op holds:
+
+- ``spec_type``, ``arity``: the static arguments (a frozen dataclass) and operand count;
+- ``shape``: the shape rule, ``(spec, input types) -> output type``, raising ShapeError;
+- ``evaluate``: the reference evaluator on torch tensors, ``(spec, tensors, resolve)``;
+- ``cost``: flops and unfused bytes, ``(spec, input types, output type) -> Cost``;
+- ``reason``: why the op exists (a primitive: why no composition is exact or cheap; a
+  kernel: what running the primitives would cost a framework);
+- ``traits``: what passes ask of an op (is it a view, pointwise, commutative ...); the op
+  families are queries on traits (``ops_with(Trait.VIEW)``);
+- ``batch``: how the op treats a batch axis (``tdag.ir.batching``), for strip/add batch;
+- ``torch``: the emitter of one line of torch code, ``(node, args, code) -> expression``;
+- ``onnx``: the emitter of ONNX nodes, ``(node, ins, graph, context) -> output name``.
+
+A new target or a new analysis is one new field here, filled in every record; a new op is
+one new record, written next to its spec in ``tdag/deinops``. ``tdag.ir`` reads the registry
+but never imports ``tdag.deinops``: importing ``tdag`` (or ``tdag.deinops``) fills it.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from tdag.errors import UnsupportedOpError
+from tdag.ir.op import Op
+from tdag.ir.symbols import Dim, as_dim
+
+if TYPE_CHECKING:
+    import torch
+
+    from tdag.ir.batching import BatchRule
+    from tdag.ir.types import TensorType
+
+
+@dataclass(frozen=True, slots=True)
+class NoSpec:
+    """The spec of an op that has no static arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Work of one node: flops and unfused memory traffic in bytes (may be symbolic).
+
+    ``matmul_flops`` is the part a kernel spends in contractions, 2*M*K*N as
+    ``torch.utils.flop_counter`` counts it; for primitives the cost report finds contractions
+    from the graph's structure instead (a multiply of broadcast operands feeding a sum)."""
+
+    flops: Dim = 0
+    bytes_read: Dim = 0
+    bytes_written: Dim = 0
+    matmul_flops: Dim = 0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(as_dim(self.flops + other.flops), as_dim(self.bytes_read + other.bytes_read),
+                    as_dim(self.bytes_written + other.bytes_written),
+                    as_dim(self.matmul_flops + other.matmul_flops))
+
+
+class Trait(enum.Flag):
+    """What a pass may ask of an op. An op family is the set of ops with a trait."""
+
+    NONE = 0
+    MOVEMENT = enum.auto()     # one of the deconstructed einops or its mirror
+    VIEW = enum.auto()         # frameworks run it as a strided view: no data moves
+    REMAP = enum.auto()        # an index remap with a constant default (pad): free when fused
+    EXPANDING = enum.auto()    # reads some source elements more than once (broadcast, windows)
+    INSERTING = enum.auto()    # gives its output an axis the input does not index
+    KEEPS_VALUES = enum.auto()  # the output holds the input's values, rearranged or copied
+    ELEMENTWISE = enum.auto()  # output element i depends on input elements i only
+    UNARY = enum.auto()        # an elementwise function of one tensor, no spec
+    BINARY = enum.auto()       # an elementwise function of two tensors
+    POINTWISE = enum.auto()    # fuses into its producer's kernel as an epilogue
+    COMMUTATIVE = enum.auto()  # op(a, b) == op(b, a)
+    SCALAR_OPERAND = enum.auto()  # frameworks take a Python scalar operand and broadcast it
+    KERNEL = enum.auto()       # a placeholder for one fused framework call (tdag.lower)
+
+
+# resolve: maps a (possibly symbolic) Dim in a spec to an int, given the run's symbol bindings
+Resolve = Callable[[Dim], int]
+ShapeRule = Callable[[object, "Sequence[TensorType]"], "TensorType"]
+Evaluator = Callable[[object, "Sequence[torch.Tensor]", Resolve], "torch.Tensor"]
+CostRule = Callable[[object, "Sequence[TensorType]", "TensorType"], Cost]
+TorchEmitter = Callable[..., str]   # (node, operand expressions, code generator) -> expression
+OnnxEmitter = Callable[..., str]    # (node, operand names, GraphBuilder, context) -> name
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    op: Op
+    spec_type: type
+    arity: int | range  # a range for ops with optional operands (a conv's bias)
+    shape: ShapeRule
+    evaluate: Evaluator
+    cost: CostRule
+    reason: str
+    traits: Trait
+    batch: "BatchRule"
+    torch: TorchEmitter
+    onnx: OnnxEmitter
+
+    def takes(self, count: int) -> bool:
+        """Whether ``count`` operands are accepted."""
+        return count in self.arity if isinstance(self.arity, range) else count == self.arity
+
+    def has(self, trait: Trait) -> bool:
+        return bool(self.traits & trait)
+
+
+REGISTRY: dict[Op, OpRecord] = {}
+_WITH: dict[Trait, frozenset] = {}
+
+
+def register(record: OpRecord) -> OpRecord:
+    """Register an op's record; called once per op, next to its definition."""
+    assert record.op not in REGISTRY, f"{record.op} registered twice"
+    REGISTRY[record.op] = record
+    _WITH.clear()
+    return record
+
+
+def record(op: Op) -> OpRecord:
+    """The record of ``op``."""
+    try:
+        return REGISTRY[op]
+    except KeyError:
+        raise UnsupportedOpError(f"op {op.value!r} has no record (import tdag first)") from None
+
+
+def ops_with(trait: Trait) -> frozenset:
+    """Every registered op that has ``trait`` (any of them, for a union of traits)."""
+    if trait not in _WITH:
+        _WITH[trait] = frozenset(op for op, rec in REGISTRY.items() if rec.traits & trait)
+    return _WITH[trait]
+
+
+def has(op: Op, trait: Trait) -> bool:
+    """Whether ``op`` has ``trait``."""
+    return op in ops_with(trait)
+
+
+__all__ = ["Cost", "NoSpec", "OpRecord", "REGISTRY", "Trait", "has", "ops_with", "record",
+           "register"]
