@@ -21,12 +21,12 @@ from tdag.lower.rewrite import Context
 from tdag.reify import onnx_kernels  # noqa: F401  (registers the kernel converters)
 from tdag.reify.onnx_graph import (ONNX_DTYPE, GraphBuilder, Symbols, prune, rename,
                                      value_info)
+from tdag.ir.record import Trait, has, record
 from tdag.reify.onnx_ops import CONVERT
 from tdag.reify.torch_codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
 _IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
-_BROADCASTING = frozenset({Op.add, Op.multiply, Op.divide, Op.pow, Op.where, Op.compare})
 
 
 def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) -> onnx.ModelProto:
@@ -184,14 +184,14 @@ class _GraphEmitter:
                 continue
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
-            env[node.name] = CONVERT[node.op](node, ins, self.g, self)
+            env[node.name] = (record(node.op).onnx or CONVERT[node.op])(node, ins, self.g, self)
         return [env[n] for n in graph.outputs]
 
     def operands(self, node) -> list:
         """tdag names to read (an expand's source where ONNX broadcasting rebuilds it), or
         ``(value, dtype)`` for a scalar constant."""
         names = list(node.inputs)
-        if node.op not in _BROADCASTING:
+        if not has(node.op, Trait.SCALAR_OPERAND):
             return names
         shapes = [self.type(n).shape for n in names]
         out = list(names)

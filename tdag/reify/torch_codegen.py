@@ -20,7 +20,8 @@ from tdag.ir.types import DType
 from tdag.ir.names import NameMap
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
-from tdag.reify.torch_ops import BROADCASTING, EMIT, accepts_literal, literal
+from tdag.ir.record import Trait, has, record
+from tdag.reify.torch_ops import EMIT, accepts_literal, literal
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -134,7 +135,7 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
     dying = _last_uses(graph, live, {name: used for name, (_, used) in operands.items()})
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            expr = EMIT[node.op](node, operands[node.name][0], code)
+            expr = (record(node.op).torch or EMIT[node.op])(node, operands[node.name][0], code)
             body.append(f"{scope(node.name)} = {expr}")
             if dying.get(node.name):
                 body.append(f"del {', '.join(scope(n) for n in dying[node.name])}")
@@ -165,7 +166,7 @@ def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
     for i, lit in enumerate(literals):
         if lit is not None:
             exprs[i], used[i] = lit, None
-    if node.op in BROADCASTING:
+    if has(node.op, Trait.SCALAR_OPERAND):
         _unexpand(node, ctx, scope, exprs, used, literals)
     return exprs, {u for u in used if u is not None}
 

@@ -13,6 +13,7 @@ from tdag.deinops.elementwise import CompareKind, DivideMode
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
+from tdag.ir.record import Trait, has
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 from tdag.deinops.kernels.windows import torch_mode
@@ -382,12 +383,8 @@ def _gelu(node, a, code):
     return f"F.gelu({a[0]})" if approx == "none" else f"F.gelu({a[0]}, approximate={approx!r})"
 
 
-# elementwise ops that accept Python scalars and broadcast operands like numpy
-BROADCASTING = frozenset({Op.add, Op.multiply, Op.divide, Op.pow, Op.where, Op.compare})
-
-
 def accepts_literal(node: Node, position: int) -> bool:
     """Whether operand ``position`` of ``node`` may be a Python scalar in the emitted code."""
-    if node.op not in BROADCASTING or node.type.dtype is DType.bool and node.op is Op.multiply:
+    if not has(node.op, Trait.SCALAR_OPERAND) or node.type.dtype is DType.bool and node.op is Op.multiply:
         return False
     return not (node.op is Op.where and position == 0)
