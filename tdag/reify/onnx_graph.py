@@ -106,6 +106,15 @@ class GraphBuilder:
             self._consts[key] = self.initializer("c", tensor)
         return self._consts[key]
 
+    def cast(self, x: str, dtype: DType) -> str:
+        return self.node("Cast", [x], to=ONNX_DTYPE[dtype])
+
+    def filled(self, shape, value: float, dtype: DType) -> str:
+        """A tensor of ``value`` with ``shape`` (static: an initializer; else Expand)."""
+        if all(is_static(d) for d in shape):
+            return self.initializer("fill", torch.full(tuple(shape), value, dtype=dtype.torch))
+        return self.node("Expand", [self.const(value, dtype), self.shape(shape, False)])
+
     # -- symbolic dimensions ------------------------------------------------------------------
 
     def dim(self, d: Dim) -> str:

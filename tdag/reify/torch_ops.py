@@ -16,6 +16,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
+from tdag.deinops.codegen import dtype_expr, literal, tuple_expr as _tuple
 from tdag.deinops.kernels.windows import torch_mode
 from tdag.deinops.kernels.sequence import lstm_parts
 from tdag.deinops.kernels.einsum_plan import plan_einsum
@@ -29,25 +30,6 @@ def emits(*ops: Op):
             EMIT[op] = fn
         return fn
     return register
-
-
-def literal(value) -> str:
-    """A Python literal for a scalar (inf and nan included)."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "float('nan')"
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-    return repr(value)
-
-
-def dtype_expr(dtype: DType) -> str:
-    return f"torch.{str(dtype.torch).split('.')[-1]}"
-
-
-def _tuple(values) -> str:
-    values = list(values)
-    return f"({values[0]},)" if len(values) == 1 else f"({', '.join(str(v) for v in values)})"
 
 
 # -- movement ---------------------------------------------------------------------------------
