@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 
 from tdag import ops
-from tdag.canonicalize.onnx_values import Boundary, Known, Param
+from tdag.canonicalize.onnx_values import Known, Param
+from tdag.canonicalize.segments import Boundary
 from tdag.errors import UnsupportedOpError
 from tdag.ir.program import Block, If, Loop, Program
 from tdag.ir.types import DType, TensorType

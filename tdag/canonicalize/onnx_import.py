@@ -18,22 +18,21 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
+import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
 from tdag import ops
-from tdag.canonicalize.onnx_load import (dtype_of, load_model, scope_of, symbol_name,
-                                         tdag_name)
 from tdag.canonicalize.onnx_control import convert_if, convert_loop
+from tdag.canonicalize.onnx_load import dtype_of, load_model, scope_of, symbol_name, tdag_name
 from tdag.canonicalize.onnx_ops import OPS
-from tdag.canonicalize.onnx_values import Boundary, Known, Param, known_of, materialize
-from tdag.canonicalize.torch_export import live
+from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
+from tdag.canonicalize.segments import Boundary
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, UnsupportedOpError
-from tdag.ir.names import NameMap
 from tdag.ir.graph import Value
+from tdag.ir.names import NameMap
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.symbols import as_dim
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
-
-import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
+from tdag.refine.dataflow import prune
 
 CONTROLLERS = {"If": convert_if, "Loop": convert_loop}
 
@@ -179,7 +178,7 @@ class _Importer:
                        if isinstance(v, Tensor) and v.builder is self.builder and k in needed),
                       key=lambda kv: rank.get(kv[0], len(rank)))
         if outs or self.builder.nodes:
-            graph = live(self.builder.build([v for _, v in outs]))
+            graph = prune(self.builder.build([v for _, v in outs]))
             name = self.shared.graph_name(self.prefix)
             self.shared.graphs[name] = graph
             names = tuple(self.names(k) for k, _ in outs)

@@ -16,8 +16,14 @@ import torch
 from onnx import numpy_helper
 
 from tdag import ops
-from tdag.canonicalize.onnx_values import (Known, decide, fold_arith, fold_compare,
-                                          floor_div, known_of)
+from tdag.canonicalize.onnx_values import (
+    Known,
+    decide,
+    floor_div,
+    fold_arith,
+    fold_compare,
+    known_of,
+)
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static, product
 from tdag.ir.types import DType, TensorKind

@@ -18,18 +18,9 @@ from tdag import ops
 from tdag.canonicalize.aten.registry import dim_tensor
 from tdag.deinops.builder import Builder, Tensor
 from tdag.ir.symbols import as_dim, is_static
-from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.ir.types import DType, TensorKind
 
 MAX_KNOWN = 1024  # integer constants up to this many elements are tracked as values
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """A value defined outside the current segment: a block input or an earlier step's
-    output, read in a segment as one of its TDAG's inputs."""
-
-    name: str
-    type: TensorType
 
 
 @dataclass(frozen=True)

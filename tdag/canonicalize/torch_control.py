@@ -15,14 +15,20 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from tdag import ops
-from tdag.canonicalize.onnx_values import Boundary
+from tdag.canonicalize.segments import Boundary
+from tdag.canonicalize.torch_converter import (
+    CONTROL,
+    Converter,
+    handled,
+    unsupported_error,
+    why_unsupported,
+)
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
-
-CONTROL = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop}
+from tdag.refine.dataflow import prune
 
 
 def has_control_flow(ep) -> bool:
@@ -43,9 +49,7 @@ def _attr(module, dotted: str):
 
 
 def convert_control(ep, names: dict) -> Program:
-    from tdag.canonicalize.torch_export import _Converter, live, unsupported_error
-
-    class Segmented(_Converter):
+    class Segmented(Converter):
         def __init__(self):
             super().__init__(ep, names)
             self.graphs: dict = {}
@@ -134,7 +138,7 @@ def convert_control(ep, names: dict) -> Program:
                     bnames[v.name] = self.block_name(self.prefix + "v")
                     tensors.append(v)
             if tensors:
-                graph = live(self.builder.build(tensors))
+                graph = prune(self.builder.build(tensors))
                 name = self.graph_name(self.prefix + "main")
                 self.graphs[name] = graph
                 self.steps.append(Call(name, tuple(self.seg_inputs),
@@ -352,13 +356,12 @@ def convert_control(ep, names: dict) -> Program:
             return ep.graph_module
 
         def precheck(self) -> None:
-            from tdag.canonicalize.torch_export import _why_unsupported, handled
             for gm in ep.graph_module.modules():
                 if not isinstance(gm, torch.fx.GraphModule):
                     continue
                 for node in gm.graph.nodes:
                     if node.op == "call_function" and not handled(node):
-                        self.problems.append((_why_unsupported(node.target),
+                        self.problems.append((why_unsupported(node.target),
                                               self._origin(node)))
             if self.problems:
                 raise unsupported_error(self.problems)

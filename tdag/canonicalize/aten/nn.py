@@ -1,8 +1,4 @@
-"""Neural-network ATen ops, mapped to the derived NN ops of ``tdag.ops``.
-
-Each entry names the tdag.ops function it needs: where that function is missing, the op is
-not "known" and torch decomposes it instead (see ``torch_capture.decompose_unknown``).
-"""
+"""Neural-network ATen ops, mapped to the derived NN ops of ``tdag.ops``."""
 from __future__ import annotations
 
 import math
@@ -14,10 +10,9 @@ from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
-
 # -- convolution and pooling ---------------------------------------------------------------------
 
-@aten("convolution", "_convolution", needs=("conv", "conv_transpose"))
+@aten("convolution", "_convolution")
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
                 *flags):
     if transposed:
@@ -26,25 +21,24 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     return ops.conv(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
-@aten("conv1d", "conv2d", "conv3d", needs=("conv",))
+@aten("conv1d", "conv2d", "conv3d")
 def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return ops.conv(x, weight, bias, stride, padding, dilation, groups)
 
 
-@aten("conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input",
-      needs=("conv_transpose",))
+@aten("conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input")
 def conv_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                    dilation=1):
     return ops.conv_transpose(x, weight, bias, stride, padding, output_padding, groups,
                               dilation)
 
 
-@aten("max_pool1d", "max_pool2d", "max_pool3d", needs=("max_pool",))
+@aten("max_pool1d", "max_pool2d", "max_pool3d")
 def max_pool(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return ops.max_pool(x, kernel_size, stride or None, padding, dilation, ceil_mode)
 
 
-@aten("avg_pool1d", "avg_pool2d", "avg_pool3d", needs=("avg_pool",))
+@aten("avg_pool1d", "avg_pool2d", "avg_pool3d")
 def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
              divisor_override=None):
     return ops.avg_pool(x, kernel_size, stride or None, padding, ceil_mode,
@@ -52,24 +46,24 @@ def avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_includ
 
 
 @aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-      "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", needs=("adaptive_avg_pool",))
+      "_adaptive_avg_pool2d", "_adaptive_avg_pool3d")
 def adaptive_avg_pool(x, output_size):
     return ops.adaptive_avg_pool(x, tuple(output_size))
 
 
 # -- softmax and norms ---------------------------------------------------------------------------
 
-@aten("_softmax", "softmax.int", needs=("softmax",))
+@aten("_softmax", "softmax.int")
 def softmax(x, dim, half_to_float_or_dtype=None):
     return ops.softmax(_float(x), dim)
 
 
-@aten("_log_softmax", "log_softmax.int", needs=("log_softmax",))
+@aten("_log_softmax", "log_softmax.int")
 def log_softmax(x, dim, half_to_float_or_dtype=None):
     return ops.log_softmax(_float(x), dim)
 
 
-@aten("_safe_softmax", needs=("softmax",))
+@aten("_safe_softmax")
 def safe_softmax(x, dim, dtype=None):
     """softmax, with rows that are all -inf giving 0 instead of nan (masked attention)."""
     x = _float(x)
@@ -81,7 +75,7 @@ def _float(x):
     return x if x.dtype.is_float else ops.cast(x, DType.f32)
 
 
-@aten("layer_norm", needs=("layer_norm",))
+@aten("layer_norm")
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
     return ops.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
 
@@ -93,18 +87,18 @@ def _stats(x, axes, eps):
     return ops.mean(x, axes, keepdim=True), ops.rsqrt(ops.add(ops.var(x, axes, True, 0), eps))
 
 
-@aten("native_layer_norm", needs=("layer_norm",))
+@aten("native_layer_norm")
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     return (layer_norm(x, normalized_shape, weight, bias, eps), *_stats(x, axes, eps))
 
 
-@aten("group_norm", needs=("group_norm",))
+@aten("group_norm")
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
     return ops.group_norm(x, num_groups, weight, bias, eps)
 
 
-@aten("native_group_norm", needs=("group_norm",))
+@aten("native_group_norm")
 def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
     grouped = ops.reshape(x, (n, group, -1))
     mean, rstd = _stats(grouped, (2,), eps)
@@ -112,13 +106,13 @@ def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
         ops.squeeze(rstd, 2)
 
 
-@aten("_native_batch_norm_legit_no_training", needs=("batch_norm",))
+@aten("_native_batch_norm_legit_no_training")
 def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
     empty = ops.full((0,), 0.0, x.dtype, like=x)  # ATen returns empty saved statistics
     return ops.batch_norm(x, running_mean, running_var, weight, bias, eps), empty, empty
 
 
-@aten("batch_norm", needs=("batch_norm",))
+@aten("batch_norm")
 def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
                cudnn_enabled=True):
     if training or running_mean is None:
@@ -127,7 +121,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, e
     return ops.batch_norm(x, running_mean, running_var, weight, bias, eps)
 
 
-@aten("rms_norm", needs=("rms_norm",))
+@aten("rms_norm")
 def rms_norm(x, normalized_shape, weight=None, eps=None):
     return ops.rms_norm(x, tuple(normalized_shape), weight, eps)
 
@@ -135,7 +129,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 # -- activations ---------------------------------------------------------------------------------
 
 def _activation(name: str, *ops_names):
-    aten(*ops_names, needs=(name,))(lambda x, *args: getattr(ops, name)(x, *args))
+    aten(*ops_names)(lambda x, *args: getattr(ops, name)(x, *args))
 
 
 _activation("relu", "relu")
@@ -146,32 +140,32 @@ _activation("hardsigmoid", "hardsigmoid")
 _activation("hardswish", "hardswish")
 
 
-@aten("gelu", needs=("gelu",))
+@aten("gelu")
 def gelu(x, approximate="none"):
     return ops.gelu(x, approximate)
 
 
-@aten("leaky_relu", needs=("leaky_relu",))
+@aten("leaky_relu")
 def leaky_relu(x, negative_slope=0.01):
     return ops.leaky_relu(x, negative_slope)
 
 
-@aten("hardtanh", needs=("hardtanh",))
+@aten("hardtanh")
 def hardtanh(x, min_val=-1.0, max_val=1.0):
     return ops.hardtanh(x, min_val, max_val)
 
 
-@aten("relu6", needs=("hardtanh",))
+@aten("relu6")
 def relu6(x):
     return ops.hardtanh(x, 0.0, 6.0)
 
 
-@aten("softplus", needs=("softplus",))
+@aten("softplus")
 def softplus(x, beta=1, threshold=20):
     return ops.softplus(x, beta, threshold)
 
 
-@aten("elu", needs=("elu",))
+@aten("elu")
 def elu(x, alpha=1, scale=1, input_scale=1):
     if scale == 1 and input_scale == 1:
         return ops.elu(x, alpha)
@@ -182,7 +176,7 @@ def elu(x, alpha=1, scale=1, input_scale=1):
 
 # -- attention, resampling, padding --------------------------------------------------------------
 
-@aten("scaled_dot_product_attention", needs=("scaled_dot_product_attention",))
+@aten("scaled_dot_product_attention")
 def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False):
     return ops.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
@@ -198,7 +192,7 @@ def _interpolate(mode: str, names, align=False):
                                    align_corners=align_corners)
         return ops.interpolate(x, scale_factor=tuple(scales), mode=mode,
                                align_corners=align_corners)
-    aten(*names, needs=("interpolate",))(entry)
+    aten(*names)(entry)
 
 
 _interpolate("nearest", ("upsample_nearest1d.vec", "upsample_nearest2d.vec",
@@ -209,7 +203,7 @@ _interpolate("bicubic", ("upsample_bicubic2d.vec",), align=True)
 _interpolate("trilinear", ("upsample_trilinear3d.vec",), align=True)
 
 
-@aten("pad", needs=("torch_pad",))
+@aten("pad")
 def pad(x, pad, mode="constant", value=None):
     if mode != "constant":
         return _padded(x, tuple(pad), mode)
@@ -217,7 +211,7 @@ def pad(x, pad, mode="constant", value=None):
 
 
 def _mode_pad(mode: str, names):
-    aten(*names, needs=("torch_pad",))(lambda x, padding: _padded(x, tuple(padding), mode))
+    aten(*names)(lambda x, padding: _padded(x, tuple(padding), mode))
 
 
 def _padded(x, pad, mode):

@@ -35,8 +35,7 @@ def _max_and_first(values, places, d):
     return ops.squeeze(peak, window_axes), first
 
 
-@aten("max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
-      needs=("max_pool",))
+@aten("max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices")
 def max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     d, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride or None, padding,
                                                       dilation, None, "max_pool")

@@ -22,21 +22,17 @@ from tdag.ir.symbols import is_static
 @dataclass(frozen=True)
 class Entry:
     fn: Callable
-    needs: tuple = ()  # tdag.ops functions the entry calls that may not exist yet
-
-    def available(self) -> bool:
-        return all(hasattr(ops, name) for name in self.needs)
 
 
 TABLE: dict[str, Entry] = {}
 
 
-def aten(*names: str, needs: tuple = ()):
+def aten(*names: str):
     """Register the decorated function for the ATen ops ``names``."""
     def register(fn: Callable) -> Callable:
         for name in names:
             assert name not in TABLE, f"aten.{name} registered twice"
-            TABLE[name] = Entry(fn, needs)
+            TABLE[name] = Entry(fn)
         return fn
     return register
 
@@ -69,12 +65,6 @@ def entry_for(target) -> Entry | None:
     return TABLE.get(f"{packet}.{overload}") or TABLE.get(packet)
 
 
-def lookup(target) -> Entry | None:
-    """The entry for an op if the tdag.ops functions it needs exist."""
-    entry = entry_for(target)
-    return entry if entry is not None and entry.available() else None
-
-
 def is_inplace(target) -> bool:
     """``add_`` mutates its first argument; ``__and__`` is a dunder, not in-place."""
     name = target.overloadpacket.__name__
@@ -82,7 +72,7 @@ def is_inplace(target) -> bool:
 
 
 def supports(target) -> bool:
-    return lookup(target) is not None
+    return entry_for(target) is not None
 
 
 # -- helpers shared by the families ----------------------------------------------------------
