@@ -534,13 +534,16 @@ def fold(x: Tensor, axis: int, length: Dim, step: int = 1, dilation: int = 1) ->
                                         as_dim(length)), x)
 
 
-def gather(table: Tensor, index, axis: int = 0) -> Tensor:
-    """Rows of ``table`` along ``axis`` at ``index`` (numpy take; negative indices wrap)."""
-    idx = as_tensor(index, table.builder)
+def gather(table: Tensor, index, axis: int = 0, wrap: bool = True) -> Tensor:
+    """Rows of ``table`` along ``axis`` at ``index`` (numpy take): a Tensor, or ints (a
+    Python int, list or torch tensor, made a const). Negative indices count from the end;
+    ``wrap=False`` says the caller knows every index is in range, which saves the select."""
+    known = None if isinstance(index, Tensor) else torch.as_tensor(index, dtype=torch.int64)
+    idx = as_tensor(index if known is None else known, table.builder)
     if idx.dtype not in (DType.i64, DType.i32):
         idx = cast(idx, DType.i64)
     axis = norm_axis(axis, table.ndim)
-    if not (isinstance(index, int) and index >= 0):
+    if wrap and not (known is not None and bool((known >= 0).all())):
         idx = where(lt(idx, 0), add(idx, _dim_tensor(table, axis, idx.dtype)), idx)
     return table.builder.emit(Op.gather, Gather(axis), table, idx)
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
-from tdag.deinops.nn_util import channel_view, ntuple, static_dims, take
+from tdag.deinops.nn_util import channel_view, ntuple, static_dims
 from tdag.errors import ShapeError
 from tdag.ir.symbols import as_dim, is_static
 
@@ -166,7 +166,7 @@ def _reflect(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
     if is_static(length) and max(lo, hi) >= length:
         raise ShapeError(f"torch_pad: reflect padding ({lo}, {hi}) must be smaller than "
                          f"the axis size {length}")
-    parts = [take(x, axis, range(lo, 0, -1))] if lo else []
+    parts = [core.gather(x, range(lo, 0, -1), axis, wrap=False)] if lo else []
     parts.append(x)
     if hi:  # indices length-2, length-3, ...: built from the axis size, which may be symbolic
         if is_static(length):
@@ -174,7 +174,7 @@ def _reflect(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
         else:
             index = core.sub(core.sub(core.size_tensor(x, (axis,), "i64"), 2),
                              core.arange(0, hi, like=x))
-        parts.append(take(x, axis, index))
+        parts.append(core.gather(x, index, axis, wrap=False))
     return arrays.concat(parts, axis)
 
 

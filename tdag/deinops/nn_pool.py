@@ -13,7 +13,7 @@ import torch
 
 from tdag.deinops import core
 from tdag.deinops.builder import Tensor
-from tdag.deinops.nn_util import (as_float, fill_value, ntuple, spatial_rank, static_dims, take,
+from tdag.deinops.nn_util import (as_float, fill_value, ntuple, spatial_rank, static_dims,
                                   trailing)
 from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim, floordiv, is_static
@@ -170,7 +170,7 @@ def _adaptive_axis(x: Tensor, axis: int, out: int, kind: str) -> Tensor:
     spans = _adaptive_windows(length, out)
     kmax = max(e - s for s, e in spans)
     index = torch.tensor([[min(s + j, e - 1) for j in range(kmax)] for s, e in spans])
-    picked = take(x, axis, index)                                # (..., out, kmax, ...)
+    picked = core.gather(x, index, axis, wrap=False)         # (..., out, kmax, ...)
     if kind == "sum":
         valid = torch.tensor([[s + j < e for j in range(kmax)] for s, e in spans])
         mask = trailing(x.builder.const(valid), x.ndim - axis + 1)
@@ -223,7 +223,8 @@ def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
     for i in reversed(range(d)):
         axis = 2 + i
         if mode == "nearest":
-            x = take(x, axis, _nearest_index(lengths[i], sizes[i], scales[i]))
+            x = core.gather(x, _nearest_index(lengths[i], sizes[i], scales[i]), axis,
+                              wrap=False)
         else:
             resample = _cubic_axis if mode == "bicubic" else _linear_axis
             x = resample(x, axis, sizes[i], scales[i], bool(align_corners))
@@ -315,6 +316,6 @@ def _weighted_taps(x: Tensor, axis: int, taps: list) -> Tensor:
     out = None
     for index, weight in taps:
         w = x.builder.const(trailing(weight, rank).to(x.dtype.torch))
-        term = core.mul(take(x, axis, index), w)
+        term = core.mul(core.gather(x, index, axis, wrap=False), w)
         out = term if out is None else core.add(out, term)
     return out

@@ -7,9 +7,7 @@ import torch
 
 from tdag.deinops import core
 from tdag.deinops.builder import Tensor
-from tdag.deinops.indexing import Gather
 from tdag.errors import ShapeError
-from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 
 
@@ -44,13 +42,6 @@ def spatial_rank(x: Tensor, size, spatial_dims: int | None, what: str) -> int:
     if not 1 <= d <= 3 or d > x.ndim:
         raise ShapeError(f"{what}: cannot work on {d} spatial axes of {x.type}")
     return d
-
-
-def take(x: Tensor, axis: int, index: Sequence[int] | torch.Tensor | Tensor) -> Tensor:
-    """``x`` gathered along ``axis`` at indices known to be in range (no negative wrap)."""
-    if not isinstance(index, Tensor):
-        index = x.builder.const(torch.as_tensor(index, dtype=torch.int64))
-    return x.builder.emit(Op.gather, Gather(core.norm_axis(axis, x.ndim)), x, index)
 
 
 def trailing(values, rank: int):

@@ -5,7 +5,6 @@ import math
 
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten
-from tdag.deinops.nn_util import take
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
@@ -234,7 +233,8 @@ def _replicate_cropped(x, pad):
         if not is_static(n):
             raise UnsupportedOpError("replicate padding with a crop on a symbolic axis")
         if lo or hi:
-            x = take(x, axis, [min(max(j - lo, 0), n - 1) for j in range(n + lo + hi)])
+            x = ops.gather(x, [min(max(j - lo, 0), n - 1) for j in range(n + lo + hi)], axis,
+                           wrap=False)
     return x
 
 
