@@ -10,6 +10,7 @@ class TdagError(Exception):
     """Base class of every error tdag raises on purpose."""
 
     def __init__(self, message: str, *, node: str | None = None, origin: object = None):
+        self.message = message  # without the location, for reports that add their own
         self.node = node
         self.origin = origin
         where = []

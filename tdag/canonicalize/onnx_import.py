@@ -26,7 +26,7 @@ from tdag.canonicalize.onnx_ops import OPS
 from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
 from tdag.canonicalize.segments import Boundary
 from tdag.deinops.builder import Builder, Tensor
-from tdag.errors import InvalidModelError, ShapeError, UnsupportedOpError
+from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.graph import Value
 from tdag.ir.names import NameMap
 from tdag.ir.program import Block, Call, Program
@@ -166,7 +166,7 @@ class _Importer:
         try:
             CONTROLLERS[node.op_type](self, node, index)
         except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
-            self.problems.append((str(exc).split(" [node")[0], node))
+            self.problems.append((_message(exc), node))
             for name in node.output:
                 self.env[name] = _POISONED
 
@@ -270,7 +270,7 @@ class _Importer:
                 results = list(result) if isinstance(result, (list, tuple)) else [result]
                 self._bind(node, [self._fit(node, i, r) for i, r in enumerate(results)])
             except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
-                self.problems.append((str(exc).split(" [node")[0], node))
+                self.problems.append((_message(exc), node))
                 self._bind(node, [_POISONED] * len(node.output))
 
     def _bind(self, node, results) -> None:
@@ -413,3 +413,8 @@ def unsupported_error(problems) -> UnsupportedOpError:
                                f"({', '.join(kinds)}):\n" + "\n".join(lines))
     error.problems = list(problems)
     return error
+
+
+def _message(exc: Exception) -> str:
+    """The failure without its location: the problem list names the ONNX node itself."""
+    return exc.message if isinstance(exc, TdagError) else str(exc)

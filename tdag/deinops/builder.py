@@ -74,7 +74,7 @@ class Tensor:
 
     def __bool__(self):
         raise TdagError("a traced tensor has no truth value: data-dependent control flow "
-                        "belongs in a controller (tdag.ops.cond / loop), not in Python `if`")
+                        "belongs in a controller (an If or Loop of tdag.Program), not in Python `if`")
 
     def reshape(self, *shape): return _ops().reshape(self, *shape)
     def permute(self, *perm): return _ops().permute(self, *perm)
