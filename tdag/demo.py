@@ -13,7 +13,13 @@ import sys
 import tempfile
 import time
 
+import onnx
+import onnxruntime as ort
 import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import tdag
+from tdag.models import tiny_vit
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -35,12 +41,6 @@ def _done(start: float) -> None:
 
 
 def main(out_dir: str | None = None) -> int:
-    import onnxruntime as ort
-    from torch.utils.flop_counter import FlopCounterMode
-
-    import tdag
-    from tdag.models import tiny_vit
-
     model, (images,) = tiny_vit()
     with torch.no_grad():
         expected = model(images)
@@ -96,7 +96,6 @@ def main(out_dir: str | None = None) -> int:
 
     t = _step("4. export: tdag.to_onnx(prog) on onnxruntime")
     onnx_path = os.path.join(out_dir, "tiny_vit.onnx")
-    import onnx
     onnx_model = tdag.to_onnx(prog)
     onnx.checker.check_model(onnx_model, full_check=True)
     onnx.save(onnx_model, onnx_path)

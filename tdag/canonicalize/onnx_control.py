@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from tdag import ops
-from tdag.canonicalize.onnx_values import Known, Param
+from tdag.canonicalize.onnx_values import Known, Param, free_names
 from tdag.canonicalize.segments import Boundary
 from tdag.errors import UnsupportedOpError
 from tdag.ir.program import Block, If, Loop, Program
@@ -81,7 +81,6 @@ def _inline(importer, node, branch: onnx.GraphProto) -> None:
 
 def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
     """Close the segment, then convert each subgraph into a Block."""
-    from tdag.canonicalize.onnx_import import _Importer, free_names  # (a cycle)
     importer.close(importer.later[index] | keep)
     free = sorted(set().union(*[free_names(g) for g in graphs]))
     passed = [f for f in free if isinstance(importer.env.get(f), Boundary)]
@@ -95,7 +94,7 @@ def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
         else:
             inputs = _loop_inputs(importer, graph, loop_carried, env)
             inputs += [outer[f] for f in passed]
-        sub = _Importer(graph, importer.shared, prefix, env)
+        sub = type(importer)(graph, importer.shared, prefix, env)  # a nested importer
         block = sub.sub_block(inputs, bool_first=loop_carried is not None and bool(node.input[1]))
         if loop_carried is not None:  # the passed-through outer values go out unchanged
             out, split = block.outputs, 1 + len(loop_carried)

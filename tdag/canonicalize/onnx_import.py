@@ -23,7 +23,7 @@ from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop
 from tdag.canonicalize.onnx_load import dtype_of, load_model, scope_of, symbol_name, tdag_name
 from tdag.canonicalize.onnx_ops import OPS
-from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
+from tdag.canonicalize.onnx_values import Known, Param, free_names, known_of, materialize
 from tdag.canonicalize.segments import Boundary
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
@@ -306,20 +306,6 @@ def all_graphs(graph: onnx.GraphProto):
 
 def all_nodes(graph: onnx.GraphProto):
     return [n for g in all_graphs(graph) for n in g.node]
-
-
-def free_names(graph: onnx.GraphProto) -> set:
-    """Names a graph reads from its enclosing scope."""
-    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
-    read = set()
-    for node in graph.node:
-        read |= {name for name in node.input if name}
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                read |= free_names(attr.g)
-        defined |= set(node.output)
-    read |= {o.name for o in graph.output}
-    return read - defined
 
 
 def later_uses(graph: onnx.GraphProto) -> list:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import sympy
 import torch
 
@@ -131,3 +132,17 @@ def floor_div(a, b):
     if is_static(a) and is_static(b):
         return int(a / b) if b else 0
     return as_dim(sympy.floor(sympy.sympify(a) / b))
+
+
+def free_names(graph: onnx.GraphProto) -> set:
+    """Names a graph reads from its enclosing scope."""
+    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    read = set()
+    for node in graph.node:
+        read |= {name for name in node.input if name}
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                read |= free_names(attr.g)
+        defined |= set(node.output)
+    read |= {o.name for o in graph.output}
+    return read - defined

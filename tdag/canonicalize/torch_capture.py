@@ -183,7 +183,7 @@ class _RefusePickle:
 
 @contextlib.contextmanager
 def _no_arbitrary_unpickling():
-    from torch.export.pt2_archive import _package
+    from torch.export.pt2_archive import _package  # noqa: PLC0415  (private: only when loading)
     real_load = torch.load
 
     def weights_only_load(*args, **kwargs):

@@ -12,11 +12,47 @@ from typing import Sequence
 import torch
 
 from tdag.deinops.builder import Tensor
-from tdag.deinops.core import (_accumulator, _builder, _dim_tensor, _float, _describe, add, amax, amin, arange, as_tensor,
-                               broadcast_shapes, broadcast_to, cast, div, eq, flatten, full,
-                               gather, group, isnan, logical_or, mul, norm_axes, norm_axis, pad, reduce, repeat_axes,
-                               reshape, result_dtype, select, size_tensor, slice, squeeze, sub,
-                               sum, transpose, unfold, unsqueeze, where)
+from tdag.deinops.core import (
+    _accumulator,
+    _builder,
+    _describe,
+    _dim_tensor,
+    _float,
+    add,
+    amax,
+    amin,
+    arange,
+    as_tensor,
+    broadcast_shapes,
+    broadcast_to,
+    cast,
+    div,
+    eq,
+    flatten,
+    full,
+    gather,
+    group,
+    isnan,
+    logical_or,
+    mul,
+    norm_axes,
+    norm_axis,
+    pad,
+    reduce,
+    repeat_axes,
+    reshape,
+    result_dtype,
+    select,
+    size_tensor,
+    slice,
+    squeeze,
+    sub,
+    sum,
+    transpose,
+    unfold,
+    unsqueeze,
+    where,
+)
 from tdag.deinops.reduce import ReduceKind
 from tdag.errors import ShapeError
 from tdag.ir.symbols import as_dim, dims_equal, is_static

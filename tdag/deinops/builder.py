@@ -74,7 +74,8 @@ class Tensor:
 
     def __bool__(self):
         raise TdagError("a traced tensor has no truth value: data-dependent control flow "
-                        "belongs in a controller (an If or Loop of tdag.Program), not in Python `if`")
+                        "belongs in a controller (an If or Loop of tdag.Program), not in "
+                        "Python `if`")
 
     def reshape(self, *shape): return _ops().reshape(self, *shape)
     def permute(self, *perm): return _ops().permute(self, *perm)
@@ -94,7 +95,7 @@ class Tensor:
 
 def _ops():
     # tdag.ops gathers core, arrays, nn and einops; imported late (it imports this module)
-    import tdag.ops
+    import tdag.ops  # noqa: PLC0415
     return tdag.ops
 
 
@@ -115,7 +116,7 @@ class Builder:
 
     def fresh(self, hint: str = "") -> str:
         while True:
-            name = f"{self._prefix}{hint}{self._counter}" if hint else f"{self._prefix}{self._counter}"
+            name = f"{self._prefix}{hint}{self._counter}"
             self._counter += 1
             if name not in self._taken:
                 return name

@@ -9,6 +9,7 @@ import builtins
 import math
 from typing import Sequence
 
+import sympy
 import torch
 
 from tdag.deinops.builder import Builder, Tensor, active_builder
@@ -428,7 +429,6 @@ def _resolve_wildcard(shape, target) -> tuple:
             raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
         return target
     known = product(d for d in target if not (is_static(d) and d == -1))
-    import sympy
     rest = as_dim(sympy.sympify(product(shape)) / known)
     if is_static(rest) is False and not rest.is_integer:
         raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")

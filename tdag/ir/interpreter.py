@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from tdag.ir.verify import block_types
 from tdag.ir.record import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value
@@ -176,5 +177,4 @@ def _empty_scan(loop: Loop, j: int) -> torch.Tensor:
 
 
 def output_types(prog: Program) -> tuple[TensorType, ...]:
-    from tdag.ir.verify import block_types
     return block_types(prog, prog.main)

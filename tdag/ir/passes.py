@@ -10,6 +10,7 @@ import contextlib
 import gc
 from typing import Callable, Iterator, Sequence
 
+from tdag.ir.verify import verify
 from tdag.errors import TdagError
 from tdag.ir.program import Program
 
@@ -70,7 +71,6 @@ class PassManager:
         except TdagError as exc:
             raise PassError(f"pass {name} failed: {exc}") from exc
         if changed and self.check:
-            from tdag.ir.verify import verify
             try:
                 verify(prog)
             except TdagError as exc:

@@ -126,7 +126,7 @@ class Program:
         return sum(len(g.nodes) for g in self.graphs.values())
 
     def __str__(self) -> str:
-        from tdag.ir.printer import format_program
+        from tdag.ir.printer import format_program  # noqa: PLC0415  (the printer imports program)
         return format_program(self)
 
     def __repr__(self) -> str:

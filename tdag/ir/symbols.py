@@ -152,7 +152,10 @@ class _DimParser:
         while self.peek() in ("*", "/", "//"):
             op = self.take()
             rhs = self.factor()
-            value = value * rhs if op == "*" else (value / rhs if op == "/" else sympy.floor(value / rhs))
+            if op == "*":
+                value = value * rhs
+            else:
+                value = value / rhs if op == "/" else sympy.floor(value / rhs)
         return value
 
     def factor(self):

@@ -114,7 +114,7 @@ def block_types(prog: Program, block: Block) -> tuple[TensorType, ...]:
     return tuple(env[n] for n in block.outputs)
 
 
-def _trips_name(loop: Loop) -> str:
+def trips_name(loop: Loop) -> str:
     first = loop.outputs[0] if loop.outputs else "loop"
     return "trips_" + re.sub(r"[^A-Za-z0-9_]", "_", first)
 
@@ -179,5 +179,5 @@ def _loop_types(prog: Program, loop: Loop, env, args) -> tuple[TensorType, ...]:
                                 f"{len(scanned)} produced")
     # a while loop's trip count is unknown: name it after the loop's first output, so two
     # loops (or a user's own `n`) never share the symbol
-    count = loop.count if loop.count is not None else symbol(_trips_name(loop))
+    count = loop.count if loop.count is not None else symbol(trips_name(loop))
     return tuple(carried) + tuple(t.with_shape((as_dim(count),) + t.shape) for t in scanned)

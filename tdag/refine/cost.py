@@ -41,6 +41,7 @@ from tdag.ir.graph import TDAG
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
 from tdag.ir.passes import gc_paused
+from tdag.ir.verify import trips_name
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
@@ -295,8 +296,7 @@ def _count_calls(block: Block, factor: Dim, calls: dict) -> None:
 
 def _trips(loop: Loop) -> Dim:
     """The loop's count; a while loop's unknown trip count as the verifier names it."""
-    from tdag.ir.verify import _trips_name
-    return loop.count if loop.count is not None else symbol(_trips_name(loop))
+    return loop.count if loop.count is not None else symbol(trips_name(loop))
 
 
 def _block_cost(block: Block, factor: Dim, one_call: dict) -> Figures:

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from tdag.ir.verify import block_types
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
@@ -221,7 +222,6 @@ def compose(a: Program, b: Program) -> Program:
 
 
 def _block_output_types(prog: Program):
-    from tdag.ir.verify import block_types
     return block_types(prog, prog.main)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has, ops_with
@@ -149,7 +150,6 @@ def contraction_flops(graph: TDAG, access: dict[str, Access]) -> dict[str, Dim]:
     reduce-sum directly or through views. This is torch.utils.flop_counter's 2*M*K*N.
     (``x * x`` summed, a variance, is not: neither operand gains an axis.)
     """
-    from tdag.deinops.reduce import ReduceKind
     summed = set()
     for node in graph.nodes:
         if node.op is Op.reduce and node.spec.kind is ReduceKind.sum:

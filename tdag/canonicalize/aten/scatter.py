@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.aten import indexing
+from tdag.canonicalize.aten.movement import diagonal
 from tdag.canonicalize.aten.registry import aten, scalar
 from tdag.deinops.nn_util import fill_value
 from tdag.errors import UnsupportedOpError
@@ -121,7 +122,6 @@ def put(x, index, source, accumulate=False):
 
 @aten("diagonal_scatter")
 def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
-    from tdag.canonicalize.aten.movement import diagonal
     return write(x, diagonal(positions_of(x), offset, dim1, dim2), src)
 
 

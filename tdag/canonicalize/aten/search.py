@@ -11,6 +11,7 @@ import torch
 
 from tdag import ops
 from tdag.canonicalize.aten.contraction import cdist
+from tdag.canonicalize.aten.indexing import gather
 from tdag.canonicalize.aten.registry import aten
 from tdag.ir.types import DType
 
@@ -42,7 +43,6 @@ def searchsorted(sorted_sequence, x, out_int32=False, right=False, side=None, so
 
 
 def _take_along_last(x, index):
-    from tdag.canonicalize.aten.indexing import gather
     return gather(x, x.ndim - 1, index)
 
 
