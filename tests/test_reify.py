@@ -1,7 +1,7 @@
 """Reification: to_torch and to_onnx against ``tdag.run``.
 
-- every primitive (unlowered programs, cases drawn from the primitive table) and every
-  kernel (the lowering tables) through both back ends;
+- every kernel (the lowering tables) through both back ends (every primitive: in
+  test_records);
 - traced models at several sizes of a symbolic batch: eager, ``torch.export`` of the
   reified module and ``torch.compile``; ONNX on onnxruntime with dynamic axes;
 - controllers (If, counted and while loops with scans, state);
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import zlib
-from collections import defaultdict
 
 import numpy as np
 import onnx
@@ -28,7 +26,6 @@ from tdag.reify import to_onnx, to_torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import test_lower  # noqa: E402
-import test_primitives  # noqa: E402
 import test_program  # noqa: E402
 
 S = tdag.TensorSpec
@@ -68,35 +65,8 @@ def both(prog, args, lower=True, what=""):
     assert_close(run_onnx(to_onnx(prog, lower=lower), *args), ref, f"onnx {what}")
 
 
-# -- every primitive, unlowered ---------------------------------------------------------------
-
-def _sample_cases(per_op: int = 6):
-    by_op = defaultdict(list)
-    for c in test_primitives.CASES:
-        by_op[c.op].append(c)
-    picked = []
-    for op in tdag.PRIMITIVES:
-        cases = by_op[op]
-        step = max(1, len(cases) // per_op)
-        picked += cases[::step][:per_op]
-    return picked
-
-
-PRIMITIVE_CASES = _sample_cases()
-
-
-def test_the_sample_covers_every_primitive():
-    assert {c.op for c in PRIMITIVE_CASES} == set(tdag.PRIMITIVES)
-
-
-@pytest.mark.parametrize("case", PRIMITIVE_CASES, ids=[c.id for c in PRIMITIVE_CASES])
-def test_every_primitive_reifies(case):
-    prog = test_primitives.build(case)
-    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
-    for dims in case.bindings:
-        args = [torch.from_numpy(np.array(x.draw(rng, dims))) for x in case.ins]
-        both(prog, args, lower=False, what=f"{case.id} at {dims}")
-
+# -- every primitive: see test_records.test_primitive_evaluator_torch_and_onnx_agree, which
+# runs every differential case of every primitive through both back ends
 
 # -- every kernel ------------------------------------------------------------------------------
 
