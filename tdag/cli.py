@@ -6,6 +6,7 @@
     tdag convert model.onnx model.tdag      # .pt2 / .onnx / .tdag  ->  .tdag / .onnx
     tdag extract model.tdag --scope encoder.layer.1 -o block.tdag
     tdag simplify model.tdag -o smaller.tdag
+    tdag explain model.tdag %42             # why node %42 was or was not lowered
     tdag demo
 
 Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``. Errors print
@@ -84,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     extract.add_argument("--scope", required=True)
     command("simplify", "run the simplification passes", True)
     command("strip-batch", "write the per-sample program", True)
+    explain = command("explain", "say which lowering rules looked at a node, and why they did "
+                      "or did not fire")
+    explain.add_argument("node", help="a node name, e.g. %%42")
+    explain.add_argument("--graph", default=None,
+                         help="the node's TDAG, where several TDAGs have a node of that name")
     demo = sub.add_parser("demo", help="run the end-to-end demo")
     demo.add_argument("--out", default=None, help="folder for the files the demo writes")
     return parser
@@ -110,6 +116,9 @@ def _run(args) -> int:
         _write(tdag.simplify(prog), args.output)
     elif args.command == "strip-batch":
         _write(tdag.strip_batch(prog), args.output)
+    elif args.command == "explain":
+        import tdag.lower
+        print(tdag.lower.explain(prog, args.node, args.graph))
     return 0
 
 

@@ -18,8 +18,9 @@ from tdag.ir.record import REGISTRY, Cost
 from tdag import ops as C
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
-                                   Unfold, Ungroup, Unsqueeze)
+from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
+                                   Unsqueeze)
+from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.ir.op import Op

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 import tdag
 from tdag.deinops.builder import Builder
-from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
-                                   Unfold, Ungroup, Unsqueeze)
+from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
+                                   Unsqueeze)
+from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim
 from tdag.ir.types import DType, TensorType

@@ -22,9 +22,10 @@ import tdag
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
-                                   Unfold, Ungroup, Unsqueeze)
+from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
+                                   Unsqueeze)
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.symbols import as_dim, evaluate
 from tdag.ir.types import DType, TensorType
 from tdag.ir.op import Op

@@ -17,8 +17,9 @@ from tdag import FileFormatError, Program
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
-                                   Ungroup, Unfold, Unsqueeze)
+from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
+                                   Unsqueeze)
+from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.ir.graph import TDAG, Node, Value, Weight

@@ -2,13 +2,21 @@
 ops that mix samples are refused by name."""
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
+
 import pytest
 import torch
 
 import tdag
+import tdag.lower
 from tdag import ops
+from tdag.ir.batching import Aligned, AxisRule, OperandRule, Refuse
 from tdag.ir.graph import Value
+from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, Loop, Program
+from tdag.ir.record import REGISTRY, record
 from tdag.refine import BatchError, add_batch, simplify, strip_batch
 
 from refine_programs import MODELS, close, from_torch, model, outputs, scoped_mlp
@@ -48,8 +56,8 @@ def test_add_batch_of_strip_batch_runs_like_the_model_at_any_batch(name):
         assert close(outputs(rebatched, *example), outputs(prog, *example))
         with torch.no_grad():
             expected = module(*example)
-        expected = tuple(vars(expected).values()) if not isinstance(expected, (tuple, torch.Tensor)) \
-            else expected
+        if not isinstance(expected, (tuple, torch.Tensor)):
+            expected = tuple(vars(expected).values())
         assert close(outputs(rebatched, *example),
                      expected if isinstance(expected, tuple) else (expected,), atol=1e-4)
 
@@ -76,7 +84,8 @@ def torch_style_linear(x):
 def heads_in_batch(x):
     """[b, s, h*d] -> [b*h, s, d] (batch outermost of b*h), attention, back."""
     b, s, hd = x.shape
-    q = ops.reshape(ops.permute(ops.reshape(x, (b, s, 2, hd // 2)), 0, 2, 1, 3), (b * 2, s, hd // 2))
+    q = ops.reshape(ops.permute(ops.reshape(x, (b, s, 2, hd // 2)), 0, 2, 1, 3),
+                    (b * 2, s, hd // 2))
     scores = ops.softmax(ops.matmul(q, ops.transpose(q, 1, 2)), -1)
     out = ops.reshape(ops.matmul(scores, q), (b, 2, s, hd // 2))
     return ops.reshape(ops.permute(out, 0, 2, 1, 3), (b, s, hd))
@@ -146,8 +155,8 @@ MIXING = [
 @pytest.mark.parametrize("name,fn,op,reason", MIXING, ids=[m[0] for m in MIXING])
 def test_ops_that_mix_samples_are_refused_with_node_and_module(name, fn, op, reason):
     try:
-        prog = tdag.trace(scoped("model.block.3", fn), tdag.TensorSpec((4, 4, 3)
-                                                                       if "norm" in name else (4, 4)))
+        shape = (4, 4, 3) if "norm" in name else (4, 4)
+        prog = tdag.trace(scoped("model.block.3", fn), tdag.TensorSpec(shape))
     except TypeError:
         pytest.skip("op signature differs")
     tdag.verify(prog)
@@ -173,6 +182,54 @@ def test_inputs_must_agree_on_the_batch():
 def test_add_batch_refuses_a_taken_symbol():
     with pytest.raises(tdag.ShapeError, match="already"):
         add_batch(scoped_mlp(batch="b"), "b")
+
+
+# -- the batch rules in the op records --------------------------------------------------------
+
+def test_every_record_has_a_batch_rule_of_one_of_the_four_kinds():
+    kinds = (AxisRule, Aligned, OperandRule, Refuse)
+    assert not [op.value for op, rec in REGISTRY.items() if not isinstance(rec.batch, kinds)]
+
+
+def test_the_walkers_dispatch_on_rule_kinds_never_on_ops():
+    source = inspect.getsource(importlib.import_module("tdag.refine.strip_batch"))
+    assert not re.search(r"\.op\s+(is|in|==|!=|not)\b", source)
+
+
+REFUSED = [
+    ("matmul", lambda x: ops.matmul(x, ops.param("w", torch.randn(8, 4))), ("b", 8), Op.einsum),
+    ("conv", lambda x: ops.conv(x, ops.param("w", torch.randn(2, 4, 3, 3))), ("b", 4, 7, 7),
+     Op.conv),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,op", REFUSED, ids=[r[0] for r in REFUSED])
+def test_a_refused_kernel_in_a_lowered_program_names_the_op_and_node(name, fn, shape, op):
+    prog = tdag.lower.lower(tdag.trace(scoped("model.head", fn), tdag.TensorSpec(shape)))
+    (node,) = [n for n in prog.graph.nodes if n.op is op]
+    rule = record(op).batch
+    assert isinstance(rule, Refuse)
+    with pytest.raises(BatchError) as info:
+        strip_batch(prog)
+    text = str(info.value)
+    assert f"{op.value} is refused: it {rule.mixing}" in text
+    assert f"node %{node.name}" in text and "model.head" in text
+
+
+def test_a_kernel_with_an_axis_rule_strips_like_a_primitive():
+    prog = tdag.lower.lower(tdag.trace(lambda x: ops.softmax(ops.exp(x), -1),
+                                       tdag.TensorSpec(("b", 3, 5))))
+    assert any(n.op is Op.softmax for n in prog.graph.nodes)
+    stripped = check_strip(prog, (torch.randn(4, 3, 5),))
+    assert close(outputs(add_batch(stripped), torch.ones(2, 3, 5)),
+                 outputs(prog, torch.ones(2, 3, 5)))
+
+
+def test_a_broadcast_operand_of_an_operand_rule_is_rebuilt_at_full_size():
+    # indices repeated to the static batch size 3: the same for every sample
+    prog = tdag.trace(lambda x: ops.gather(x, ops.zeros((3, 2), "int64") + 2, 1),
+                      tdag.TensorSpec((3, 4)))
+    check_strip(prog, (torch.randn(3, 4),))
 
 
 # -- controllers ------------------------------------------------------------------------------

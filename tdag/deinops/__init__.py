@@ -1,5 +1,6 @@
 """The ops: importing this package registers the record of every primitive and kernel."""
-from tdag.deinops import elementwise, indexing, kernels, movement, reduce  # noqa: F401
+# the order of registration is the order of PRIMITIVES
+from tdag.deinops import elementwise, indexing, movement, windows, reduce, kernels  # noqa: F401
 from tdag.ir.record import REGISTRY, Cost, NoSpec, OpRecord, Trait, ops_with, record
 
 # kernels are placeholders for fused framework calls (made by tdag.lower), not primitives

@@ -15,9 +15,10 @@ import torch
 from tdag.deinops.builder import Builder, Tensor, active_builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (Fold, Group, Pad, Permute, Repeat, Select, Slice, Squeeze,
-                                   Ungroup, Unfold, Unsqueeze)
+from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
+                                   Unsqueeze)
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.windows import Fold, Unfold
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, is_static, product

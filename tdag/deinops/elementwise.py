@@ -3,12 +3,15 @@ is explicit (unsqueeze + repeat), so a pass never has to reason about implicit b
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import torch
 
+from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import NoSpec, elementwise_cost, primitive, traffic
 from tdag.errors import ShapeError
+from tdag.ir.batching import Aligned
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.types import DType
@@ -51,10 +54,86 @@ def _unary_evaluator(fn):
     return lambda spec, xs, resolve: fn(xs[0])
 
 
+_TORCH_UNARY = {Op.neg: "torch.neg", Op.reciprocal: "torch.reciprocal", Op.exp: "torch.exp",
+                Op.log: "torch.log", Op.sin: "torch.sin", Op.cos: "torch.cos",
+                Op.tan: "torch.tan", Op.asin: "torch.asin", Op.acos: "torch.acos",
+                Op.atan: "torch.atan", Op.sinh: "torch.sinh", Op.cosh: "torch.cosh",
+                Op.tanh: "torch.tanh", Op.asinh: "torch.asinh", Op.acosh: "torch.acosh",
+                Op.atanh: "torch.atanh", Op.erf: "torch.erf", Op.erfinv: "torch.erfinv",
+                Op.sign: "torch.sign"}
+
+
+def _unary_torch(node, a, code):
+    return f"{_TORCH_UNARY[node.op]}({a[0]})"
+
+
+# erfinv has no ONNX op: _erfinv_onnx composes it
+_ONNX_UNARY = {Op.neg: "Neg", Op.reciprocal: "Reciprocal", Op.exp: "Exp", Op.log: "Log",
+               Op.sin: "Sin", Op.cos: "Cos", Op.tan: "Tan", Op.asin: "Asin", Op.acos: "Acos",
+               Op.atan: "Atan", Op.sinh: "Sinh", Op.cosh: "Cosh", Op.tanh: "Tanh",
+               Op.asinh: "Asinh", Op.acosh: "Acosh", Op.atanh: "Atanh", Op.erf: "Erf",
+               Op.sign: "Sign"}
+
+# onnxruntime implements these for float32 only
+_ONNX_F32_ONLY = frozenset({Op.tan, Op.asin, Op.acos, Op.atan, Op.sinh, Op.cosh, Op.asinh,
+                            Op.acosh, Op.atanh, Op.erf})
+
+
+def _unary_onnx(node, ins, g, cx):
+    dtype = node.type.dtype
+    if node.op in _ONNX_F32_ONLY and dtype is not DType.f32:
+        return g.cast(g.node(_ONNX_UNARY[node.op], [g.cast(ins[0], DType.f32)]), dtype)
+    if node.op is Op.sign and dtype.is_float:  # torch: sign(nan) = 0
+        zero = g.const(0.0, dtype)
+        return g.node("Where", [g.node("IsNaN", ins), zero, g.node("Sign", ins)])
+    return g.node(_ONNX_UNARY[node.op], ins)
+
+
+def _erfinv_onnx(node, ins, g, cx):
+    """Giles' single-precision approximation, then two Newton steps on erf(y) = x."""
+    dtype = node.type.dtype
+    if dtype is not DType.f32:
+        x32 = g.cast(ins[0], DType.f32)
+        return g.cast(_erfinv_f32(g, x32), dtype)
+    return _erfinv_f32(g, ins[0])
+
+
+def _erfinv_f32(g, x: str) -> str:
+    dtype = DType.f32
+    c = lambda v: g.const(v, dtype)  # noqa: E731
+    w = g.node("Neg", [g.node("Log", [g.node("Mul", [g.node("Sub", [c(1.0), x]),
+                                                     g.node("Add", [c(1.0), x])])])])
+    central = _poly(g, g.node("Sub", [w, c(2.5)]), dtype,
+                    [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                     0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941])
+    tail = _poly(g, g.node("Sub", [g.node("Sqrt", [w]), c(3.0)]), dtype,
+                 [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                  0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682])
+    p = g.node("Where", [g.node("Less", [w, c(5.0)]), central, tail])
+    y = g.node("Mul", [p, x])
+    for _ in range(2):
+        err = g.node("Sub", [g.node("Erf", [y]), x])
+        slope = g.node("Mul", [c(2.0 / math.sqrt(math.pi)),
+                               g.node("Exp", [g.node("Neg", [g.node("Mul", [y, y])])])])
+        y = g.node("Sub", [y, g.node("Div", [err, slope])])
+    edge = g.node("Equal", [g.node("Abs", [x]), c(1.0)])  # erfinv(+-1) = +-inf
+    return g.node("Where", [edge, g.node("Mul", [x, c(float("inf"))]), y])
+
+
+def _poly(g, t, dtype, coefficients):
+    """Horner's rule: coefficients from the highest power down."""
+    out = g.const(coefficients[0], dtype)
+    for a in coefficients[1:]:
+        out = g.node("Add", [g.node("Mul", [out, t]), g.const(a, dtype)])
+    return out
+
+
 for _op, (_fn, _float_only, _reason) in _UNARY.items():
     primitive(_op, NoSpec, 1, _unary_shape_rule(_op, _float_only), _unary_evaluator(_fn),
               elementwise_cost, _reason,
-              traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE)
+              traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
+              batch=Aligned(),
+              torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx)
 
 
 def same_operands(op: str, ins) -> None:
@@ -74,13 +153,35 @@ def _binary_shape_rule(op: Op):
     return rule
 
 
+def _add_torch(node, a, code):
+    return f"{a[0]} + {a[1]}"
+
+
+def _add_onnx(node, ins, g, cx):
+    return g.node("Add", ins)
+
+
+def _multiply_torch(node, a, code):
+    return f"{a[0]} & {a[1]}" if node.type.dtype is DType.bool else f"{a[0]} * {a[1]}"
+
+
+def _multiply_onnx(node, ins, g, cx):
+    return g.node("And" if node.type.dtype is DType.bool else "Mul", ins)
+
+
 primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] + xs[1],
           elementwise_cost, "addition; with neg, subtraction; with pad, concat",
-          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE | Trait.SCALAR_OPERAND)
+          traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
+                  | Trait.SCALAR_OPERAND),
+          batch=Aligned(),
+          torch=_add_torch, onnx=_add_onnx)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
-          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE | Trait.SCALAR_OPERAND)
+          traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
+                  | Trait.SCALAR_OPERAND),
+          batch=Aligned(),
+          torch=_multiply_torch, onnx=_multiply_onnx)
 
 
 class DivideMode(enum.Enum):
@@ -114,13 +215,80 @@ def _divide_eval(spec: Divide, xs, resolve):
     return torch.div(xs[0], xs[1], rounding_mode=mode)
 
 
+def _divide_torch(node, a, code):
+    if node.spec.mode is DivideMode.true:
+        return f"{a[0]} / {a[1]}"
+    if node.spec.mode in (DivideMode.remainder, DivideMode.fmod):
+        return f"torch.{node.spec.mode.value}({a[0]}, {a[1]})"
+    return f"torch.div({a[0]}, {a[1]}, rounding_mode={node.spec.mode.value!r})"
+
+
+def _divide_onnx(node, ins, g, cx):
+    a, b = ins
+    mode, dtype = node.spec.mode, node.type.dtype
+    if mode is DivideMode.true:
+        return g.node("Div", ins)
+    if mode is DivideMode.fmod:
+        return g.node("Mod", ins, fmod=1)
+    if mode is DivideMode.remainder:
+        if not dtype.is_float:
+            return g.node("Mod", ins, fmod=0)
+        # fmod, then b added where the remainder's sign differs from b's (ONNX float Mod is fmod)
+        zero = g.const(0.0, dtype)
+        r = g.node("Mod", ins, fmod=1)
+        fix = g.node("And", [g.node("Not", [g.node("Equal", [r, zero])]),
+                             g.node("Xor", [g.node("Less", [b, zero]), g.node("Less", [r, zero])])])
+        return g.node("Where", [fix, g.node("Add", [r, b]), r])
+    if not dtype.is_float:
+        if mode is DivideMode.trunc:
+            return g.node("Div", ins)  # integer Div truncates
+        return g.node("Div", [g.node("Sub", [a, g.node("Mod", [a, b])]), b])  # exact
+    if mode is DivideMode.floor:
+        return _floor_divide_float(g, a, b, dtype)
+    q = g.node("Div", ins)
+    return g.node("Mul", [g.node("Sign", [q]), g.node("Floor", [g.node("Abs", [q])])])
+
+
+def _floor_divide_float(g, a: str, b: str, dtype: DType) -> str:
+    """torch's div_floor for floats: (a - fmod(a, b)) / b, one less when the remainder's
+    sign differs from b's, then rounded to the nearest integer."""
+    zero = g.const(0.0, dtype)
+    mod = g.node("Mod", [a, b], fmod=1)
+    div = g.node("Div", [g.node("Sub", [a, mod]), b])
+    fix = g.node("And", [g.node("Not", [g.node("Equal", [mod, zero])]),
+                         g.node("Xor", [g.node("Less", [b, zero]), g.node("Less", [mod, zero])])])
+    div = g.node("Where", [fix, g.node("Sub", [div, g.const(1.0, dtype)]), div])
+    floor = g.node("Floor", [div])
+    up = g.node("Greater", [g.node("Sub", [div, floor]), g.const(0.5, dtype)])
+    floor = g.node("Where", [up, g.node("Add", [floor, g.const(1.0, dtype)]), floor])
+    # a zero quotient keeps the sign of a / b; b == 0 gives a / b (inf or nan)
+    true = g.node("Div", [a, b])
+    signed_zero = g.node("Mul", [g.node("Sign", [true]), zero])
+    floor = g.node("Where", [g.node("Equal", [div, zero]), signed_zero, floor])
+    return g.node("Where", [g.node("Equal", [b, zero]), true, floor])
+
+
 primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
           "a*(1/b) rounds twice in float32 and is wrong for integer floor division; "
           "a - b*floor(a/b) is not an exact remainder in floats",
-          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND)
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
+          batch=Aligned(),
+          torch=_divide_torch, onnx=_divide_onnx)
+
+
+def _pow_torch(node, a, code):
+    return f"torch.pow({a[0]}, {a[1]})"
+
+
+def _pow_onnx(node, ins, g, cx):
+    return g.node("Pow", ins)
+
+
 primitive(Op.pow, NoSpec, 2, _binary_shape_rule(Op.pow), lambda s, xs, r: torch.pow(xs[0], xs[1]),
           elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5",
-          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND)
+          traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
+          batch=Aligned(),
+          torch=_pow_torch, onnx=_pow_onnx)
 
 
 # -- beyond exact compositions ----------------------------------------------------------------
@@ -135,9 +303,23 @@ def _where_shape(spec, ins):
     return a
 
 
-primitive(Op.where, NoSpec, 3, _where_shape, lambda s, xs, r: torch.where(xs[0], xs[1], xs[2]),
-          elementwise_cost, "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)",
-          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND)
+def _where_torch(node, a, code):
+    return f"torch.where({a[0]}, {a[1]}, {a[2]})"
+
+
+def _where_onnx(node, ins, g, cx):
+    if node.type.dtype is DType.bool:  # onnxruntime has no bool Where: c & a | !c & b
+        c, a, b = ins
+        return g.node("Or", [g.node("And", [c, a]), g.node("And", [g.node("Not", [c]), b])])
+    return g.node("Where", ins)
+
+
+primitive(Op.where, NoSpec, 3, _where_shape,
+          lambda s, xs, r: torch.where(xs[0], xs[1], xs[2]), elementwise_cost,
+          "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)",
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
+          batch=Aligned(),
+          torch=_where_torch, onnx=_where_onnx)
 
 
 class CompareKind(enum.Enum):
@@ -163,10 +345,33 @@ def _compare_shape(spec: Compare, ins):
     return ins[0].with_dtype(DType.bool)
 
 
+_TORCH_COMPARE = {CompareKind.eq: "==", CompareKind.ne: "!=", CompareKind.lt: "<",
+                  CompareKind.le: "<=", CompareKind.gt: ">", CompareKind.ge: ">="}
+
+
+def _compare_torch(node, a, code):
+    return f"{a[0]} {_TORCH_COMPARE[node.spec.kind]} {a[1]}"
+
+
+# ne is Not(Equal): ONNX has no NotEqual
+_ONNX_COMPARE = {CompareKind.eq: "Equal", CompareKind.lt: "Less", CompareKind.le: "LessOrEqual",
+                 CompareKind.gt: "Greater", CompareKind.ge: "GreaterOrEqual"}
+
+
+def _compare_onnx(node, ins, g, cx):
+    if node.spec.kind is CompareKind.ne:
+        return g.node("Not", [g.node("Equal", ins)])
+    if cx.type(node.inputs[0]).dtype is DType.bool and node.spec.kind is not CompareKind.eq:
+        ins = [g.cast(i, DType.i32) for i in ins]  # ONNX orders no bools
+    return g.node(_ONNX_COMPARE[node.spec.kind], ins)
+
+
 primitive(Op.compare, Compare, 2, _compare_shape,
           lambda s, xs, r: _COMPARE[s.kind](xs[0], xs[1]), elementwise_cost,
           "comparisons make masks; no arithmetic composition yields a bool exactly",
-          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND)
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
+          batch=Aligned(),
+          torch=_compare_torch, onnx=_compare_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +379,17 @@ class Cast:
     dtype: DType
 
 
+def _cast_torch(node, a, code):
+    return f"{a[0]}.to({dtype_expr(node.spec.dtype)})"
+
+
+def _cast_onnx(node, ins, g, cx):
+    return g.cast(ins[0], node.spec.dtype)
+
+
 primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           lambda s, xs, r: xs[0].to(s.dtype.torch), lambda s, ins, out: traffic(ins, out),
           "changes the element type; no arithmetic composition does",
-          traits=Trait.ELEMENTWISE | Trait.POINTWISE)
+          traits=Trait.ELEMENTWISE | Trait.POINTWISE,
+          batch=Aligned(),
+          torch=_cast_torch, onnx=_cast_onnx)

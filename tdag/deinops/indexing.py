@@ -1,12 +1,14 @@
 """Indexing and generator primitives."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
+from tdag.ir.batching import Aligned, Batched, Mixes, OperandRule
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim
@@ -38,9 +40,51 @@ def _gather_cost(spec, ins, out: TensorType) -> Cost:
     return Cost(0, as_dim(ins[1].nbytes + out.nbytes), out.nbytes)
 
 
+_BOTH_BATCHED = "looks up every sample's indices in every sample's table"
+
+
+def _gather_strip(spec: Gather, in_types, states) -> tuple:
+    """Batched indices pick the same rows for every sample; a table batched off the gathered
+    axis is looked up per sample; one batched on it is gathered across samples."""
+    table, index = states
+    if table is not None and index is not None:
+        raise Mixes(_BOTH_BATCHED)
+    if index is not None:  # the index axes replace the gathered axis
+        return spec, replace(index, axis=spec.axis + index.axis)
+    p = table.axis
+    if p == spec.axis:
+        raise Mixes("gathers along the batch axis")
+    out = p if p < spec.axis else p + in_types[1].rank - 1
+    if isinstance(table, Batched):  # a Folded axis stays (shorter), so the spec stays too
+        spec = Gather(spec.axis - (p < spec.axis))
+    return spec, replace(table, axis=out)
+
+
+def _gather_insert(spec: Gather, in_types, batched) -> tuple:
+    """A batch axis 0 of the table moves the gathered axis on; one of the indices lands at
+    the gathered axis, where the index axes go."""
+    table, index = batched
+    if table and index:
+        raise Mixes(_BOTH_BATCHED)
+    return (Gather(spec.axis + 1), 0) if table else (spec, spec.axis)
+
+
+def _gather_torch(node, a, code):
+    axis = node.spec.axis
+    table_rank = node.type.rank - code.rank(node.inputs[1]) + 1
+    if axis == 0 and table_rank == 2:  # rows of a matrix: an embedding lookup
+        return f"F.embedding({a[1]}, {a[0]})"
+    return f"{a[0]}[{', '.join([':'] * axis + [a[1]])}]"
+
+
+def _gather_onnx(node, ins, g, cx):
+    return g.node("Gather", ins, axis=node.spec.axis)
+
+
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
-          traits=Trait.NONE)
+          traits=Trait.NONE, batch=OperandRule(_gather_strip, _gather_insert),
+          torch=_gather_torch, onnx=_gather_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +97,21 @@ def _iota_shape(spec: Iota, ins):
     return TensorType((check_dim(spec.length, "iota: the length"),), spec.dtype)
 
 
+def _iota_torch(node, a, code):
+    return (f"torch.arange({code.dim(node.spec.length)}, dtype={dtype_expr(node.spec.dtype)}, "
+            f"device={code.device})")
+
+
+def _iota_onnx(node, ins, g, cx):
+    out = g.node("Range", [g.const(0), g.scalar_dim(node.spec.length), g.const(1)])
+    return out if node.spec.dtype is DType.i64 else g.cast(out, node.spec.dtype)
+
+
 primitive(Op.iota, Iota, 0, _iota_shape,
           lambda s, xs, r: torch.arange(r(s.length), dtype=s.dtype.torch),
           lambda s, ins, out: Cost(0, 0, out.nbytes),
           "0, 1, ..., n-1 for a symbolic n (positions, masks); a const cannot be symbolic",
-          traits=Trait.NONE)
+          # no operands, so never batched: the walkers copy it (one over a symbolic batch
+          # size is refused as depending on it)
+          traits=Trait.NONE, batch=Aligned(),
+          torch=_iota_torch, onnx=_iota_onnx)

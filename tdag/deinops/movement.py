@@ -4,22 +4,25 @@ Axes in specs are non-negative and already normalised by the builder; shape rule
 | reversible                       | irreversible                        |
 | permute <-> permute              | slice <~> pad                       |
 | group <-> ungroup                | select <~> repeat                   |
-| squeeze <-> unsqueeze            | unfold <~> fold                     |
+| squeeze <-> unsqueeze            | unfold <~> fold (windows.py)        |
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 import torch
 import torch.nn.functional as F
 
-from tdag.deinops.primitive import Cost, movement_cost, primitive, traffic
+from tdag.deinops.codegen import tuple_expr
+from tdag.deinops.primitive import movement_cost, primitive
 from tdag.errors import ShapeError
+from tdag.ir.batching import (AxisRule, Batched, Folded, Mixes, before, divide,
+                                nothing, plus1, same_axis, shift)
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
-from tdag.ir.types import TensorType, check_dim
+from tdag.ir.types import DType, TensorType, check_dim
 
 
 def _check_axis(axis: int, rank: int, op: str) -> None:
@@ -45,10 +48,28 @@ def _permute_shape(spec: Permute, ins):
     return x.with_shape(x.shape[p] for p in spec.perm)
 
 
+def _permute_torch(node, a, code):
+    return f"{a[0]}.permute{tuple_expr(node.spec.perm)}" if node.spec.perm else a[0]
+
+
+def _permute_onnx(node, ins, g, cx):
+    if not node.spec.perm:
+        return g.node("Identity", ins)
+    return g.node("Transpose", ins, perm=list(node.spec.perm))
+
+
+# leaves every axis alone: the batch goes where the permutation sends it
+_PERMUTE_BATCH = AxisRule(
+    nothing, lambda s, t, p: s.perm.index(p),
+    lambda s, t, p: Permute(shift((q for q in s.perm if q != p), p)),
+    lambda s: Permute((0,) + plus1(s.perm)))
+
+
 primitive(Op.permute, Permute, 1, _permute_shape,
           lambda spec, xs, r: xs[0].permute(spec.perm), movement_cost,
           "reorders axes; the mirror of itself (inverse permutation)",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
+          batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx)
 
 
 # -- group / ungroup --------------------------------------------------------------------------
@@ -73,9 +94,40 @@ def _group_eval(spec: Group, xs, resolve):
     return x if spec.count == 1 else x.flatten(spec.axis, spec.axis + spec.count - 1)
 
 
+def _group_torch(node, a, code):
+    s = node.spec
+    return f"{a[0]}.flatten({s.axis}, {s.axis + s.count - 1})"
+
+
+def reshape_onnx(node, ins, g, cx):
+    """A Reshape to the node's own shape: group, ungroup and the reshape kernel."""
+    shape = node.type.shape
+    zero = any(is_static(d) and d == 0 for d in shape)
+    return g.node("Reshape", [ins[0], g.shape(shape)], allowzero=int(zero))
+
+
+def _group_fold(spec: Group, in_type: TensorType, state, batch: Dim) -> tuple:
+    """Merging the batch axis with others folds the batch into the merged axis, as a factor
+    with ``inner`` elements after each batch index (torch's [b, s, d] -> [b*s, d])."""
+    inner = as_dim(product(in_type.shape[state.axis + 1:spec.axis + spec.count]))
+    if isinstance(state, Folded):
+        return ((Op.group, spec),), Folded(spec.axis, as_dim(state.inner * inner))
+    steps = ((Op.group, Group(spec.axis, spec.count - 1)),) if spec.count > 2 else ()
+    return steps, Folded(spec.axis, inner)
+
+
+_GROUP_BATCH = AxisRule(
+    lambda s, t: set(range(s.axis, s.axis + s.count)) if s.count > 1 else set(),
+    lambda s, t, p: p if p < s.axis else p - s.count + 1,
+    lambda s, t, p: Group(s.axis - (p < s.axis), s.count),
+    lambda s: Group(s.axis + 1, s.count),
+    mixing="merges the batch axis as an inner factor of a larger axis", along=_group_fold)
+
+
 primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
           "merges adjacent axes (einops parentheses on the right); mirror of ungroup",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
+          batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +154,8 @@ def ungroup_sizes(spec: Ungroup, dim: Dim) -> tuple:
         raise ShapeError("ungroup: cannot infer -1 next to a zero size")
     rest = as_dim(sympy.sympify(dim) / known_product)
     if not is_static(rest) and not rest.is_integer:
-        raise ShapeError(f"ungroup: {format_dim(dim)} is not divisible by {format_dim(known_product)}")
+        raise ShapeError(f"ungroup: {format_dim(dim)} is not divisible by "
+                         f"{format_dim(known_product)}")
     if is_static(dim) and is_static(known_product) and dim % known_product:
         raise ShapeError(f"ungroup: {dim} is not divisible by {known_product}")
     return tuple(rest if (is_static(s) and s == -1) else s for s in spec.sizes)
@@ -121,9 +174,48 @@ def _ungroup_eval(spec: Ungroup, xs, resolve):
                                         for s in spec.sizes))
 
 
+def _ungroup_torch(node, a, code):
+    sizes = [-1 if is_static(s) and s == -1 else code.dim(s) for s in node.spec.sizes]
+    return f"{a[0]}.unflatten({node.spec.axis}, {tuple_expr(sizes)})"
+
+
+def _ungroup_split(spec: Ungroup, in_type: TensorType, state, batch: Dim) -> tuple | None:
+    """Splitting a folded axis: the part that holds the batch keeps it (Batched again where
+    it is the batch alone). A Batched axis has no per-sample split."""
+    if not isinstance(state, Folded):
+        return None
+    sizes = list(ungroup_sizes(spec, in_type.shape[spec.axis]))
+    suffix: Dim = 1
+    for j in reversed(range(len(sizes))):
+        rest = divide(state.inner, suffix)  # the inner part left for sizes[j]
+        if rest is not None and divide(sizes[j], as_dim(batch * rest)) is not None:
+            return _split_at(spec.axis, sizes, j, rest, batch)
+        suffix = as_dim(suffix * sizes[j])
+    raise Mixes(f"splits the axis that holds the batch {format_dim(batch)} across its "
+                "boundary")
+
+
+def _split_at(axis: int, sizes: list, j: int, rest: Dim, batch: Dim) -> tuple:
+    """The per-sample ungroup once part ``j`` holds the batch, with ``rest`` after it."""
+    alone = dims_equal(sizes[j], batch)
+    if alone:
+        del sizes[j]
+    else:
+        sizes[j] = divide(sizes[j], batch)
+    steps = ((Op.ungroup, Ungroup(axis, tuple(sizes))),) if len(sizes) > 1 else ()
+    return steps, Batched(axis + j) if alone else Folded(axis + j, rest)
+
+
+_UNGROUP_BATCH = AxisRule(
+    lambda s, t: {s.axis}, lambda s, t, p: p if p < s.axis else p + len(s.sizes) - 1,
+    lambda s, t, p: Ungroup(s.axis - (p < s.axis), s.sizes),
+    lambda s: Ungroup(s.axis + 1, s.sizes), mixing="splits the batch axis", along=_ungroup_split)
+
+
 primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
           "splits one axis into several (einops parentheses on the left); mirror of group",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
+          batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx)
 
 
 # -- squeeze / unsqueeze ----------------------------------------------------------------------
@@ -149,9 +241,26 @@ def _squeeze_eval(spec: Squeeze, xs, resolve):
     return xs[0].squeeze(spec.axes) if spec.axes else xs[0]
 
 
+def _squeeze_torch(node, a, code):
+    return f"{a[0]}.squeeze({tuple_expr(node.spec.axes)})" if node.spec.axes else a[0]
+
+
+def _squeeze_onnx(node, ins, g, cx):
+    if not node.spec.axes:
+        return g.node("Identity", ins)
+    return g.node("Squeeze", [ins[0], g.const(list(node.spec.axes))])
+
+
+_SQUEEZE_BATCH = AxisRule(
+    lambda s, t: set(s.axes), lambda s, t, p: p - before(s.axes, p),
+    lambda s, t, p: Squeeze(shift(s.axes, p)), lambda s: Squeeze(plus1(s.axes)),
+    mixing="squeezes the batch axis away (a static batch of 1: trace with a symbolic batch)")
+
+
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
           "drops size-1 axes; mirror of unsqueeze",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES)
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
+          batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +284,32 @@ def _unsqueeze_eval(spec: Unsqueeze, xs, resolve):
     return x
 
 
+def _unsqueeze_torch(node, a, code):
+    axes = set(node.spec.axes)
+    index = ", ".join("None" if i in axes else ":" for i in range(max(axes) + 1))
+    return f"{a[0]}[{index}]"
+
+
+def _unsqueeze_onnx(node, ins, g, cx):
+    return g.node("Unsqueeze", [ins[0], g.const(sorted(node.spec.axes))])
+
+
+def _unsqueeze_out(spec: Unsqueeze, in_type: TensorType, p: int) -> int:
+    """Where input axis ``p`` lands: the ``p``-th output axis that is not inserted."""
+    return [i for i in range(in_type.rank + len(spec.axes)) if i not in spec.axes][p]
+
+
+# spec.axes are output positions: without the batch, those after its landing place shift
+_UNSQUEEZE_BATCH = AxisRule(
+    nothing, _unsqueeze_out,
+    lambda s, t, p: Unsqueeze(shift(s.axes, _unsqueeze_out(s, t, p))),
+    lambda s: Unsqueeze(plus1(s.axes)))
+
+
 primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movement_cost,
           "inserts size-1 axes; mirror of squeeze",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING)
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING,
+          batch=_UNSQUEEZE_BATCH, torch=_unsqueeze_torch, onnx=_unsqueeze_onnx)
 
 
 # -- slice / pad ------------------------------------------------------------------------------
@@ -219,9 +351,48 @@ def _slice_eval(spec: Slice, xs, resolve):
     return xs[0][tuple(index)]
 
 
+def _slice_torch(node, a, code):
+    s = node.spec
+    index = [":"] * (max(s.axes) + 1)
+    for ax, start, stop, step in zip(s.axes, s.starts, s.stops, s.steps):
+        index[ax] = f"{code.dim(start)}:{code.dim(stop)}" + (f":{step}" if step != 1 else "")
+    return f"{a[0]}[{', '.join(index)}]"
+
+
+def _slice_onnx(node, ins, g, cx):
+    s = node.spec
+    return g.node("Slice", [ins[0], g.shape(s.starts, False), g.shape(s.stops, False),
+                            g.const(list(s.axes)), g.const(list(s.steps))])
+
+
+def _slice_touched(spec: Slice, in_type: TensorType) -> set:
+    """Axes the slice really cuts (a full-range slice of an axis leaves it alone)."""
+    return {a for a, start, stop, step in zip(spec.axes, spec.starts, spec.stops, spec.steps)
+            if not (is_static(start) and start == 0 and step == 1
+                    and dims_equal(stop, in_type.shape[a]))}
+
+
+def _slice_folded(spec: Slice, in_type: TensorType, p: int) -> Slice:
+    """A full-range entry on ``p`` names the full length: per sample, the entry goes."""
+    keep = [i for i, a in enumerate(spec.axes) if a != p]
+    return Slice(*(tuple(field[i] for i in keep)
+                   for field in (spec.axes, spec.starts, spec.stops, spec.steps)))
+
+
+def _slice_drop(spec: Slice, in_type: TensorType, p: int) -> Slice:
+    kept = _slice_folded(spec, in_type, p)
+    return replace(kept, axes=shift(kept.axes, p))
+
+
+_SLICE_BATCH = AxisRule(
+    _slice_touched, same_axis, _slice_drop, lambda s: replace(s, axes=plus1(s.axes)),
+    mixing="slices the batch axis (takes some samples)", folded=_slice_folded)
+
+
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
           "takes a strided range of an axis; slice of pad recovers the input",
-          traits=Trait.MOVEMENT | Trait.VIEW)
+          traits=Trait.MOVEMENT | Trait.VIEW,
+          batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +423,42 @@ def _pad_eval(spec: Pad, xs, resolve):
     return F.pad(x, flat, value=spec.value)
 
 
+def _pad_torch(node, a, code):
+    flat = []
+    for lo, hi in reversed(node.spec.widths):
+        flat += [code.dim(lo), code.dim(hi)]
+    pads = f"[{', '.join(flat)}]"
+    if node.type.dtype is DType.bool:  # F.pad has no bool kernel
+        return (f"F.pad({a[0]}.to(torch.uint8), {pads}, value={int(bool(node.spec.value))})"
+                ".to(torch.bool)")
+    return f"F.pad({a[0]}, {pads}, value={code.literal(node.spec.value)})"
+
+
+def _pad_onnx(node, ins, g, cx):
+    widths = node.spec.widths
+    if not widths:
+        return g.node("Identity", ins)
+    pads = g.shape([lo for lo, _ in widths] + [hi for _, hi in widths], False)
+    dtype = node.type.dtype
+    value = bool(node.spec.value) if dtype is DType.bool else \
+        (node.spec.value if dtype.is_float else int(node.spec.value))
+    return g.node("Pad", [ins[0], pads, g.const(value, dtype)], mode="constant")
+
+
+def _pad_touched(spec: Pad, in_type: TensorType) -> set:
+    return {a for a, (lo, hi) in enumerate(spec.widths)
+            if not (is_static(lo) and lo == 0 and is_static(hi) and hi == 0)}
+
+
+_PAD_BATCH = AxisRule(
+    _pad_touched, same_axis, lambda s, t, p: replace(s, widths=s.widths[:p] + s.widths[p + 1:]),
+    lambda s: replace(s, widths=((0, 0),) + tuple(s.widths)), mixing="pads the batch axis")
+
+
 primitive(Op.pad, Pad, 1, _pad_shape, _pad_eval, movement_cost,
           "surrounds axes with a constant; mirror of slice (concat is pads + add)",
-          traits=Trait.MOVEMENT | Trait.REMAP)
+          traits=Trait.MOVEMENT | Trait.REMAP,
+          batch=_PAD_BATCH, torch=_pad_torch, onnx=_pad_onnx)
 
 
 # -- select / repeat --------------------------------------------------------------------------
@@ -275,10 +479,25 @@ def _select_shape(spec: Select, ins):
     return x.with_shape(x.shape[:spec.axis] + x.shape[spec.axis + 1:])
 
 
+def _select_torch(node, a, code):
+    return f"{a[0]}.select({node.spec.axis}, {code.dim(node.spec.index)})"
+
+
+def _select_onnx(node, ins, g, cx):
+    return g.node("Gather", [ins[0], g.scalar_dim(node.spec.index)], axis=node.spec.axis)
+
+
+_SELECT_BATCH = AxisRule(
+    lambda s, t: {s.axis}, lambda s, t, p: p if p < s.axis else p - 1,
+    lambda s, t, p: Select(s.axis - (p < s.axis), s.index),
+    lambda s: Select(s.axis + 1, s.index), mixing="selects one sample")
+
+
 primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
           "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
-          traits=Trait.MOVEMENT | Trait.VIEW)
+          traits=Trait.MOVEMENT | Trait.VIEW,
+          batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,87 +527,50 @@ def _repeat_eval(spec: Repeat, xs, resolve):
     return xs[0].expand(sizes)
 
 
+def _repeat_torch(node, a, code):
+    sizes = ["-1"] * node.type.rank
+    for ax, size in zip(node.spec.axes, node.spec.sizes):
+        sizes[ax] = code.dim(size)
+    return f"{a[0]}.expand({', '.join(sizes)})"
+
+
+def _repeat_onnx(node, ins, g, cx):
+    sizes = [1] * node.type.rank  # Expand broadcasts numpy-style: 1 keeps the input's dim
+    for ax, size in zip(node.spec.axes, node.spec.sizes):
+        sizes[ax] = size
+    return g.node("Expand", [ins[0], g.shape(sizes, False)])
+
+
+def _repeat_broadcast(spec: Repeat, target, batch: Dim) -> tuple | None:
+    """A repeat of a free value over the batch axis is the same for every sample: per
+    sample, it repeats the other axes only (Batched), or to 1/batch the size (Folded)."""
+    p = target.axis
+    if p not in spec.axes:
+        return None
+    i = spec.axes.index(p)
+    axes, sizes = list(spec.axes), list(spec.sizes)
+    steps: tuple = ()
+    if isinstance(target, Batched):
+        steps = ((Op.squeeze, Squeeze((p,))),)
+        del axes[i], sizes[i]
+        axes = list(shift(axes, p))
+    else:
+        sizes[i] = divide(sizes[i], batch)
+        if sizes[i] is None:
+            raise Mixes("broadcasts to a size that is not a multiple of the batch")
+        if sizes[i] == 1:
+            del axes[i], sizes[i]
+    return steps + (((Op.repeat, Repeat(tuple(axes), tuple(sizes))),) if axes else ())
+
+
+_REPEAT_BATCH = AxisRule(
+    lambda s, t: set(s.axes), same_axis, lambda s, t, p: Repeat(shift(s.axes, p), s.sizes),
+    lambda s: Repeat(plus1(s.axes), s.sizes), mixing="broadcasts a size-1 batch axis",
+    broadcast=_repeat_broadcast)
+
+
 primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,
           "broadcasts size-1 axes (explicit broadcasting); select or reduce undoes it",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING | Trait.INSERTING)
-
-
-# -- unfold / fold ----------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Unfold:
-    axis: int
-    size: int
-    step: int = 1
-    dilation: int = 1
-
-
-def window_count(length: Dim, size: int, step: int, dilation: int) -> Dim:
-    span = dilation * (size - 1) + 1
-    return as_dim(floordiv(as_dim(length - span), step) + 1)
-
-
-def _unfold_shape(spec: Unfold, ins):
-    (x,) = ins
-    _check_axis(spec.axis, x.rank, "unfold")
-    if min(spec.size, spec.step, spec.dilation) < 1:
-        raise ShapeError(f"unfold: size, step and dilation must be >= 1, got {spec}")
-    length = x.shape[spec.axis]
-    span = spec.dilation * (spec.size - 1) + 1
-    if is_static(length) and length < span:
-        raise ShapeError(f"unfold: window span {span} longer than axis {spec.axis} "
-                         f"(size {length})")
-    n = window_count(length, spec.size, spec.step, spec.dilation)
-    return x.with_shape(x.shape[:spec.axis] + (n,) + x.shape[spec.axis + 1:] + (spec.size,))
-
-
-def _unfold_eval(spec: Unfold, xs, resolve):
-    span = spec.dilation * (spec.size - 1) + 1
-    windows = xs[0].unfold(spec.axis, span, spec.step)
-    return windows[..., ::spec.dilation] if spec.dilation > 1 else windows
-
-
-primitive(Op.unfold, Unfold, 1, _unfold_shape, _unfold_eval, movement_cost,
-          "sliding windows of an axis, the window axis appended last (conv, pooling)",
-          traits=Trait.MOVEMENT | Trait.VIEW | Trait.EXPANDING | Trait.INSERTING)
-
-
-@dataclass(frozen=True, slots=True)
-class Fold:
-    axis: int
-    step: int
-    dilation: int
-    length: Dim
-
-
-def _fold_shape(spec: Fold, ins):
-    (x,) = ins
-    if x.rank < 2:
-        raise ShapeError("fold: needs a window axis and a last (kernel) axis")
-    _check_axis(spec.axis, x.rank - 1, "fold")
-    if min(spec.step, spec.dilation) < 1:
-        raise ShapeError(f"fold: step and dilation must be >= 1, got {spec}")
-    n, k = x.shape[spec.axis], x.shape[-1]
-    needed = as_dim((n - 1) * spec.step + (k - 1) * spec.dilation + 1)
-    if is_static(needed) and is_static(spec.length) and needed > spec.length:
-        raise ShapeError(f"fold: {format_dim(n)} windows of {format_dim(k)} need length "
-                         f"{needed}, got {spec.length}")
-    return x.with_shape(x.shape[:spec.axis] + (spec.length,) + x.shape[spec.axis + 1:-1])
-
-
-def _fold_eval(spec: Fold, xs, resolve):
-    x = xs[0].movedim(spec.axis, -2)
-    n, k = x.shape[-2], x.shape[-1]
-    index = (torch.arange(n) * spec.step)[:, None] + (torch.arange(k) * spec.dilation)[None, :]
-    out = torch.zeros(*x.shape[:-2], resolve(spec.length), dtype=x.dtype)
-    out.index_add_(-1, index.reshape(-1), x.reshape(*x.shape[:-2], n * k))
-    return out.movedim(-1, spec.axis)
-
-
-def _fold_cost(spec: Fold, ins, out: TensorType) -> Cost:
-    return traffic(ins, out, ins[0].numel)  # one add per input element (overlap-add)
-
-
-primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
-          "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
-          traits=Trait.MOVEMENT)
+          traits=(Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING
+                  | Trait.INSERTING),
+          batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx)

@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tdag.deinops.codegen import dtype_expr, tuple_expr
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
+from tdag.ir.batching import AxisRule, before, plus1, shift
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
+from tdag.ir.types import DType
 
 
 class ReduceKind(enum.Enum):
@@ -55,6 +58,49 @@ def _reduce_cost(spec: Reduce, ins, out) -> Cost:
     return traffic(ins, out, ins[0].numel)
 
 
+_REDUCE_BATCH = AxisRule(
+    lambda s, t: set(s.axes), lambda s, t, p: p - before(s.axes, p),
+    lambda s, t, p: Reduce(s.kind, shift(s.axes, p)), lambda s: Reduce(s.kind, plus1(s.axes)),
+    mixing="reduces over the batch axis")
+
+
+def _reduce_torch(node, a, code):
+    axes, kind, x = node.spec.axes, node.spec.kind, a[0]
+    dtype = node.type.dtype
+    if not axes:
+        return x
+    if kind is ReduceKind.prod:  # torch.prod takes one axis
+        for ax in sorted(axes, reverse=True):
+            x = f"{x}.prod({ax})"
+    elif kind is ReduceKind.sum:
+        x = f"{x}.sum({tuple_expr(axes)})"
+    elif dtype is DType.bool:
+        x = f"{x}.{'any' if kind is ReduceKind.max else 'all'}({tuple_expr(axes)})"
+    else:
+        x = f"{x}.{'amax' if kind is ReduceKind.max else 'amin'}({tuple_expr(axes)})"
+    # torch sums and multiplies small ints (and bools) into int64; tdag keeps the dtype
+    if kind in (ReduceKind.sum, ReduceKind.prod) and not dtype.is_float and dtype is not DType.i64:
+        x = f"{x}.to({dtype_expr(dtype)})"
+    return x
+
+
+_ONNX_REDUCE = {ReduceKind.sum: "ReduceSum", ReduceKind.max: "ReduceMax",
+                ReduceKind.min: "ReduceMin", ReduceKind.prod: "ReduceProd"}
+
+
+def _reduce_onnx(node, ins, g, cx):
+    axes, kind, dtype = node.spec.axes, node.spec.kind, node.type.dtype
+    if not axes:
+        return g.node("Identity", ins)
+    x = ins[0]
+    wide = dtype not in (DType.f32, DType.f64, DType.i32, DType.i64)
+    if wide:  # onnxruntime reduces only f32/f64 and 32/64-bit ints (f16 in f32, as torch)
+        x = g.cast(x, DType.f32 if dtype.is_float else DType.i64)
+    out = g.node(_ONNX_REDUCE[kind], [x, g.const(list(axes))], keepdims=0)
+    return g.cast(out, dtype) if wide else out
+
+
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
           "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
-          traits=Trait.NONE)
+          traits=Trait.NONE, batch=_REDUCE_BATCH,
+          torch=_reduce_torch, onnx=_reduce_onnx)

@@ -5,64 +5,123 @@ Every op record carries one (``OpRecord.batch``). There are four kinds, and the 
 
 - ``AxisRule``: a one-input op that works along some axes (``touched``) and leaves the others
   alone: where an untouched axis lands (``out_axis``) and how the spec reads once the axis is
-  gone (``drop``) or once a new axis 0 is in front of every input axis (``insert0``);
+  gone (``drop``), once it holds a folded batch (``folded``) or once a new axis 0 is in front
+  of every input axis (``insert0``). Two optional hooks cover ops whose batch handling is
+  more than axis arithmetic: ``along`` (a per-sample form although the op works along the
+  batch axis: a group folds it into a merged axis, an ungroup splits it back out) and
+  ``broadcast`` (a node with free input that broadcasts a value over the batch: a repeat);
 - ``Aligned``: an elementwise op: every batched operand carries the batch on the same axis,
   the output on that axis too, and the spec is unchanged;
-- ``OperandRule``: a multi-input op with its own logic (``gather``): given the batch axis of
-  each operand (None where an operand does not depend on the batch) it returns the spec and
-  the output's batch axis, or raises ``Mixes``;
+- ``OperandRule``: a multi-input op with its own logic (``gather``): given the state of each
+  operand it returns the spec and the output's state, or raises ``Mixes``;
 - ``Refuse``: an op that has no per-sample form, with the reason (kernels work on a fixed
   framework layout: strip the batch before lowering).
+
+The walker tracks where each value holds the batch: ``None`` (free: it does not depend on the
+batch), ``Batched`` or ``Folded``. The states live here so that rules can read and return
+them. A rule that turns a node into other nodes returns *steps*: ``(op, spec)`` pairs, the
+first applied to the node's operands and each next one to the previous result; no steps make
+the node the identity per sample (its users read its first operand).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import sympy
+
+from tdag.ir.symbols import Dim, as_dim, is_static
 from tdag.ir.types import TensorType
 
 
+@dataclass(frozen=True)
+class Batched:
+    """Axis ``axis`` is the batch. A ``broadcast`` one does not depend on the samples: a
+    weight repeated to the batch size (zeros for a first hidden state, a bias)."""
+
+    axis: int
+    broadcast: bool = False
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A reshape merged the batch into axis ``axis``, with ``inner`` elements after each
+    batch index (``[b, s, d] -> [b*s, d]`` has inner ``s``)."""
+
+    axis: int
+    inner: Dim = 1
+
+
 class Mixes(Exception):
-    """Raised by a batch rule: the op mixes samples (the message says how)."""
+    """Raised by a batch rule: the op mixes samples. The message says how, as a phrase
+    after "it" ("reduces over the batch axis")."""
 
 
 class BatchRule:
     """The base of the four kinds; ``mixing`` says how the op mixes samples when it works
-    along the batch axis, for the error message."""
+    along the batch axis, for the error message (a phrase after "it")."""
 
     mixing: str = "works along the batch axis"
 
 
+def keep_spec(spec, in_type: TensorType, p: int):
+    """The spec as it is: the default ``AxisRule.folded``."""
+    return spec
+
+
 @dataclass(frozen=True)
 class AxisRule(BatchRule):
+    """For an untouched batch axis ``p``: ``out_axis(spec, in_type, p)``, ``drop(spec,
+    in_type, p)`` and ``folded(spec, in_type, p)`` (the spec when axis ``p`` is ``1/batch``
+    as long: unchanged unless the spec names the axis's size); ``insert0(spec)``.
+
+    The hooks, None where the op has no such form:
+
+    - ``along(spec, in_type, state, batch) -> (steps, state) | None``: the per-sample form
+      where the op touches the batch axis (None: it mixes samples, as ``mixing`` says);
+    - ``broadcast(spec, target, batch) -> steps | None``: a node of the op whose input is
+      free, read per sample as if its output were in state ``target`` (a broadcast over the
+      batch on that axis); None where its output is no such broadcast.
+
+    Both may raise ``Mixes``."""
+
     touched: Callable[[object, TensorType], set]
     out_axis: Callable[[object, TensorType, int], int]
     drop: Callable[[object, TensorType, int], object]
     insert0: Callable[[object], object]
     mixing: str = "works along the batch axis"
+    folded: Callable[[object, TensorType, int], object] = keep_spec
+    along: Callable[..., tuple | None] | None = None
+    broadcast: Callable[..., tuple | None] | None = None
 
 
 @dataclass(frozen=True)
 class Aligned(BatchRule):
     """Elementwise: operands share the batch axis; the spec does not mention axes."""
 
-    mixing: str = "mixes operands that carry the batch on different axes"
+    mixing: str = "combines operands that carry the batch on different axes"
 
 
 @dataclass(frozen=True)
 class OperandRule(BatchRule):
-    """``strip(spec, in_types, axes) -> (spec, out_axis)`` with ``axes[i]`` the batch axis of
-    operand i in ``in_types`` (full-size types) or None; ``insert(spec, in_types, batched)``
-    the same for a new batch axis 0 on the operands where ``batched[i]`` (per-sample types)."""
+    """``strip(spec, in_types, states) -> (spec, state)``: the per-sample spec and the
+    output's state, given each operand's full-size type and state (None: free);
+    ``insert(spec, in_types, batched) -> (spec, axis)``: the spec once the operands where
+    ``batched[i]`` gain a batch axis 0 (``in_types`` per sample), and the output axis that
+    holds the batch (the walker moves it to 0). Both raise ``Mixes``.
 
-    strip: Callable[[object, Sequence[TensorType], Sequence[int | None]], tuple]
+    The walker, not the rule, handles broadcasts: where the op mixes samples only through
+    operands that are broadcasts over the batch, it rebuilds them at full size and asks
+    again with them free."""
+
+    strip: Callable[[object, Sequence[TensorType], Sequence], tuple]
     insert: Callable[[object, Sequence[TensorType], Sequence[bool]], tuple]
     mixing: str = "works along the batch axis"
 
 
 @dataclass(frozen=True)
 class Refuse(BatchRule):
-    """No per-sample form: ``mixing`` is the reason."""
+    """No per-sample form: ``mixing`` is the reason (a phrase after "it")."""
 
     mixing: str = "has no per-sample form"
 
@@ -92,5 +151,13 @@ def nothing(spec, in_type) -> set:
     return set()
 
 
-__all__ = ["Aligned", "AxisRule", "BatchRule", "Mixes", "OperandRule", "Refuse", "before",
-           "nothing", "plus1", "same_axis", "shift"]
+def divide(dim: Dim, by: Dim) -> Dim | None:
+    """``dim / by`` where it divides exactly (symbolically: a polynomial), else None."""
+    if is_static(dim) and is_static(by):
+        return dim // by if by and dim % by == 0 else None
+    q = sympy.cancel(sympy.sympify(dim) / by)
+    return as_dim(q) if q.is_polynomial() and sympy.denom(q) == 1 else None
+
+
+__all__ = ["Aligned", "AxisRule", "BatchRule", "Batched", "Folded", "Mixes", "OperandRule",
+           "Refuse", "before", "divide", "keep_spec", "nothing", "plus1", "same_axis", "shift"]

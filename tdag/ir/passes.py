@@ -3,6 +3,8 @@
 A pass is ``(program) -> (program, changed)``. A PassManager runs a named list of passes,
 again and again, until none changes anything; with ``check=True`` it verifies the program
 after every pass that changed it, so a broken rewrite is caught by name where it happened.
+In explain mode (``tdag.ir.rewrite.explaining``) it tells the trace which pass and round
+the rules run in; ``per_graph`` tells it which TDAG.
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Callable, Iterator, Sequence
 
 from tdag.ir.verify import verify
 from tdag.errors import TdagError
+from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
+from tdag.ir.rewrite import current_trace
 
 Pass = Callable[[Program], "tuple[Program, bool]"]
 
@@ -51,11 +55,17 @@ class PassManager:
 
     def __call__(self, prog: Program) -> tuple[Program, bool]:
         changed_any = False
+        trace = current_trace()
         with gc_paused():
-            for _ in range(self.max_rounds):
+            for round_ in range(1, self.max_rounds + 1):
                 changed = False
                 for name, run in self.passes:
-                    prog, did = self._run(name, run, prog)
+                    if trace is None:
+                        prog, did = self._run(name, run, prog)
+                    else:
+                        with trace.within(name, round_):
+                            prog, did = self._run(name, run, prog)
+                            trace.after_pass(prog.graphs)
                     changed |= did
                 if not changed:
                     return prog, changed_any
@@ -76,3 +86,18 @@ class PassManager:
             except TdagError as exc:
                 raise PassError(f"pass {name} left a malformed program: {exc}") from exc
         return prog, changed
+
+
+def per_graph(fn: Callable[[TDAG], "tuple[TDAG, bool]"]) -> Pass:
+    """Lift a TDAG pass to a Program pass (applied to every TDAG)."""
+    def run(prog: Program) -> tuple[Program, bool]:
+        trace = current_trace()
+        graphs, changed = {}, False
+        for name, graph in prog.graphs.items():
+            if trace is not None:
+                trace.graph = name  # the looks of this sweep are at nodes of ``name``
+            graphs[name], did = fn(graph)
+            changed |= did
+        return (prog.replace(graphs=graphs), True) if changed else (prog, False)
+    run.__name__ = getattr(fn, "__name__", "pass")
+    return run

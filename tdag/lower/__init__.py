@@ -1,6 +1,8 @@
 """Lowering: recognise primitive patterns that a framework runs as one kernel.
 
 The kernels it emits are ops like any other, with their records in ``tdag/deinops/kernels``.
+Each pass sweeps its rules (``Rule(op, fn)``, one tuple per module) with the rewrite engine of
+``tdag.ir.rewrite``; ``explain(prog, "%42")`` says why a node was or was not lowered.
 
 >>> import tdag, tdag.lower
 >>> from tdag import ops
@@ -14,18 +16,17 @@ from __future__ import annotations
 from typing import Sequence
 
 from tdag.ir.program import Program
-from tdag.lower import (activations, attention, conv, movement, norms, pool, recurrent, resize,
-                        softmax)
-from tdag.lower.contraction import contraction_rule, einsum_bias_rule, einsum_permute_rule
-from tdag.lower.passes import Pass, PassError, run_passes
-from tdag.lower.rewrite import rule_pass
+from tdag.lower import (activations, attention, contraction, conv, movement, norms, pool,
+                        recurrent, resize, softmax)
+from tdag.lower.explain import Explanation, explain
+from tdag.lower.passes import Pass, PassError, rule_pass, run_passes
 from tdag.refine.simplify import PIPELINE as SIMPLIFY, PassManager
 
 PASSES: dict[str, Pass] = {
     # fold constants (masks, positions), merge common subexpressions, drop dead code: work
     # the source model repeats on every call is done once here
     "simplify": PassManager(SIMPLIFY),
-    "contraction": rule_pass(contraction_rule, einsum_permute_rule),
+    "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
     "norms": rule_pass(*norms.RULES),
@@ -35,7 +36,7 @@ PASSES: dict[str, Pass] = {
     "attention": rule_pass(*attention.RULES),
     "movement": rule_pass(*movement.RULES),
     "recurrent": rule_pass(*recurrent.RULES),
-    "fuse": rule_pass(einsum_bias_rule, *conv.FUSE_RULES, *norms.AFFINE_RULES),
+    "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
 DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
@@ -49,4 +50,4 @@ def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -
     return run_passes(prog, passes, PASSES, check=check)
 
 
-__all__ = ["DEFAULT", "PASSES", "PassError", "lower"]
+__all__ = ["DEFAULT", "Explanation", "PASSES", "PassError", "explain", "lower"]

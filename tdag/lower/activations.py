@@ -12,9 +12,9 @@ from tdag.deinops.elementwise import CompareKind
 from tdag.ir.record import NoSpec
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.deinops.kernels.activations import Gelu
+from tdag.deinops.kernels.activations import Clamp, Gelu
+from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import close, is_scalar, producer_is, scalar
-from tdag.lower.rewrite import Context
 
 
 def _minus_scalar_op(ctx: Context, name: str, op: Op, value: float) -> str | None:
@@ -52,7 +52,8 @@ def _sigmoid_of(ctx: Context, name: str) -> str | None:
         return node.inputs[0]
     if node.op is Op.reciprocal:
         return sigmoid_denominator(ctx, node.inputs[0])
-    if node.op is Op.divide and node.spec.mode.value == "true" and is_scalar(ctx, node.inputs[0], 1.0):
+    if node.op is Op.divide and node.spec.mode.value == "true" and \
+            is_scalar(ctx, node.inputs[0], 1.0):
         return sigmoid_denominator(ctx, node.inputs[1])
     return None
 
@@ -64,16 +65,16 @@ def _unary(node: Node, ctx: Context, op: Op, x: str, spec=None):
 
 def sigmoid_rule(node: Node, ctx: Context):
     """1 / (1 + exp(-x)) -> sigmoid(x)"""
-    if node.op not in (Op.reciprocal, Op.divide) or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     x = _sigmoid_of(ctx, node.name)
-    return _unary(node, ctx, Op.sigmoid, x) if x is not None else "not a sigmoid"
+    return _unary(node, ctx, Op.sigmoid, x) if x is not None else NoMatch("not a sigmoid")
 
 
 def silu_rule(node: Node, ctx: Context):
     """x / (1 + exp(-x)) -> silu(x);  x * sigmoid(x) -> silu(x)"""
     if not node.type.dtype.is_float:
-        return None
+        return NoMatch("not a float")
     if node.op is Op.divide and node.spec.mode.value == "true":
         x, den = node.inputs
         if sigmoid_denominator(ctx, den) == x:
@@ -82,7 +83,7 @@ def silu_rule(node: Node, ctx: Context):
         for x, s in (node.inputs, reversed(node.inputs)):
             if _sigmoid_of(ctx, s) == x:
                 return _unary(node, ctx, Op.silu, x)
-    return "not a silu"
+    return NoMatch("not a silu")
 
 
 def factors(ctx: Context, name: str, depth: int = 4) -> tuple[float, list[str]]:
@@ -111,11 +112,11 @@ _TANH_SCALE = math.sqrt(2.0 / math.pi)
 
 def gelu_rule(node: Node, ctx: Context):
     """x * 0.5 * (1 + erf(x / sqrt 2)) -> gelu(x);  the tanh form -> gelu(x, 'tanh')"""
-    if node.op is not Op.multiply or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     coef, terms = factors(ctx, node.name)
     if len(terms) != 2 or not close(coef, 0.5):
-        return "not half a product of two terms"
+        return NoMatch("not half a product of two terms")
     for x, t in (terms, reversed(terms)):
         inner = _minus_scalar_op(ctx, t, Op.add, 1.0)
         fn = ctx.producer(inner) if inner is not None else None
@@ -125,7 +126,7 @@ def gelu_rule(node: Node, ctx: Context):
             return _unary(node, ctx, Op.gelu, x, Gelu("none"))
         if fn.op is Op.tanh and _tanh_argument(ctx, fn.inputs[0], x):
             return _unary(node, ctx, Op.gelu, x, Gelu("tanh"))
-    return "not a gelu"
+    return NoMatch("not a gelu")
 
 
 def _scaled(ctx: Context, name: str, x: str, k: float) -> bool:
@@ -170,14 +171,16 @@ _ABOVE = {CompareKind.gt, CompareKind.ge}
 
 def relu_rule(node: Node, ctx: Context):
     """where(x < 0, 0, x) -> relu(x);  clamp(x, lo=0) -> relu(x)  (both keep nan)"""
-    if node.op is Op.clamp and node.spec.lo == 0.0 and node.spec.hi is None:
-        return _unary(node, ctx, Op.relu, node.inputs[0])
-    if node.op is not Op.where or not node.type.dtype.is_float:
-        return None
+    if node.op is Op.clamp:
+        if node.spec.lo == 0.0 and node.spec.hi is None:
+            return _unary(node, ctx, Op.relu, node.inputs[0])
+        return NoMatch("bounds other than lo=0")
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     cond, a, b = node.inputs
     test = producer_is(ctx, cond, Op.compare)
     if test is None:
-        return "condition is not a comparison"
+        return NoMatch("condition is not a comparison")
     lhs, rhs = test.inputs
     kind = test.spec.kind
     if is_scalar(ctx, lhs, 0.0):  # 0 > x is x < 0
@@ -186,7 +189,7 @@ def relu_rule(node: Node, ctx: Context):
     # where(x > 0, x, 0) is not a relu: it maps nan to 0
     if kind in _BELOW and is_scalar(ctx, rhs, 0.0) and is_scalar(ctx, a, 0.0) and b == lhs:
         return _unary(node, ctx, Op.relu, lhs)
-    return "not a relu"
+    return NoMatch("not a relu")
 
 
 def _bound(ctx: Context, cond: str, x: str):
@@ -208,43 +211,52 @@ def _bound(ctx: Context, cond: str, x: str):
 def clamp_rule(node: Node, ctx: Context):
     """maximum(x, lo) -> clamp(x, lo);  minimum(x, hi) -> clamp(x, hi=hi);
     clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)"""
-    from tdag.deinops.kernels.activations import Clamp
     if not node.type.dtype.is_float:
-        return None
+        return NoMatch("not a float")
     if node.op is Op.clamp:  # relu is clamp(lo=0)
         inner = ctx.producer(node.inputs[0])
         if inner is None or inner.op not in (Op.clamp, Op.relu) or node.spec.lo is not None or \
                 (inner.op is Op.clamp and inner.spec.hi is not None) or \
                 not ctx.single_use(inner.name):
-            return "not nested bounds"
+            return NoMatch("not nested bounds")
         lo = 0.0 if inner.op is Op.relu else inner.spec.lo
         return _unary(node, ctx, Op.clamp, inner.inputs[0], Clamp(lo, node.spec.hi))
-    if node.op is not Op.where:
-        return None
-    cond, x, y = node.inputs
+    cond, x, y = node.inputs  # a where
     bound, value = _bound(ctx, cond, x), scalar(ctx, y)
     if bound is None or value is None or bound[1] != value:
-        return "not a bound"
+        return NoMatch("not a bound")
     if bound[0] in _ABOVE:
         return _unary(node, ctx, Op.clamp, x, Clamp(lo=value))
     if bound[0] in _BELOW:
         return _unary(node, ctx, Op.clamp, x, Clamp(hi=value))
-    return "not a bound"
+    return NoMatch("not a bound")
 
 
 def hardswish_rule(node: Node, ctx: Context):
     """x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)"""
-    if node.op not in (Op.multiply, Op.divide) or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     coef, terms = factors(ctx, node.name)
     if len(terms) != 2 or not close(coef, 1 / 6):
-        return "not a sixth of a product"
+        return NoMatch("not a sixth of a product")
     for x, t in (terms, reversed(terms)):
         c = producer_is(ctx, t, Op.clamp)
         if c is not None and c.spec.lo == 0.0 and c.spec.hi == 6.0 and \
                 _minus_scalar_op(ctx, c.inputs[0], Op.add, 3.0) == x:
             return _unary(node, ctx, Op.hardswish, x)
-    return "not a hardswish"
+    return NoMatch("not a hardswish")
 
 
-RULES = (sigmoid_rule, silu_rule, gelu_rule, relu_rule, clamp_rule, hardswish_rule)
+RULES = (
+    Rule(Op.reciprocal, sigmoid_rule),  # reciprocal(1 + exp(-x)) -> sigmoid(x)
+    Rule(Op.divide, sigmoid_rule),      # 1 / (1 + exp(-x)) -> sigmoid(x)
+    Rule(Op.divide, silu_rule),         # x / (1 + exp(-x)) -> silu(x)
+    Rule(Op.multiply, silu_rule),       # x * sigmoid(x) -> silu(x)
+    Rule(Op.multiply, gelu_rule),       # x * 0.5 * (1 + erf(x / sqrt 2)) -> gelu(x)
+    Rule(Op.clamp, relu_rule),          # clamp(x, lo=0) -> relu(x)
+    Rule(Op.where, relu_rule),          # where(x < 0, 0, x) -> relu(x)
+    Rule(Op.clamp, clamp_rule),         # clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)
+    Rule(Op.where, clamp_rule),         # where(x > lo or isnan(x), x, lo) -> clamp(x, lo)
+    Rule(Op.multiply, hardswish_rule),  # x * clamp(x + 3, 0, 6) * (1/6) -> hardswish(x)
+    Rule(Op.divide, hardswish_rule),    # x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)
+)

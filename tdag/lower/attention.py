@@ -18,7 +18,7 @@ from tdag.ir.types import DType
 from tdag.deinops.kernels.contraction import parse_equation
 from tdag.deinops.kernels.sequence import Attention
 from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
-from tdag.lower.rewrite import Context
+from tdag.ir.rewrite import Context, NoMatch, Rule
 
 _INF = float("inf")
 
@@ -75,23 +75,26 @@ def _scaled_scores(ctx: Context, s: str):
 
 def attention_rule(node: Node, ctx: Context):
     """einsum(softmax(mask(einsum(q, k) * c)), v) -> attention(q, k, v, mask, scale=c)"""
-    if node.op is not Op.einsum or len(node.inputs) != 2 or not node.type.dtype.is_float:
-        return None
+    if len(node.inputs) != 2 or not node.type.dtype.is_float:
+        return NoMatch("not a float contraction of two operands")
+    reason = "no operand is a softmax"
     for p_name, v in (node.inputs, reversed(node.inputs)):
         sm = producer_is(ctx, _unsafe(ctx, p_name), Op.softmax)
         if sm is None:
             continue
         peeled = _peel_masks(ctx, sm.inputs[0])
         if peeled is None:
+            reason = "the softmax is not over (masked) scaled scores einsum(q, k) * c"
             continue
         scores, masks = peeled
         qk, coef = _scaled_scores(ctx, scores)
         q, k, coef = _unscale_q(ctx, qk, coef)
         plan = _plan(ctx, qk, sm, node, p_name == node.inputs[0])
         if plan is None:
+            reason = "the axes of q, k, v and the output are not attention's"
             continue
         return _emit(node, ctx, plan, q, k, v, coef, masks)
-    return "not an attention"
+    return NoMatch(reason)
 
 
 def _unscale_q(ctx: Context, qk: Node, coef: float):
@@ -158,12 +161,12 @@ def _emit(node: Node, ctx: Context, plan, q, k, v, coef, masks):
             mask = (kind, _unbroadcast(ctx, m) if list(plan["ls"]) == batch + [l, s] else
                     arrange(m, plan["ls"], batch + [l, s]))
         else:
-            return "two general masks"
+            return NoMatch("two general masks")
     args = [q2, k2, v2]
     if mask is not None:
         args.append(mask[1])
         if mask[0] == "keep" and ctx.type(mask[1]).dtype is not DType.bool:
-            return "a keep-mask that is not bool"
+            return NoMatch("a keep-mask that is not bool")
     out = emit(Op.attention, Attention(float(coef), causal), *args)
     out = arrange(out, batch + [l, "#"], plan["lo"])
     return emit.finish(out)
@@ -204,4 +207,6 @@ def _iota_axis(ctx: Context, name: str) -> int | None:
     return shown[0]
 
 
-RULES = (attention_rule,)
+RULES = (
+    Rule(Op.einsum, attention_rule),  # einsum(softmax(mask(einsum(q, k) * c)), v) -> attention
+)

@@ -16,8 +16,8 @@ from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim, is_static
 from tdag.deinops.kernels.contraction import Conv, ConvTranspose, parse_equation
 from tdag.deinops.kernels.layout import Reshape
-from tdag.lower.match import producer_is, trace_axes
-from tdag.lower.rewrite import Context, Emitter
+from tdag.ir.rewrite import Context, Emitter, NoMatch, Rule
+from tdag.lower.match import producer_is, reshape_groups, trace_axes
 from tdag.lower.windows import split_of, symmetric_padding, windows_of
 
 
@@ -104,11 +104,12 @@ def _restore(emit: Emitter, ctx: Context, out: str, r: _Roles, spatial, lo: str,
 
 def conv_rule(node: Node, ctx: Context):
     """einsum(windows of x, w) -> conv(x', w') in any layout"""
-    if node.op is not Op.einsum or len(node.inputs) != 2 or not node.type.dtype.is_float:
-        return None
+    if len(node.inputs) != 2 or not node.type.dtype.is_float:
+        return NoMatch("not a float contraction of two operands")
     (la, lb), lo = parse_equation(node.spec.equation)
     sizes = {c: d for labels, n in ((la, node.inputs[0]), (lb, node.inputs[1]))
              for c, d in zip(labels, ctx.type(n).shape)}
+    reason = "no operand is windows of x (unfolds, maybe of a pad)"
     for (lx, xn), (lw, wn) in (((la, node.inputs[0]), (lb, node.inputs[1])),
                                ((lb, node.inputs[1]), (la, node.inputs[0]))):
         win = windows_of(ctx, xn)
@@ -116,10 +117,15 @@ def conv_rule(node: Node, ctx: Context):
             continue
         w, w_axes = split_of(ctx, wn)
         r = _classify(lx, win.axes, lw, w_axes, lo, sizes)
-        if r is None or ctx.type(w).rank != len(r.spatial) + 2:
+        if r is None:
+            reason = ("the axes are not a convolution's (batch, channels summed with the "
+                      "weight's, windows, kernel offsets summed, output channels)")
+            continue
+        if ctx.type(w).rank != len(r.spatial) + 2:
+            reason = f"the weight is not [Co, Ci, *kernel]: rank {ctx.type(w).rank}"
             continue
         return _emit_conv(node, ctx, win, w, r, lo)
-    return "not a windowed contraction"
+    return NoMatch(reason)
 
 
 def _emit_conv(node: Node, ctx: Context, win, w: str, r: _Roles, lo: str):
@@ -141,11 +147,9 @@ def _emit_conv(node: Node, ctx: Context, win, w: str, r: _Roles, lo: str):
 
 def conv_transpose_rule(node: Node, ctx: Context):
     """fold+(reshape?(einsum(x, w))) -> conv_transpose(x', w')"""
-    if node.op is not Op.fold:
-        return None
     if producer_is(ctx, node.inputs[0], Op.fold) is None and \
             not _feeds_from_einsum(ctx, node.inputs[0]):
-        return "not folds of a contraction"
+        return NoMatch("not folds of a contraction")
     folds = []
     cur = node
     while cur is not None and cur.op is Op.fold:
@@ -155,7 +159,7 @@ def conv_transpose_rule(node: Node, ctx: Context):
     base = folds[0].inputs[0]
     found = _transpose_roles(ctx, base, folds)
     if found is None:
-        return "not folds of a contraction"
+        return NoMatch("not folds of a contraction")
     return _emit_conv_transpose(node, ctx, folds, *found)
 
 
@@ -201,7 +205,6 @@ def _y_letters(ctx: Context, einsum: Node, merge) -> list | None:
         s = merge.spec
         return [(c,) for c in lo[:s.axis]] + [tuple(lo[s.axis:s.axis + s.count])] + \
             [(c,) for c in lo[s.axis + s.count:]]
-    from tdag.lower.match import reshape_groups
     groups = reshape_groups(einsum.type.shape, merge.type.shape)
     if groups is None or any(len(outs) != 1 for _, outs in groups):
         return None
@@ -292,7 +295,7 @@ def _emit_conv_transpose(node: Node, ctx: Context, folds, x: str, w: str, roles,
         needed = as_dim((n - 1) * f.step + f.dilation * (k - 1) + 1)
         e = as_dim(f.length - needed)
         if not is_static(e) or e < 0 or e >= max(f.step, f.dilation):
-            return "output padding out of torch's range"
+            return NoMatch("output padding out of torch's range")
         stride.append(f.step)
         dilation.append(f.dilation)
         extra.append(int(e))
@@ -311,17 +314,17 @@ def _emit_conv_transpose(node: Node, ctx: Context, folds, x: str, w: str, roles,
 
 def crop_rule(node: Node, ctx: Context):
     """slice(conv_transpose(x, w, padding 0), p, L - p) on a spatial axis -> padding p"""
-    if node.op is not Op.slice or len(node.spec.axes) != 1 or node.spec.steps != (1,):
-        return None
+    if len(node.spec.axes) != 1 or node.spec.steps != (1,):
+        return NoMatch("not a unit-step slice of one axis")
     ct = producer_is(ctx, node.inputs[0], Op.conv_transpose)
     if ct is None or not ctx.single_use(node.inputs[0]) or node.spec.axes[0] < 2:
-        return "not a crop of a transposed convolution"
+        return NoMatch("not a crop of a transposed convolution")
     i = node.spec.axes[0] - 2
     start, stop = node.spec.starts[0], node.spec.stops[0]
     length = ct.type.shape[node.spec.axes[0]]
     if not is_static(start) or ct.spec.padding[i] != 0 or \
             as_dim(length - stop) != start or start <= 0:
-        return "not a symmetric crop"
+        return NoMatch("not a symmetric crop")
     padding = list(ct.spec.padding)
     padding[i] = int(start)
     spec = ConvTranspose(ct.spec.stride, tuple(padding), ct.spec.output_padding,
@@ -332,8 +335,6 @@ def crop_rule(node: Node, ctx: Context):
 
 def conv_bias_rule(node: Node, ctx: Context):
     """conv(x, w) + bcast(b over channels) -> conv(x, w, b)"""
-    if node.op is not Op.add:
-        return None
     for mine, other in (node.inputs, reversed(node.inputs)):
         kernel = ctx.producer(mine)
         if kernel is None or kernel.op not in (Op.conv, Op.conv_transpose) or \
@@ -343,8 +344,14 @@ def conv_bias_rule(node: Node, ctx: Context):
         if ctx.type(src).rank == 1 and [i for i, m in enumerate(mapping) if m is not None] == [1]:
             emit = ctx.emitter(node)
             return emit.finish(emit(kernel.op, kernel.spec, *kernel.inputs, src))
-    return "not a convolution plus a channel bias"
+    return NoMatch("not a convolution plus a channel bias")
 
 
-RULES = (conv_rule, conv_transpose_rule, crop_rule)
-FUSE_RULES = (conv_bias_rule,)
+RULES = (
+    Rule(Op.einsum, conv_rule),           # einsum(windows of x, w) -> conv(x', w')
+    Rule(Op.fold, conv_transpose_rule),   # fold+(einsum(x, w)) -> conv_transpose(x', w')
+    Rule(Op.slice, crop_rule),            # slice(conv_transpose(x, w), p, L - p) -> padding p
+)
+FUSE_RULES = (
+    Rule(Op.add, conv_bias_rule),  # conv(x, w) + bcast(b over channels) -> conv(x, w, b)
+)

@@ -10,15 +10,17 @@ from typing import Callable
 
 import torch
 
+from tdag.deinops.core import _reshape_segments
 from tdag.ir.op import Op
+from tdag.ir.record import Trait, has
+from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import TensorKind
-from tdag.lower.rewrite import Context
 
-# ops that view a tensor without changing which values it holds along each source axis
+# the views ``_step`` follows axis by axis, keeping which values each source axis holds: a
+# property of this walk, not a trait (group and ungroup keep values too, but merge and split
+# axes, which the walk does not follow)
 BROADCAST = frozenset({Op.unsqueeze, Op.squeeze, Op.repeat, Op.expand, Op.permute, Op.reshape})
-# ops that keep every value (a constant stays constant through them)
-SAME_VALUES = BROADCAST | {Op.group, Op.ungroup}
 
 
 def is_unit(dim) -> bool:
@@ -118,7 +120,7 @@ def scalar(ctx: Context, name: str) -> float | None:
         if node.op is Op.cast:
             if not node.type.dtype.is_float:
                 return None
-        elif node.op not in SAME_VALUES:
+        elif not has(node.op, Trait.KEEPS_VALUES):  # a constant stays constant through it
             return None
         cur = node.inputs[0]
     weight = ctx.weight(cur)
@@ -164,8 +166,10 @@ def producer_is(ctx: Context, name: str, op: Op):
 
 # -- chains of views and pointwise ops --------------------------------------------------------
 
+# the unary ops the patterns read in a chain (softmax's exp, log, neg and reciprocal, the
+# norms' reciprocal square root, erf and tanh): the vocabulary of the matchers, not the UNARY
+# trait; ``trace_chain`` stops at other unary ops, so a chain it returns is one they can read
 POINTWISE_UNARY = frozenset({Op.neg, Op.reciprocal, Op.exp, Op.log, Op.erf, Op.tanh})
-SCALAR_BINARY = frozenset({Op.add, Op.multiply, Op.divide, Op.pow})
 
 
 def trace_chain(ctx: Context, name: str) -> tuple[str, tuple, list]:
@@ -202,7 +206,7 @@ def trace_chain(ctx: Context, name: str) -> tuple[str, tuple, list]:
 def _pointwise(node, ctx: Context):
     if node.op in POINTWISE_UNARY:
         return (node.op, None), node.inputs[0]
-    if node.op in SCALAR_BINARY:
+    if has(node.op, Trait.BINARY):  # with a scalar operand it commutes with views
         if node.op is Op.divide and node.spec.mode.value != "true":
             return None
         a, b = node.inputs
@@ -251,7 +255,6 @@ def maps_reduced(mapping, axes, rank: int) -> bool:
 def reshape_groups(src_shape, dst_shape) -> list[tuple[tuple, tuple]] | None:
     """Runs of source axes paired with runs of target axes of equal size (a reshape's
     structure): ``[((in axes), (out axes)), ...]``; None if there is no such pairing."""
-    from tdag.deinops.core import _reshape_segments
     segments = _reshape_segments(tuple(src_shape), tuple(dst_shape))
     if segments is None:
         return None

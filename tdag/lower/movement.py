@@ -11,11 +11,14 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import as_dim, dims_equal
 from tdag.ir.types import TensorKind
-from tdag.deinops.kernels.layout import Expand, Reshape
+from tdag.deinops.kernels.layout import Concat, Expand, Reshape
+from tdag.deinops.movement import Permute, Slice
+from tdag.ir.rewrite import Alias, Context, NoMatch, Rule
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
-from tdag.lower.rewrite import Alias, Context
 
-# ops that keep the row-major order of elements: any chain of them is one reshape
+# ops that keep the row-major order of elements: any chain of them is one reshape. Not a
+# trait query: it is what these rules (and the group-norm and window matchers) collapse, and
+# a permute, a view that keeps values too, must not join the run
 RESHAPES = frozenset({Op.group, Op.ungroup, Op.squeeze, Op.unsqueeze, Op.reshape})
 
 
@@ -30,22 +33,18 @@ def reshape_source(ctx: Context, name: str) -> str:
 
 def reshape_rule(node: Node, ctx: Context):
     """reshape-like(reshape-like(x)) -> reshape(x); reshape(x) to x's own shape -> x"""
-    if node.op not in RESHAPES:
-        return None
     src = reshape_source(ctx, node.inputs[0]) if ctx.op(node.inputs[0]) in RESHAPES \
         else node.inputs[0]
     if ctx.type(src).same_as(node.type):
         return Alias(src)
     if node.op is Op.reshape and src == node.inputs[0]:
-        return "already one reshape"
+        return NoMatch("already one reshape")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.reshape, Reshape(node.type.shape), src))
 
 
 def permute_rule(node: Node, ctx: Context):
     """permute(permute(x, p), q) -> permute(x, p[q]); the identity permutation -> x"""
-    if node.op is not Op.permute:
-        return None
     perm, src = node.spec.perm, node.inputs[0]
     inner = ctx.producer(src)
     if inner is not None and inner.op is Op.permute:
@@ -53,8 +52,7 @@ def permute_rule(node: Node, ctx: Context):
     if perm == tuple(range(len(perm))):
         return Alias(src)
     if src == node.inputs[0]:
-        return "a single permute"
-    from tdag.deinops.movement import Permute
+        return NoMatch("a single permute")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.permute, Permute(perm), src))
 
@@ -64,28 +62,27 @@ _BROADCAST_ONLY = BROADCAST - {Op.permute}
 
 def expand_rule(node: Node, ctx: Context):
     """unsqueeze/reshape/repeat/expand chain -> expand(x) (or reshape(x) + expand)"""
-    if node.op not in (Op.repeat, Op.expand):
-        return None
     src, mapping = trace_axes(ctx, node.name, _BROADCAST_ONLY, units=True)
     if src == node.name:
-        return "not a broadcast of a source"
+        return NoMatch("not a broadcast of a source")
     if ctx.type(src).same_as(node.type):
         return Alias(src)
     shown = [i for i, a in enumerate(mapping) if a is not None]
     rank = node.type.rank
     aligned = shown == list(range(rank - len(shown), rank))
     if aligned and node.op is Op.expand and node.inputs[0] == src:
-        return "already one expand"
+        return NoMatch("already one expand")
     emit = ctx.emitter(node)
     base = src
     if not aligned:  # put size-1 axes where the broadcast ones go, then expand
         first = shown[0] if shown else rank
         src_shape = ctx.type(src).shape
-        shape = tuple(1 if mapping[i] is None else src_shape[mapping[i]] for i in range(first, rank))
+        shape = tuple(1 if mapping[i] is None else src_shape[mapping[i]]
+                      for i in range(first, rank))
         producer = ctx.producer(node.inputs[0])
         if node.op is Op.expand and producer is not None and producer.op is Op.reshape and \
                 producer.inputs[0] == src and tuple(producer.type.shape) == shape:
-            return "already reshape + expand"
+            return NoMatch("already reshape + expand")
         base = emit(Op.reshape, Reshape(shape), src)
     return emit.finish(emit(Op.expand, Expand(node.type.shape), base))
 
@@ -93,19 +90,16 @@ def expand_rule(node: Node, ctx: Context):
 def squeeze_permute_rule(node: Node, ctx: Context):
     """reshape dropping size-1 axes of permute(x) -> permute(reshape(x)), so the
     reshape joins the run of reshapes before the permute"""
-    if node.op not in RESHAPES:
-        return None
     perm_node = ctx.producer(node.inputs[0])
     if perm_node is None or perm_node.op is not Op.permute or not ctx.single_use(perm_node.name):
-        return "not a reshape of a permute"
+        return NoMatch("not a reshape of a permute")
     shape, out = perm_node.type.shape, node.type.shape
     kept = [i for i, d in enumerate(shape) if not is_unit(d)]
     if [shape[i] for i in kept] != list(out) or len(kept) == len(shape):
-        return "not dropping size-1 axes only"
+        return NoMatch("not dropping size-1 axes only")
     src = perm_node.inputs[0]
     order = [perm_node.spec.perm[i] for i in kept]  # source axes that stay, in output order
     survivors = sorted(order)
-    from tdag.deinops.movement import Permute
     emit = ctx.emitter(node)
     squeezed = emit(Op.reshape, Reshape(tuple(ctx.type(src).shape[a] for a in survivors)), src)
     perm = tuple(survivors.index(a) for a in order)
@@ -127,28 +121,25 @@ def _pieces(ctx: Context, name: str, root: bool = True) -> list | None:
 
 def concat_rule(node: Node, ctx: Context):
     """pad(a, lo=0) + pad(b, lo=|a|) + ... tiling one axis -> concat(a, b, ...)"""
-    if node.op is not Op.add:
-        return None
     pieces = _pieces(ctx, node.name)
     if not pieces or len(pieces) < 2:
-        return "not a sum of pads"
+        return NoMatch("not a sum of pads")
     padded = [[i for i, w in enumerate(p.spec.widths) if w != (0, 0)] for p in pieces]
     axes = {tuple(a) for a in padded}
     if len(axes) != 1 or len(next(iter(axes))) != 1:
-        return "pads on several axes"
+        return NoMatch("pads on several axes")
     axis = padded[0][0]
     order, offset = [], 0
     remaining = list(pieces)
     while remaining:
         nxt = [p for p in remaining if dims_equal(p.spec.widths[axis][0], offset)]
         if not nxt:
-            return "pieces do not tile the axis"
+            return NoMatch("pieces do not tile the axis")
         order.append(nxt[0])
         remaining.remove(nxt[0])
         offset = as_dim(offset + ctx.type(nxt[0].inputs[0]).shape[axis])
     if not dims_equal(offset, node.type.shape[axis]):
-        return "pieces do not cover the axis"
-    from tdag.deinops.kernels.layout import Concat
+        return NoMatch("pieces do not cover the axis")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.concat, Concat(axis), *(p.inputs[0] for p in order)))
 
@@ -156,19 +147,16 @@ def concat_rule(node: Node, ctx: Context):
 def gather_rule(node: Node, ctx: Context):
     """gather(x, const [a, a+s, a+2s, ...], axis) -> slice(x, a::s) (a view; the identity
     when it takes the whole axis in order, as nearest resizing to the same size does)"""
-    if node.op is not Op.gather:
-        return None
     weight = ctx.weight(node.inputs[1])
     if weight is None or weight.kind is not TensorKind.const or weight.value is None or \
             weight.value.dim() != 1 or weight.value.numel() < 1:
-        return "not a constant index vector"
+        return NoMatch("not a constant index vector")
     index = weight.value.long()
     start = int(index[0])
     step = int(index[1] - index[0]) if index.numel() > 1 else 1
     expect = start + step * torch.arange(index.numel())
     if start < 0 or step < 1 or not torch.equal(index, expect):
-        return "not an arithmetic progression"
-    from tdag.deinops.movement import Slice
+        return NoMatch("not an arithmetic progression")
     axis = node.spec.axis
     stop = start + step * (index.numel() - 1) + 1
     emit = ctx.emitter(node)
@@ -179,10 +167,28 @@ def gather_rule(node: Node, ctx: Context):
 
 def unit_repeat_rule(node: Node, ctx: Context):
     """repeat to size 1 (a no-op) -> x"""
-    if node.op is Op.repeat and all(is_unit(s) for s in node.spec.sizes):
+    if all(is_unit(s) for s in node.spec.sizes):
         return Alias(node.inputs[0])
-    return None
+    return NoMatch("repeats to a size other than 1")
 
 
-RULES = (gather_rule, unit_repeat_rule, squeeze_permute_rule, reshape_rule, permute_rule, expand_rule,
-         concat_rule)
+RULES = (
+    Rule(Op.gather, gather_rule),            # gather(x, const a::s) -> slice(x, a::s)
+    Rule(Op.repeat, unit_repeat_rule),       # repeat(x, to size 1) -> x
+    # reshape-like(permute(x)) dropping size-1 axes -> permute(reshape(x)), per reshape op
+    Rule(Op.group, squeeze_permute_rule),      # group(permute(x)) -> permute(reshape(x))
+    Rule(Op.ungroup, squeeze_permute_rule),    # ungroup(permute(x)) -> permute(reshape(x))
+    Rule(Op.squeeze, squeeze_permute_rule),    # squeeze(permute(x)) -> permute(reshape(x))
+    Rule(Op.unsqueeze, squeeze_permute_rule),  # unsqueeze(permute(x)) -> permute(reshape(x))
+    Rule(Op.reshape, squeeze_permute_rule),    # reshape(permute(x)) -> permute(reshape(x))
+    # reshape-like(reshape-like(x)) -> reshape(x), or x itself when the shape is x's
+    Rule(Op.group, reshape_rule),            # group(reshape-like(x)) -> reshape(x)
+    Rule(Op.ungroup, reshape_rule),          # ungroup(reshape-like(x)) -> reshape(x)
+    Rule(Op.squeeze, reshape_rule),          # squeeze(reshape-like(x)) -> reshape(x)
+    Rule(Op.unsqueeze, reshape_rule),        # unsqueeze(reshape-like(x)) -> reshape(x)
+    Rule(Op.reshape, reshape_rule),          # reshape(reshape-like(x)) -> reshape(x)
+    Rule(Op.permute, permute_rule),          # permute(permute(x, p), q) -> permute(x, p[q])
+    Rule(Op.repeat, expand_rule),            # repeat(unsqueeze(x)) -> expand(x)
+    Rule(Op.expand, expand_rule),            # expand(reshape/repeat chain of x) -> expand(x)
+    Rule(Op.add, concat_rule),               # pad(a, lo=0) + pad(b, lo=|a|) -> concat(a, b)
+)

@@ -17,10 +17,10 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import is_static, product
 from tdag.deinops.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
-from tdag.lower.match import (close, linear_coefficient, maps_reduced, producer_is,
+from tdag.lower.match import (close, is_scalar, linear_coefficient, maps_reduced, producer_is,
                               trace_axes, trace_chain)
 from tdag.lower.movement import RESHAPES
-from tdag.lower.rewrite import Context
+from tdag.ir.rewrite import Context, NoMatch, Rule
 
 
 def _mean_of(ctx: Context, name: str, rank: int):
@@ -61,7 +61,6 @@ def _square_of(ctx: Context, name: str) -> str | None:
         return node.inputs[0]
     node = producer_is(ctx, name, Op.pow)
     if node is not None:
-        from tdag.lower.match import is_scalar
         if is_scalar(ctx, node.inputs[1], 2.0):
             return node.inputs[0]
     return None
@@ -102,16 +101,16 @@ def _trailing(axes, rank: int) -> bool:
 
 def norm_rule(node: Node, ctx: Context):
     """centred * rsqrt(var + eps) -> layer_norm;  x * rsqrt(mean(x^2) + eps) -> rms_norm"""
-    if node.op not in (Op.multiply, Op.divide) or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     if node.op is Op.divide and node.spec.mode.value != "true":
-        return None
+        return NoMatch("a rounding division")
     found = _normalized(ctx, node)
     if found is None:
-        return "not a normalisation"
+        return NoMatch("not a normalisation")
     n, eps, axes = found
     if not _trailing(axes, node.type.rank):
-        return "normalised axes are not trailing"
+        return NoMatch("normalised axes are not trailing")
     x = _centred(ctx, n, axes)
     emit = ctx.emitter(node)
     if x is not None:
@@ -121,21 +120,19 @@ def norm_rule(node: Node, ctx: Context):
 
 def group_norm_rule(node: Node, ctx: Context):
     """reshape(layer_norm(reshape(x[N,C,*S] -> [N,G,C/G,*S]))) -> group_norm(x, G)"""
-    if node.op not in RESHAPES:
-        return None
     ln = producer_is(ctx, node.inputs[0], Op.layer_norm)
     if ln is None or len(ln.inputs) != 1:
-        return "not a reshaped layer norm"
+        return NoMatch("not a reshaped layer norm")
     split = ctx.producer(ln.inputs[0])
     if split is None or split.op not in RESHAPES:
-        return "layer norm input is not reshaped"
+        return NoMatch("layer norm input is not reshaped")
     x = split.inputs[0]
     xs, ys = ctx.type(x).shape, split.type.shape
     if len(xs) < 2 or len(ys) != len(xs) + 1 or ln.spec.count != len(ys) - 2:
-        return "not a channel split into groups"
+        return NoMatch("not a channel split into groups")
     if not (tuple(ys[3:]) == tuple(xs[2:]) and ys[0] == xs[0] and is_static(ys[1]) and
             node.type.same_as(ctx.type(x))):
-        return "not a channel split into groups"
+        return NoMatch("not a channel split into groups")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.group_norm, GroupNorm(int(ys[1]), ln.spec.eps), x))
 
@@ -152,8 +149,8 @@ def _channel_vector(ctx: Context, name: str, rank: int):
 
 def batch_norm_rule(node: Node, ctx: Context):
     """(x - bcast(mean)) * bcast(rsqrt(var + eps)) -> batch_norm(x, mean, var)"""
-    if node.op is not Op.multiply or not node.type.dtype.is_float or node.type.rank < 2:
-        return None
+    if not node.type.dtype.is_float or node.type.rank < 2:
+        return NoMatch("not a float tensor with channels")
     for c, s in (node.inputs, reversed(node.inputs)):
         scale = _channel_vector(ctx, s, node.type.rank)
         centred = producer_is(ctx, c, Op.add)
@@ -167,10 +164,20 @@ def batch_norm_rule(node: Node, ctx: Context):
                 continue
             emit = ctx.emitter(node)
             return emit.finish(emit(Op.batch_norm, BatchNorm(eps), x, mean[0], var))
-    return "not a batch norm"
+    return NoMatch("not a batch norm")
 
 
-RULES = (norm_rule, group_norm_rule, batch_norm_rule)
+RULES = (
+    Rule(Op.multiply, norm_rule),        # c * rsqrt(mean(c * c) + eps) -> layer_norm / rms_norm
+    Rule(Op.divide, norm_rule),          # c / sqrt(mean(c * c) + eps) -> layer_norm / rms_norm
+    # reshape(layer_norm(reshape(x -> [N, G, C/G, *S]))) -> group_norm(x, G), on each reshape op
+    Rule(Op.group, group_norm_rule),      # group(layer_norm(split x)) -> group_norm(x, G)
+    Rule(Op.ungroup, group_norm_rule),    # ungroup(layer_norm(split x)) -> group_norm(x, G)
+    Rule(Op.squeeze, group_norm_rule),    # squeeze(layer_norm(split x)) -> group_norm(x, G)
+    Rule(Op.unsqueeze, group_norm_rule),  # unsqueeze(layer_norm(split x)) -> group_norm(x, G)
+    Rule(Op.reshape, group_norm_rule),    # reshape(layer_norm(split x)) -> group_norm(x, G)
+    Rule(Op.multiply, batch_norm_rule),  # (x - mean) * rsqrt(var + eps) -> batch_norm(x, ...)
+)
 
 
 # -- affine weight and bias -------------------------------------------------------------------
@@ -202,8 +209,6 @@ def _channel_only(ctx: Context, name: str, rank: int) -> str | None:
 
 def affine_rule(node: Node, ctx: Context):
     """norm(x) * bcast(w) -> norm(x, w);  norm(x, w) + bcast(b) -> norm(x, w, b)"""
-    if node.op not in (Op.multiply, Op.add):
-        return None
     rank = node.type.rank
     want = 1 if node.op is Op.multiply else 2
     for op in (Op.layer_norm, Op.rms_norm):
@@ -230,7 +235,7 @@ def _channel_affine(node: Node, ctx: Context):
     """group_norm(x) * w + b (or an instance norm: layer_norm over all of x[N,C,*S] but N
     and C, with a per-channel affine) -> group_norm(x, G, w, b)"""
     if node.op is not Op.add or node.type.rank < 3:
-        return None
+        return NoMatch("no norm kernel times a weight (plus a bias)")
     for prod_name, b_name in (node.inputs, reversed(node.inputs)):
         prod = producer_is(ctx, prod_name, Op.multiply)
         bias = _channel_only(ctx, b_name, node.type.rank)
@@ -251,7 +256,10 @@ def _channel_affine(node: Node, ctx: Context):
                 continue
             emit = ctx.emitter(node)
             return emit.finish(emit(Op.group_norm, spec, kernel.inputs[0], weight, bias))
-    return None
+    return NoMatch("no norm kernel times a weight (plus a bias)")
 
 
-AFFINE_RULES = (affine_rule,)
+AFFINE_RULES = (
+    Rule(Op.multiply, affine_rule),  # norm(x) * bcast(w) -> norm(x, w)
+    Rule(Op.add, affine_rule),       # norm(x, w) + bcast(b) -> norm(x, w, b)
+)

@@ -2,14 +2,31 @@
 
 ``lower`` repeats its list to a fixed point (a lowering that stops short is still correct, so
 running out of rounds returns the program); ``check=True`` verifies after every pass and names
-the pass that broke the program.
+the pass that broke the program. A pass of rules is one sweep of the rewrite engine
+(``tdag.ir.rewrite``) per TDAG: the first rule that fires on a node wins, later nodes see the
+rewritten graph, and dead nodes are dropped at the end.
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from tdag.ir.passes import Pass, PassError, PassManager
+from tdag.ir.graph import TDAG
+from tdag.ir.passes import Pass, PassError, PassManager, per_graph
 from tdag.ir.program import Program
+from tdag.ir.rewrite import Rule, RuleSet, rewrite
+from tdag.refine.dataflow import prune
+
+
+def rule_pass(*rules: Rule) -> Pass:
+    """A pass that sweeps ``rules`` over every TDAG, then drops dead nodes."""
+    ruleset = RuleSet(rules)
+
+    def sweep(graph: TDAG) -> tuple[TDAG, bool]:
+        graph, changed = rewrite(graph, ruleset)
+        if changed:
+            graph = prune(graph)  # every op is pure: unread nodes and consts go
+        return graph, changed
+    return per_graph(sweep)
 
 
 def run_passes(prog: Program, names: Sequence[str], registry: Mapping[str, Pass],
@@ -22,4 +39,4 @@ def run_passes(prog: Program, names: Sequence[str], registry: Mapping[str, Pass]
     return manager(prog)[0]
 
 
-__all__ = ["Pass", "PassError", "run_passes"]
+__all__ = ["Pass", "PassError", "rule_pass", "run_passes"]

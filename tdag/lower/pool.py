@@ -9,14 +9,15 @@ kernel sees x[N, C, *S]; the result is reshaped and permuted back.
 from __future__ import annotations
 
 from tdag.deinops.movement import Permute
-from tdag.deinops.reduce import ReduceKind
+from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.windows import Unfold
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.symbols import product
 from tdag.deinops.kernels.windows import Pool
 from tdag.deinops.kernels.layout import Reshape
+from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import close, producer_is, scalar
-from tdag.lower.rewrite import Context
 from tdag.lower.windows import symmetric_padding, windows_of
 
 
@@ -38,20 +39,16 @@ def _pooled(ctx: Context, name: str, kind: ReduceKind):
 
 def max_pool_rule(node: Node, ctx: Context):
     """max over the windows of x -> max_pool"""
-    if node.op is not Op.reduce:
-        return None
     if any(r.op is Op.unfold for r in ctx.readers(node.name)):
-        return "a separable pooling goes on: merge the axes first"
+        return NoMatch("a separable pooling goes on: merge the axes first")
     win = _pooled(ctx, node.name, ReduceKind.max)
     if win is None:
-        return "not a windowed max"
+        return NoMatch("not a windowed max")
     return _emit(node, ctx, win, Op.max_pool, float("-inf"))
 
 
 def avg_pool_rule(node: Node, ctx: Context):
     """sum over the windows of x / window size -> avg_pool"""
-    if node.op not in (Op.divide, Op.multiply):
-        return None
     for total, c in (node.inputs, reversed(node.inputs)):
         win = _pooled(ctx, total, ReduceKind.sum)
         value = scalar(ctx, c)
@@ -61,9 +58,9 @@ def avg_pool_rule(node: Node, ctx: Context):
         if node.op is Op.divide and c == node.inputs[1] and close(value, count) or \
                 node.op is Op.multiply and close(value * count, 1.0):
             if any(s.dilation != 1 for s in win.unfolds.values()):
-                return "avg_pool has no dilation"
+                return NoMatch("avg_pool has no dilation")
             return _emit(node, ctx, win, Op.avg_pool, 0.0, source=total)
-    return "not a windowed mean"
+    return NoMatch("not a windowed mean")
 
 
 def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None = None):
@@ -98,24 +95,27 @@ def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None
 def merge_windows_rule(node: Node, ctx: Context):
     """reduce(unfold(reduce(W, K1), a), last) -> reduce(unfold(W, a), K1 + last): separable
     window sums (or maxes), one axis at a time, become one windowed reduction"""
-    if node.op is not Op.reduce or node.spec.kind not in (ReduceKind.sum, ReduceKind.max):
-        return None
+    if node.spec.kind not in (ReduceKind.sum, ReduceKind.max):
+        return NoMatch("neither a sum nor a max")
     outer = producer_is(ctx, node.inputs[0], Op.unfold)
     if outer is None or node.spec.axes != (node.type.rank,):
-        return "not a reduction of the last window axis"
+        return NoMatch("not a reduction of the last window axis")
     inner = producer_is(ctx, outer.inputs[0], Op.reduce)
     if inner is None or inner.spec.kind is not node.spec.kind or not ctx.single_use(inner.name):
-        return "not nested window reductions"
+        return NoMatch("not nested window reductions")
     w = ctx.type(inner.inputs[0])
     k1 = tuple(range(w.rank - len(inner.spec.axes), w.rank))
     if tuple(sorted(inner.spec.axes)) != k1 or windows_of(ctx, inner.inputs[0]) is None:
-        return "inner reduction is not over window axes"
-    from tdag.deinops.movement import Unfold
-    from tdag.deinops.reduce import Reduce
+        return NoMatch("inner reduction is not over window axes")
     emit = ctx.emitter(node)
     s = outer.spec
     both = emit(Op.unfold, Unfold(s.axis, s.size, s.step, s.dilation), inner.inputs[0])
     return emit.finish(emit(Op.reduce, Reduce(node.spec.kind, k1 + (w.rank,)), both))
 
 
-RULES = (merge_windows_rule, max_pool_rule, avg_pool_rule)
+RULES = (
+    Rule(Op.reduce, merge_windows_rule),  # reduce(unfold(reduce(W, K1), a)) -> reduce(unfold(W))
+    Rule(Op.reduce, max_pool_rule),       # max(windows of x) -> max_pool(x)
+    Rule(Op.divide, avg_pool_rule),       # sum(windows of x) / window size -> avg_pool(x)
+    Rule(Op.multiply, avg_pool_rule),     # sum(windows of x) * (1 / window size) -> avg_pool(x)
+)

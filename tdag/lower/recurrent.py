@@ -24,7 +24,7 @@ from tdag.deinops.kernels.contraction import parse_equation
 from tdag.deinops.kernels.sequence import Lstm, lstm_parts
 from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
-from tdag.lower.rewrite import Context
+from tdag.ir.rewrite import Context, NoMatch, Rule
 
 
 def _of(ctx: Context, name: str, op: Op) -> str | None:
@@ -134,17 +134,17 @@ def _projection(ctx: Context, p: str):
 
 def lstm_rule(node: Node, ctx: Context):
     """concat(h_0 .. h_{T-1} as [1, B, H]) of an unrolled LSTM -> lstm(x, weights, h0, c0)"""
-    if node.op is not Op.concat or node.spec.axis != 0 or len(node.inputs) < 2:
-        return None
+    if node.spec.axis != 0 or len(node.inputs) < 2:
+        return NoMatch("not a stack of several pieces on axis 0")
     hs = []
     for piece in node.inputs:
         reshape = ctx.producer(piece)
         if reshape is None or reshape.op not in RESHAPES or ctx.type(piece).shape[0] != 1:
-            return "pieces are not [1, B, H] views"
+            return NoMatch("pieces are not [1, B, H] views")
         hs.append(reshape.inputs[0])
     steps = [_step(ctx, h) for h in hs]
     if None in steps or any(s["t"] != t for t, s in enumerate(steps)):
-        return "not the steps of one recurrence, in order"
+        return NoMatch("not the steps of one recurrence, in order")
     reverse = steps[0]["h_prev"] == hs[1]
     order = list(reversed(range(len(hs)))) if reverse else list(range(len(hs)))
     first = steps[order[0]]
@@ -152,10 +152,10 @@ def lstm_rule(node: Node, ctx: Context):
         now, before = steps[order[k]], steps[order[k - 1]]
         if now["h_prev"] != hs[order[k - 1]] or now["c_prev"] != before["c"] or \
                 any(now[key] != first[key] for key in ("P", "w_hh", "b_hh")):
-            return "the steps do not chain"
+            return NoMatch("the steps do not chain")
     proj = _projection(ctx, first["P"])
     if proj is None or not dims_equal(ctx.type(first["P"]).shape[0], len(hs)):
-        return "the input projection is not one einsum over the sequence"
+        return NoMatch("the input projection is not one einsum over the sequence")
     x, perm, w_ih, b_ih = proj
     emit = ctx.emitter(node)
     if perm != (0, 1, 2):
@@ -172,15 +172,15 @@ def _lstm_of(ctx: Context, name: str) -> Node | None:
 
 def bidirectional_rule(node: Node, ctx: Context):
     """concat(lstm(x), lstm[reverse](x), axis=-1) -> lstm[bidirectional](x)"""
-    if node.op is not Op.concat or len(node.inputs) != 2 or node.spec.axis != 2:
-        return None
+    if len(node.inputs) != 2 or node.spec.axis != 2:
+        return NoMatch("not two pieces joined on axis 2")
     fwd, bwd = (_lstm_of(ctx, n) for n in node.inputs)
     if fwd is None or bwd is None:
-        return "not two single-use lstm layers"
+        return NoMatch("not two single-use lstm layers")
     if fwd.spec != Lstm() or bwd.spec != Lstm(reverse=True) or fwd.inputs[0] != bwd.inputs[0]:
-        return "not one forward and one reverse layer over the same input"
+        return NoMatch("not one forward and one reverse layer over the same input")
     if not dims_equal(fwd.type.shape[-1], bwd.type.shape[-1]):
-        return "the directions differ in hidden size"
+        return NoMatch("the directions differ in hidden size")
     f, b = fwd.inputs, bwd.inputs
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.lstm, Lstm(bidirectional=True), f[0], *f[1:5], *b[1:5],
@@ -189,20 +189,22 @@ def bidirectional_rule(node: Node, ctx: Context):
 
 def stack_rule(node: Node, ctx: Context):
     """lstm(lstm(x, cells A), cells B) -> lstm(x, cells A + B): one call for the stack"""
-    if node.op is not Op.lstm:
-        return None
     below = _lstm_of(ctx, node.inputs[0])
     if below is None or below.spec.reverse != node.spec.reverse or \
             below.spec.bidirectional != node.spec.bidirectional:
-        return "not over a single-use lstm running the same directions"
+        return NoMatch("not over a single-use lstm running the same directions")
     x, w_low, h_low, c_low = lstm_parts(below.spec, list(below.inputs))
     _, w_high, h_high, c_high = lstm_parts(node.spec, list(node.inputs))
     if not dims_equal(ctx.type(h_low[0]).shape[-1], ctx.type(h_high[0]).shape[-1]):
-        return "the layers differ in hidden size"
+        return NoMatch("the layers differ in hidden size")
     spec = Lstm(node.spec.reverse, below.spec.layers + node.spec.layers, node.spec.bidirectional)
     weights = [w for cell in w_low + w_high for w in cell]
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.lstm, spec, x, *weights, *h_low, *h_high, *c_low, *c_high))
 
 
-RULES = (lstm_rule, bidirectional_rule, stack_rule)
+RULES = (
+    Rule(Op.concat, lstm_rule),           # concat(h_0 .. h_{T-1}) of unrolled steps -> lstm(x)
+    Rule(Op.concat, bidirectional_rule),  # concat(lstm(x), lstm[reverse](x), 2) -> lstm[bi](x)
+    Rule(Op.lstm, stack_rule),            # lstm(lstm(x, cells A), cells B) -> lstm(x, A + B)
+)

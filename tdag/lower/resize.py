@@ -19,7 +19,7 @@ from tdag.ir.symbols import is_static
 from tdag.ir.types import TensorKind
 from tdag.deinops.kernels.windows import Resize
 from tdag.lower.match import producer_is, trace_axes
-from tdag.lower.rewrite import Context
+from tdag.ir.rewrite import Context, NoMatch, Rule
 
 
 def const_vector(ctx: Context, name: str) -> torch.Tensor | None:
@@ -57,7 +57,7 @@ def _candidates(length: int, out: int):
 def _resize(node: Node, ctx: Context, x: str, axis: int, mode: str, align: bool, scale):
     shape = ctx.type(x).shape
     if not 3 <= len(shape) <= 5 or axis < 2 or not all(is_static(d) for d in shape[2:]):
-        return "resize needs x[N, C, *S] with static spatial sizes"
+        return NoMatch("resize needs x[N, C, *S] with static spatial sizes")
     sizes = tuple(node.type.shape[2:])
     scales = None if scale is None else tuple(
         float(scale) if i + 2 == axis else 1.0 for i in range(len(sizes)))
@@ -67,18 +67,18 @@ def _resize(node: Node, ctx: Context, x: str, axis: int, mode: str, align: bool,
 
 def nearest_rule(node: Node, ctx: Context):
     """gather(x, floor(dst * ratio), a) -> resize nearest"""
-    if node.op is not Op.gather or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     index = const_vector(ctx, node.inputs[1])
     x, axis = node.inputs[0], node.spec.axis
     length = ctx.type(x).shape[axis]
     if index is None or ctx.type(node.inputs[1]).rank != 1 or not is_static(length) or \
             is_progression(index):
-        return "not a nearest resampling"
+        return NoMatch("not a nearest resampling")
     for _, scale in _candidates(length, index.numel())[:2]:
         if torch.equal(index.long(), _nearest_index(length, index.numel(), scale)):
             return _resize(node, ctx, x, axis, "nearest", False, scale)
-    return "indices are not torch's nearest"
+    return NoMatch("indices are not torch's nearest")
 
 
 def _weighted_gather(ctx: Context, name: str):
@@ -98,15 +98,15 @@ def _weighted_gather(ctx: Context, name: str):
 
 def linear_rule(node: Node, ctx: Context):
     """gather(x, i0) * (1 - lam) + gather(x, i1) * lam along one axis -> resize linear"""
-    if node.op is not Op.add or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     parts = [_weighted_gather(ctx, n) for n in node.inputs]
     if None in parts or parts[0][:2] != parts[1][:2]:
-        return "not a weighted pair of gathers"
+        return NoMatch("not a weighted pair of gathers")
     x, axis = parts[0][:2]
     length = ctx.type(x).shape[axis]
     if not is_static(length):
-        return "symbolic axis"
+        return NoMatch("symbolic axis")
     out = parts[0][2].numel()
     for first, second in (parts, parts[::-1]):
         for align, scale in _candidates(length, out):
@@ -115,23 +115,21 @@ def linear_rule(node: Node, ctx: Context):
                     torch.allclose(second[3].double(), lam.double(), atol=1e-6) and \
                     torch.allclose(first[3].double(), 1 - lam.double(), atol=1e-6):
                 return _resize(node, ctx, x, axis, "linear", align, scale)
-    return "indices and weights are not torch's"
+    return NoMatch("indices and weights are not torch's")
 
 
 def merge_rule(node: Node, ctx: Context):
     """resize(resize(x)) changing different axes, alike otherwise -> one resize"""
-    if node.op is not Op.resize:
-        return None
     inner = producer_is(ctx, node.inputs[0], Op.resize)
     if inner is None or not ctx.single_use(inner.name):
-        return "not nested resizes"
+        return NoMatch("not nested resizes")
     a, b = inner.spec, node.spec
     x_shape = ctx.type(inner.inputs[0]).shape[2:]
     changed_a = {i for i, (s, d) in enumerate(zip(a.sizes, x_shape)) if s != d}
     changed_b = {i for i, (s, d) in enumerate(zip(b.sizes, a.sizes)) if s != d}
     if a.mode != b.mode or a.align_corners != b.align_corners or changed_a & changed_b or \
             (a.scales is None) != (b.scales is None):
-        return "resizes that do not combine"
+        return NoMatch("resizes that do not combine")
     scales = None if a.scales is None else tuple(
         a.scales[i] if i in changed_a else b.scales[i] for i in range(len(b.sizes)))
     emit = ctx.emitter(node)
@@ -139,4 +137,8 @@ def merge_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.resize, spec, inner.inputs[0]))
 
 
-RULES = (nearest_rule, linear_rule, merge_rule)
+RULES = (
+    Rule(Op.gather, nearest_rule),  # gather(x, floor(dst * ratio), a) -> resize nearest
+    Rule(Op.add, linear_rule),      # gather(x, i0) * (1 - lam) + gather(x, i1) * lam -> linear
+    Rule(Op.resize, merge_rule),    # resize(resize(x)) on different axes -> one resize
+)

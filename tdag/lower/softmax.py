@@ -10,8 +10,8 @@ from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.deinops.kernels.activations import Softmax
+from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import linear_coefficient, maps_reduced, producer_is, trace_chain
-from tdag.lower.rewrite import Context
 
 
 def _reduced(ctx: Context, name: str, kind: ReduceKind, of: str | None = None):
@@ -55,19 +55,19 @@ def _softmax_parts(ctx: Context, node: Node):
 
 def softmax_rule(node: Node, ctx: Context):
     """exp(s) / bcast(sum(exp(s), a)) -> softmax(unshift(s), a)"""
-    if node.op not in (Op.divide, Op.multiply) or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     parts = _softmax_parts(ctx, node)
     if parts is None:
-        return "not a quotient"
+        return NoMatch("not a quotient")
     e, d = parts
     exp = producer_is(ctx, e, Op.exp)
     found = _reduced(ctx, d, ReduceKind.sum, of=e)
     if exp is None or found is None:
-        return "not exp over its sum"
+        return NoMatch("not exp over its sum")
     want = [(Op.reciprocal, None)] if node.op is Op.multiply else []
     if found[2] != want:
-        return "the sum is transformed"
+        return NoMatch("the sum is transformed")
     axis = found[1]
     x = unshift(ctx, exp.inputs[0], axis)
     emit = ctx.emitter(node)
@@ -76,8 +76,8 @@ def softmax_rule(node: Node, ctx: Context):
 
 def log_softmax_rule(node: Node, ctx: Context):
     """s - bcast(log(sum(exp(s), a))) -> log_softmax(unshift(s), a)"""
-    if node.op is not Op.add or not node.type.dtype.is_float:
-        return None
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
     for s, t in (node.inputs, reversed(node.inputs)):
         src, mapping, ops = trace_chain(ctx, t)
         if ops != [(Op.log, None), (Op.neg, None)]:
@@ -92,7 +92,11 @@ def log_softmax_rule(node: Node, ctx: Context):
         axis = reduce.spec.axes[0]
         emit = ctx.emitter(node)
         return emit.finish(emit(Op.log_softmax, Softmax(axis), unshift(ctx, s, axis)))
-    return "not a log-softmax"
+    return NoMatch("not a log-softmax")
 
 
-RULES = (softmax_rule, log_softmax_rule)
+RULES = (
+    Rule(Op.divide, softmax_rule),     # exp(s) / bcast(sum(exp(s), a)) -> softmax(s, a)
+    Rule(Op.multiply, softmax_rule),   # exp(s) * bcast(1 / sum(exp(s), a)) -> softmax(s, a)
+    Rule(Op.add, log_softmax_rule),    # s - bcast(log(sum(exp(s), a))) -> log_softmax(s, a)
+)

@@ -13,7 +13,7 @@ from tdag.ir.op import Op
 from tdag.ir.symbols import is_static
 from tdag.lower.match import is_unit, reshape_groups
 from tdag.lower.movement import RESHAPES
-from tdag.lower.rewrite import Context
+from tdag.ir.rewrite import Context
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ def symmetric_padding(win: Windows, spatial, rank: int, value: float = 0.0):
     if win.pad is None:
         return win.source, zeros
     widths = win.pad.spec.widths
-    foldable = win.pad.spec.value == value and all(is_static(lo) and is_static(hi) for lo, hi in widths) and \
+    foldable = win.pad.spec.value == value and \
+        all(is_static(lo) and is_static(hi) for lo, hi in widths) and \
         all(widths[i] == (0, 0) for i in range(rank) if i not in spatial) and \
         all(widths[i][0] == widths[i][1] for i in spatial)
     if not foldable:

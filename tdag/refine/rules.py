@@ -1,48 +1,24 @@
 """Peephole rewrite rules, as data: ``Rule(op, fn)`` with the algebra in a comment.
 
-A rule looks at one node (its inputs already rewritten) and its producers, and returns the
-name of an existing value the node equals, a replacement node (same name and type), or None.
-``rewrite`` applies the rules in one forward sweep, so a chain (permute of permute of
-permute) collapses in a single pass.
+A rule looks at one node (its inputs already rewritten) and its producers, and answers as
+every rule of the engine does (``tdag/ir/rewrite.py``): ``Alias(name)`` of an existing value
+the node equals, ``Replace((node',))`` with a node of the same name and type, or
+``NoMatch(reason)``. ``rewrite`` applies the rules in one forward sweep, re-applying them to a
+replaced node, so a chain (permute of permute of permute) collapses in a single pass.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Callable
 
 from tdag.deinops.elementwise import DivideMode
 from tdag.deinops.movement import Permute, Slice, Squeeze, Unsqueeze, ungroup_sizes
 from tdag.errors import ShapeError
-from tdag.ir.graph import TDAG, Node
+from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
+from tdag.ir.rewrite import Alias, Context, NoMatch, Replace, Rule, RuleSet
+from tdag.ir.rewrite import rewrite as sweep
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.refine.constants import Constants
-from tdag.refine.dataflow import renamed
 
-
-class Context:
-    """What a rule may look at: producers and types in the graph being rebuilt, constants."""
-
-    def __init__(self, graph: TDAG):
-        self.types = graph.types()
-        self.producer: dict[str, Node] = {}
-        self.consts = Constants(graph.weights)
-
-    def made(self, name: str, op: Op) -> Node | None:
-        """The node that produced ``name`` if its op is ``op``."""
-        node = self.producer.get(name)
-        return node if node is not None and node.op is op else None
-
-    def add(self, node: Node) -> None:
-        self.producer[node.name] = node
-        self.types[node.name] = node.type
-        self.consts.add(node)
-
-
-@dataclass(frozen=True)
-class Rule:
-    op: Op
-    fn: Callable[[Node, Context], object]
+BUDGET = 16  # rewrites in place of one node per sweep: chains are short, cycles are bugs
 
 
 def _is(value, scalar) -> bool:
@@ -52,92 +28,97 @@ def _is(value, scalar) -> bool:
 # -- movement ---------------------------------------------------------------------------------
 
 def _identity_permute(node, ctx):
-    return node.inputs[0] if node.spec.perm == tuple(range(len(node.spec.perm))) else None
+    if node.spec.perm != tuple(range(len(node.spec.perm))):
+        return NoMatch("not the identity permutation")
+    return Alias(node.inputs[0])
 
 
 def _permute_permute(node, ctx):
     inner = ctx.made(node.inputs[0], Op.permute)
     if inner is None:
-        return None
+        return NoMatch("input is not a permute")
     perm = tuple(inner.spec.perm[q] for q in node.spec.perm)
-    return node.replace(inputs=inner.inputs, spec=Permute(perm))
+    return Replace((node.replace(inputs=inner.inputs, spec=Permute(perm)),))
 
 
 def _group_ungroup(node, ctx):
     inner = ctx.made(node.inputs[0], Op.ungroup)
     if inner and inner.spec.axis == node.spec.axis and len(inner.spec.sizes) == node.spec.count:
-        return inner.inputs[0]
-    return None
+        return Alias(inner.inputs[0])
+    return NoMatch("input is not an ungroup of the same axes")
 
 
 def _ungroup_group(node, ctx):
     inner = ctx.made(node.inputs[0], Op.group)
     if not inner or inner.spec.axis != node.spec.axis or len(node.spec.sizes) != inner.spec.count:
-        return None
+        return NoMatch("input is not a group of as many axes")
     source = ctx.types[inner.inputs[0]].shape[inner.spec.axis:inner.spec.axis + inner.spec.count]
     try:
         sizes = ungroup_sizes(node.spec, ctx.types[node.inputs[0]].shape[node.spec.axis])
     except ShapeError:
-        return None
-    return inner.inputs[0] if all(dims_equal(a, b) for a, b in zip(sizes, source)) else None
+        return NoMatch("ungroup sizes do not resolve")
+    if not all(dims_equal(a, b) for a, b in zip(sizes, source)):
+        return NoMatch("splits into other sizes than the group merged")
+    return Alias(inner.inputs[0])
 
 
 def _squeeze_unsqueeze(node, ctx):
     inner = ctx.made(node.inputs[0], Op.unsqueeze)
     if not inner or not set(node.spec.axes) <= set(inner.spec.axes):
-        return None
+        return NoMatch("input is not an unsqueeze of these axes")
     if set(node.spec.axes) == set(inner.spec.axes):
-        return inner.inputs[0]
+        return Alias(inner.inputs[0])
     left = [a - sum(1 for b in node.spec.axes if b < a)
             for a in inner.spec.axes if a not in node.spec.axes]
-    return node.replace(op=Op.unsqueeze, inputs=inner.inputs, spec=Unsqueeze(tuple(left)))
+    return Replace((node.replace(op=Op.unsqueeze, inputs=inner.inputs,
+                                 spec=Unsqueeze(tuple(left))),))
 
 
 def _unsqueeze_squeeze(node, ctx):
     inner = ctx.made(node.inputs[0], Op.squeeze)
     if inner and sorted(inner.spec.axes) == sorted(node.spec.axes):
-        return inner.inputs[0]
-    return None
+        return Alias(inner.inputs[0])
+    return NoMatch("input is not a squeeze of the same axes")
 
 
 def _unsqueeze_unsqueeze(node, ctx):
     inner = ctx.made(node.inputs[0], Op.unsqueeze)
     if inner is None:
-        return None
+        return NoMatch("input is not an unsqueeze")
     kept = [i for i in range(node.type.rank) if i not in node.spec.axes]
     axes = tuple(sorted(set(node.spec.axes) | {kept[a] for a in inner.spec.axes}))
-    return node.replace(inputs=inner.inputs, spec=Unsqueeze(axes))
+    return Replace((node.replace(inputs=inner.inputs, spec=Unsqueeze(axes)),))
 
 
 def _squeeze_squeeze(node, ctx):
     inner = ctx.made(node.inputs[0], Op.squeeze)
     if inner is None:
-        return None
+        return NoMatch("input is not a squeeze")
     remaining = [i for i in range(ctx.types[inner.inputs[0]].rank) if i not in inner.spec.axes]
     axes = tuple(sorted(set(inner.spec.axes) | {remaining[a] for a in node.spec.axes}))
-    return node.replace(inputs=inner.inputs, spec=Squeeze(axes))
+    return Replace((node.replace(inputs=inner.inputs, spec=Squeeze(axes)),))
 
 
 def _slice_pad(node, ctx):
     pad = ctx.made(node.inputs[0], Op.pad)
     if pad is None:
-        return None
+        return NoMatch("input is not a pad")
     x_shape = ctx.types[pad.inputs[0]].shape
     cut = set(node.spec.axes)
     for axis, (lo, hi) in enumerate(pad.spec.widths):
         if axis not in cut and not (is_static(lo) and lo == 0 and is_static(hi) and hi == 0):
-            return None  # padding on an axis the slice keeps whole
+            return NoMatch("pads an axis the slice keeps whole")
     starts, stops = [], []
     for axis, start, stop in zip(node.spec.axes, node.spec.starts, node.spec.stops):
         lo = pad.spec.widths[axis][0]
         if not all(is_static(v) for v in (lo, start, stop, x_shape[axis])):
-            return None
+            return NoMatch("symbolic bounds")
         if start < lo or stop > lo + x_shape[axis]:
-            return None  # the slice keeps some padding
+            return NoMatch("the slice keeps some padding")
         starts.append(start - lo)
         stops.append(stop - lo)
     spec = Slice(node.spec.axes, tuple(starts), tuple(stops), node.spec.steps)
-    return node.replace(inputs=pad.inputs, spec=spec)
+    return Replace((node.replace(inputs=pad.inputs, spec=spec),))
 
 
 def _identity_slice(node, ctx):
@@ -145,25 +126,29 @@ def _identity_slice(node, ctx):
     full = all(is_static(a) and a == 0 and dims_equal(b, shape[axis]) and step == 1
                for axis, a, b, step in zip(node.spec.axes, node.spec.starts, node.spec.stops,
                                            node.spec.steps))
-    return node.inputs[0] if full else None
+    return Alias(node.inputs[0]) if full else NoMatch("does not keep every axis whole")
 
 
 def _identity_pad(node, ctx):
     zero = all(is_static(w) and w == 0 for pair in node.spec.widths for w in pair)
-    return node.inputs[0] if zero else None
+    return Alias(node.inputs[0]) if zero else NoMatch("pads something")
 
 
 def _identity_repeat(node, ctx):
-    return node.inputs[0] if all(is_static(s) and s == 1 for s in node.spec.sizes) else None
+    if all(is_static(s) and s == 1 for s in node.spec.sizes):
+        return Alias(node.inputs[0])
+    return NoMatch("repeats to a size other than 1")
 
 
 def _same_type(node, ctx):
     """A node whose output has exactly its input's type and layout."""
-    return node.inputs[0] if ctx.types[node.inputs[0]] == node.type else None
+    if ctx.types[node.inputs[0]] == node.type:
+        return Alias(node.inputs[0])
+    return NoMatch("changes the type")
 
 
 def _no_axes(node, ctx):
-    return node.inputs[0] if not node.spec.axes else None
+    return Alias(node.inputs[0]) if not node.spec.axes else NoMatch("has axes")
 
 
 # -- algebra ----------------------------------------------------------------------------------
@@ -171,34 +156,39 @@ def _no_axes(node, ctx):
 def _mul_one(node, ctx):
     a, b = node.inputs
     if _is(ctx.consts.scalar(b), 1):
-        return a
-    return b if _is(ctx.consts.scalar(a), 1) else None
+        return Alias(a)
+    return Alias(b) if _is(ctx.consts.scalar(a), 1) else NoMatch("no operand is a constant 1")
 
 
 def _add_zero(node, ctx):
     a, b = node.inputs
     if _is(ctx.consts.scalar(b), 0):
-        return a
-    return b if _is(ctx.consts.scalar(a), 0) else None
+        return Alias(a)
+    return Alias(b) if _is(ctx.consts.scalar(a), 0) else NoMatch("no operand is a constant 0")
 
 
 def _div_one(node, ctx):
-    ok = node.spec.mode is DivideMode.true or not node.type.dtype.is_float
-    return node.inputs[0] if ok and _is(ctx.consts.scalar(node.inputs[1]), 1) else None
+    if node.spec.mode is not DivideMode.true and node.type.dtype.is_float:
+        return NoMatch("a rounding division of floats")  # floor(x / 1) is not x
+    if not _is(ctx.consts.scalar(node.inputs[1]), 1):
+        return NoMatch("the divisor is not a constant 1")
+    return Alias(node.inputs[0])
 
 
 def _pow_one(node, ctx):
-    return node.inputs[0] if _is(ctx.consts.scalar(node.inputs[1]), 1) else None
+    if _is(ctx.consts.scalar(node.inputs[1]), 1):
+        return Alias(node.inputs[0])
+    return NoMatch("the exponent is not a constant 1")
 
 
 def _neg_neg(node, ctx):
     inner = ctx.made(node.inputs[0], Op.neg)
-    return inner.inputs[0] if inner else None
+    return Alias(inner.inputs[0]) if inner else NoMatch("input is not a neg")
 
 
 def _where_same(node, ctx):
     _, a, b = node.inputs
-    return a if a == b else None
+    return Alias(a) if a == b else NoMatch("the branches differ")
 
 
 RULES = [
@@ -229,46 +219,13 @@ RULES = [
 ]
 
 
+RULE_SET = RuleSet(RULES, BUDGET)
+
+
 def rewrite(graph: TDAG, rules=RULES) -> tuple[TDAG, bool]:
     """Apply ``rules`` to every node in one forward sweep; (graph, whether it changed)."""
-    by_op: dict[Op, list] = {}
-    for rule in rules:
-        by_op.setdefault(rule.op, []).append(rule.fn)
-    ctx = Context(graph)
-    env: dict[str, str] = {}
-    nodes, changed = [], False
-    for node in graph.nodes:
-        node = renamed(node, env)
-        result = _apply(node, by_op, ctx)
-        if isinstance(result, str):
-            env[node.name] = result
-            changed = True
-            continue
-        changed |= result is not node
-        nodes.append(result)
-        ctx.add(result)
-    if not changed:
-        return graph, False
-    outputs = tuple(env.get(n, n) for n in graph.outputs)
-    return graph.replace(nodes=tuple(nodes), outputs=outputs), True
+    ruleset = RULE_SET if rules is RULES else RuleSet(rules, BUDGET)
+    return sweep(graph, ruleset, Context(graph, Constants(graph.weights)))
 
 
-def _apply(node: Node, by_op: dict, ctx: Context, budget: int = 16):
-    """Rules applied until none matches: the final node, or the name it reduces to."""
-    for _ in range(budget):
-        for fn in by_op.get(node.op, ()):
-            result = fn(node, ctx)
-            if result is None:
-                continue
-            if isinstance(result, str):
-                if ctx.types[result].same_as(node.type):
-                    return result
-                continue
-            node = result
-            break
-        else:
-            return node
-    return node
-
-
-__all__ = ["Context", "RULES", "Rule", "rewrite"]
+__all__ = ["BUDGET", "RULES", "RULE_SET", "Rule", "rewrite"]

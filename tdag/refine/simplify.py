@@ -18,44 +18,30 @@ A pass takes a Program and returns ``(program, changed)``. The default pipeline:
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
 from tdag.ir.graph import TDAG, Weight
-from tdag.ir.passes import Pass, PassError, PassManager  # noqa: F401  (re-exported)
-from tdag.ir.op import Op
+from tdag.ir.passes import Pass, PassError, PassManager, per_graph  # noqa: F401  (re-exported)
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import Trait, ops_with
 from tdag.ir.types import TensorKind
 from tdag.refine.constants import FOLD_LIMIT, fold_constants
 from tdag.refine.dataflow import prune, renamed
 from tdag.refine.rules import rewrite
 
-def per_graph(fn: Callable[[TDAG], "tuple[TDAG, bool]"]) -> Pass:
-    """Lift a TDAG pass to a Program pass (applied to every TDAG)."""
-    def run(prog: Program) -> tuple[Program, bool]:
-        graphs, changed = {}, False
-        for name, graph in prog.graphs.items():
-            graphs[name], did = fn(graph)
-            changed |= did
-        return (prog.replace(graphs=graphs), True) if changed else (prog, False)
-    run.__name__ = getattr(fn, "__name__", "pass")
-    return run
-
-
 # -- common subexpressions --------------------------------------------------------------------
-
-_COMMUTATIVE = frozenset({Op.add, Op.multiply})
-
 
 def cse(graph: TDAG, limit: int = FOLD_LIMIT) -> tuple[TDAG, bool]:
     """Merge nodes with the same op, spec and inputs, and consts with the same small value."""
     env = _same_consts(graph.weights, limit)
+    commutative = ops_with(Trait.COMMUTATIVE)  # op(a, b) and op(b, a) are one value
     seen: dict = {}
     nodes = []
     for node in graph.nodes:
         node = renamed(node, env)
-        inputs = tuple(sorted(node.inputs)) if node.op in _COMMUTATIVE else node.inputs
+        inputs = tuple(sorted(node.inputs)) if node.op in commutative else node.inputs
         key = (node.op, node.spec, inputs)
         if key in seen:
             env[node.name] = seen[key]

@@ -13,10 +13,15 @@ Each value is tracked in one of three states while the nodes are rewritten in or
   ``[b, s, d] -> [b*s, d]`` around a matmul, ``inner`` = s); the per-sample axis is ``1/b``
   as long, and the reshape that splits the batch back out returns the value to Batched.
 
-A free operand of an elementwise op with a batched one is a broadcast (an explicit repeat
-over the batch axis): the repeat is rebuilt without the batch axis. An op that works along
-the batch axis (a reduction over it, a gather along it, a slice of it) mixes samples and
-raises ``BatchError`` naming the node and its module path.
+A node with a batched operand is rewritten by its op's batch rule (``tdag.ir.batching``),
+chosen by the rule's kind only: an ``AxisRule`` moves the batch through a one-input op (or
+its ``along`` hook gives the op a per-sample form on the batch axis), ``Aligned`` keeps
+elementwise operands on one batch axis, an ``OperandRule`` is asked for the spec and the
+output's state, and ``Refuse`` refuses. A free operand of an elementwise op with a batched
+one is a broadcast (an explicit repeat over the batch axis): the ``broadcast`` hook of its
+producer's rule rebuilds it without the batch axis. An op that works along the batch axis (a
+reduction over it, a gather along it, a slice of it) mixes samples and raises ``BatchError``
+naming the node and its module path.
 
 >>> import tdag, torch
 >>> from tdag import ops
@@ -26,47 +31,24 @@ raises ``BatchError`` naming the node and its module path.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import sympy
-
-from tdag.ir.record import REGISTRY
-from tdag.deinops.indexing import Gather
-from tdag.deinops.movement import (Group, Permute, Repeat, Slice, Squeeze, Ungroup, Unsqueeze,
-                                   ungroup_sizes)
+from tdag.deinops.movement import Permute, Repeat, Unsqueeze
 from tdag.errors import ShapeError, TdagError
+from tdag.ir.batching import (Aligned, AxisRule, Batched, Folded, Mixes, OperandRule, Refuse,
+                              divide)
 from tdag.ir.graph import TDAG, Node, Value
 from tdag.ir.op import Op
-from tdag.ir.record import Trait, ops_with
-from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import (Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, product,
-                             symbol)
-from tdag.ir.types import TensorType
 from tdag.ir.passes import gc_paused
-from tdag.refine.batch_axes import MIXING, RULES, drop_spec
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import record
+from tdag.ir.symbols import Dim, dims_equal, format_dim, free_symbols, is_static, symbol
+from tdag.ir.types import TensorType
 from tdag.refine.dataflow import Names, all_names, prune
 
 
 class BatchError(TdagError):
     """A batch axis that cannot be removed or added: the op mixes samples."""
-
-
-@dataclass(frozen=True)
-class Batched:
-    """Axis ``axis`` is the batch. A ``broadcast`` one does not depend on the samples: a
-    weight repeated to the batch size (zeros for a first hidden state, a bias)."""
-
-    axis: int
-    broadcast: bool = False
-
-
-@dataclass(frozen=True)
-class Folded:
-    """A reshape merged the batch into axis ``axis``, with ``inner`` elements after each
-    batch index (``[b, s, d] -> [b*s, d]`` has inner ``s``)."""
-
-    axis: int
-    inner: Dim = 1
 
 
 @gc_paused()  # many small objects, no cycles: see tdag.ir.passes
@@ -117,16 +99,8 @@ def _strip_type(t: TensorType, state, batch: Dim) -> TensorType:
     if isinstance(state, Batched):
         del shape[state.axis]
     else:
-        shape[state.axis] = _divide(shape[state.axis], batch)
+        shape[state.axis] = divide(shape[state.axis], batch)
     return t.with_shape(shape)
-
-
-def _divide(dim: Dim, batch: Dim) -> Dim | None:
-    """dim / batch when it divides exactly, else None."""
-    if is_static(dim) and is_static(batch):
-        return dim // batch if batch and dim % batch == 0 else None
-    q = sympy.cancel(sympy.sympify(dim) / batch)
-    return as_dim(q) if q.is_polynomial() and sympy.denom(q) == 1 else None
 
 
 def _program_symbols(prog: Program) -> set[str]:
@@ -184,20 +158,41 @@ class _Rewriter:
         out = self.shape_cache.get(key)
         if out is None:
             try:
-                out = self.shape_cache[key] = REGISTRY[op].shape(spec, in_types)
+                out = self.shape_cache[key] = record(op).shape(spec, in_types)
             except ShapeError as exc:
                 raise self.error(origin, f"cannot be rewritten: {exc.args[0]}") from None
         self.nodes.append(Node(name, op, tuple(inputs), spec, out, origin.origin))
         self.types[name] = out
         return name
 
-    def alias(self, node: Node, new_name: str) -> None:
-        """``node`` becomes a no-op: its users read ``new_name``."""
-        self.env[node.name] = new_name
+    def emit_steps(self, origin: Node, steps, inputs, name: str | None) -> str:
+        """Emit a rule's steps (``tdag.ir.batching``) on ``inputs``, the last node named
+        ``name``; return the result (the first input where there are no steps)."""
+        x = inputs[0]
+        for k, (op, spec) in enumerate(steps):
+            x = self.emit(origin, op, spec, inputs if k == 0 else [x],
+                          name if k == len(steps) - 1 else None)
+        return x
+
+    def rewrite(self, node: Node, states) -> object:
+        """A node with a batched operand: by the kind of its op's batch rule, never the op."""
+        rule = record(node.op).batch
+        if isinstance(rule, AxisRule):
+            return self.one_input(node, rule, states[0])
+        if isinstance(rule, Aligned):
+            return self.aligned(node, rule, states)
+        if isinstance(rule, OperandRule):
+            return self.operands(node, rule, states)
+        if isinstance(rule, Refuse):
+            raise self.error(node, f"is refused: it {rule.mixing}")
+        raise self.error(node, "has no batch rule")
 
     def error(self, node: Node, reason: str) -> BatchError:
         return BatchError(f"{self.pass_name}: {node.op.value} {reason}", node=node.name,
                           origin=node.origin)
+
+    def mixes(self, node: Node, how: str) -> BatchError:
+        return self.error(node, f"mixes samples: it {how}")
 
     def check(self, graph: TDAG) -> None:
         pass
@@ -210,87 +205,58 @@ class _Strip(_Rewriter):
         return _strip_type(t, state, self.batch)
 
     def free(self, node: Node) -> object:
-        """A free repeat to the batch size is a broadcast over the batch: its per-sample
-        value is the repeat without that axis."""
-        if node.op is Op.repeat:
-            for a, size in zip(node.spec.axes, node.spec.sizes):
-                if dims_equal(size, self.batch):
-                    self.env[node.name] = self.without(node, Batched(a))
+        """A free node that broadcasts a value to the batch size (a repeat of a bias, of
+        zeros) is a broadcast over the batch: per sample, its rule's hook drops that axis."""
+        rule = record(node.op).batch
+        if isinstance(rule, AxisRule) and rule.broadcast is not None:
+            for a, size in enumerate(node.type.shape):
+                x = self.per_sample(node, Batched(a)) if dims_equal(size, self.batch) else None
+                if x is not None:
+                    self.env[node.name] = x
                     return Batched(a, broadcast=True)
         return super().free(node)
 
-    def rewrite(self, node: Node, states) -> object:
-        if node.op in RULES:
-            return self.one_input(node, states[0])
-        if node.op in ops_with(Trait.ELEMENTWISE):
-            return self.elementwise(node, states)
-        if node.op is Op.gather:
-            return self.gather(node, states)
-        raise self.error(node, "has no batch-stripping rule")
+    def per_sample(self, node: Node, target) -> str | None:
+        """The free node ``node`` read per sample as a broadcast in state ``target``, by its
+        rule's ``broadcast`` hook; None where it is no broadcast over the batch."""
+        key = (node.name, target)
+        if key not in self.cache:
+            rule = record(node.op).batch
+            hook = rule.broadcast if isinstance(rule, AxisRule) else None
+            steps = self.call(node, hook, node.spec, target, self.batch)
+            self.cache[key] = None if steps is None else \
+                self.emit_steps(node, steps, [self.env[node.inputs[0]]], None)
+        return self.cache[key]
 
-    def one_input(self, node: Node, state) -> object:
+    def call(self, node: Node, hook, *args):
+        """A rule's hook on ``node`` (None where the rule has none); its ``Mixes`` become
+        this node's BatchError."""
+        try:
+            return None if hook is None else hook(*args)
+        except Mixes as exc:
+            raise self.mixes(node, str(exc)) from None
+
+    def one_input(self, node: Node, rule: AxisRule, state) -> object:
         x = node.inputs[0]
-        in_type = self.old_types[x]
-        rule = RULES[node.op]
-        p = state.axis
+        in_type, p = self.old_types[x], state.axis
         if p not in rule.touched(node.spec, in_type):
-            out = replace(state, axis=rule.out_axis(node.spec, in_type, p))
-            spec = drop_spec(node.op, node.spec, in_type, p) if isinstance(state, Batched) \
-                else _keep_folded(node.op, node.spec, p)
-            self.emit(node, node.op, spec, [self.env[x]], node.name)
+            respec = rule.drop if isinstance(state, Batched) else rule.folded
+            self.emit(node, node.op, respec(node.spec, in_type, p), [self.env[x]], node.name)
+            return replace(state, axis=rule.out_axis(node.spec, in_type, p))
+        done = self.call(node, rule.along, node.spec, in_type, state, self.batch)
+        if done is not None:
+            steps, out = done
+            self.env[node.name] = self.emit_steps(node, steps, [self.env[x]], node.name)
             return out
-        if node.op is Op.group:
-            return self.fold_in(node, state, in_type)
-        if node.op is Op.ungroup and isinstance(state, Folded):
-            return self.split_out(node, state, in_type)
-        if isinstance(state, Batched) and state.broadcast:
+        if _is_broadcast(state):  # the same per sample: run it on the full-size value
             return self.as_free(node, [state])
-        raise self.error(node, f"mixes samples: it {MIXING.get(node.op, 'works along the batch')}")
+        raise self.mixes(node, rule.mixing)
 
-    def fold_in(self, node: Node, state, in_type: TensorType) -> Folded:
-        """A group that merges the batch axis with others: the batch becomes a factor of the
-        merged axis, with ``inner`` elements after it."""
-        axis, count = node.spec.axis, node.spec.count
-        inner = as_dim(product(in_type.shape[state.axis + 1:axis + count]))
-        x = self.env[node.inputs[0]]
-        if isinstance(state, Folded):
-            self.emit(node, Op.group, node.spec, [x], node.name)
-            return Folded(axis, as_dim(state.inner * inner))
-        if count > 2:
-            self.emit(node, Op.group, Group(axis, count - 1), [x], node.name)
-        else:
-            self.alias(node, x)
-        return Folded(axis, inner)
-
-    def split_out(self, node: Node, state: Folded, in_type: TensorType) -> object:
-        """An ungroup of a folded axis: find the part that holds the batch. Where it is the
-        batch alone, the value is Batched again."""
-        p = node.spec.axis
-        sizes = list(ungroup_sizes(node.spec, in_type.shape[p]))
-        x = self.env[node.inputs[0]]
-        suffix: Dim = 1
-        for j in reversed(range(len(sizes))):
-            rest = _divide(state.inner, suffix)  # the inner part left for sizes[j]
-            if rest is not None and _divide(sizes[j], as_dim(self.batch * rest)) is not None:
-                alone = dims_equal(sizes[j], self.batch)
-                if alone:
-                    del sizes[j]
-                else:
-                    sizes[j] = _divide(sizes[j], self.batch)
-                if len(sizes) > 1:
-                    self.emit(node, Op.ungroup, Ungroup(p, tuple(sizes)), [x], node.name)
-                else:
-                    self.alias(node, x)
-                return Batched(p + j) if alone else Folded(p + j, rest)
-            suffix = as_dim(suffix * sizes[j])
-        raise self.error(node, f"splits the axis that holds the batch {format_dim(self.batch)} "
-                               "across its boundary")
-
-    def elementwise(self, node: Node, states) -> object:
+    def aligned(self, node: Node, rule: Aligned, states) -> object:
         layouts = {s for s in states if s is not None and not _is_broadcast(s)}
         if len(layouts) > 1:
-            raise self.error(node, "mixes samples: its operands carry the batch on different "
-                                   "axes (" + ", ".join(sorted(map(_describe, layouts))) + ")")
+            raise self.mixes(node, f"{rule.mixing} ("
+                             + ", ".join(sorted(map(_describe, layouts))) + ")")
         if layouts:
             target = layouts.pop()
         else:
@@ -304,37 +270,14 @@ class _Strip(_Rewriter):
         return target
 
     def adapt(self, name: str, target, user: Node) -> str:
-        """A free operand next to a batched one: rebuild its repeat without the batch."""
+        """A free operand next to a batched one: it must be a broadcast over the batch (its
+        producer's rule rebuilds it per sample)."""
         rep = self.producer.get(name)
-        if rep is None or rep.op is not Op.repeat or target.axis not in rep.spec.axes:
+        x = None if rep is None else self.per_sample(rep, target)
+        if x is None:
             raise self.error(user, f"mixes samples: operand %{name} does not depend on the "
                                    f"batch yet has a batch-sized axis {target.axis} that is not "
                                    "a broadcast")
-        return self.without(rep, target)
-
-    def without(self, rep: Node, target) -> str:
-        """The free repeat ``rep`` as it is per sample: without its batch axis (Batched), or
-        with ``1/batch`` of it (Folded)."""
-        key = (rep.name, target)
-        if key in self.cache:
-            return self.cache[key]
-        p = target.axis
-        i = rep.spec.axes.index(p)
-        axes, sizes = list(rep.spec.axes), list(rep.spec.sizes)
-        x = self.env[rep.inputs[0]]
-        if isinstance(target, Batched):
-            x = self.emit(rep, Op.squeeze, Squeeze((p,)), [x])
-            del axes[i], sizes[i]
-            axes = [a - (a > p) for a in axes]
-        else:
-            sizes[i] = _divide(sizes[i], self.batch)
-            if sizes[i] is None:
-                raise self.error(rep, "broadcasts to a size that is not a multiple of the batch")
-            if sizes[i] == 1:
-                del axes[i], sizes[i]
-        if axes:
-            x = self.emit(rep, Op.repeat, Repeat(tuple(axes), tuple(sizes)), [x])
-        self.cache[key] = x
         return x
 
     def as_free(self, node: Node, states) -> None:
@@ -357,26 +300,28 @@ class _Strip(_Rewriter):
                                         [x])
         return self.cache[key]
 
-    def gather(self, node: Node, states) -> object:
-        table, index = states
-        x, i = (self.env[n] for n in node.inputs)
-        if _is_broadcast(table) and index is not None:
-            x, table = self.materialize(node.inputs[0], table, node), None
-        if table is not None and index is not None:
-            raise self.error(node, "mixes samples: both the table and the indices are batched")
-        axis = node.spec.axis
-        if index is not None:
-            self.emit(node, Op.gather, node.spec, [x, i], node.name)
-            return replace(index, axis=axis + index.axis)
-        p = table.axis
-        if p == axis:
-            if _is_broadcast(table):
-                return self.as_free(node, states)
-            raise self.error(node, f"mixes samples: it {MIXING[Op.gather]}")
-        out = p if p < axis else p + self.old_types[node.inputs[1]].rank - 1
-        spec = Gather(axis - (p < axis)) if isinstance(table, Batched) else node.spec
-        self.emit(node, Op.gather, spec, [x, i], node.name)
-        return replace(table, axis=out)
+    def operands(self, node: Node, rule: OperandRule, states) -> object:
+        inputs = [self.env[n] for n in node.inputs]
+        while True:  # twice at most: the second time, no operand is a broadcast
+            try:
+                spec, out = self.ask(node, rule, states)
+                break
+            except Mixes as exc:
+                if not any(map(_is_broadcast, states)):
+                    raise self.mixes(node, str(exc)) from None
+            # it mixes samples only through broadcasts, which are the same per sample:
+            # rebuild those at full size, free, and ask again
+            inputs = [self.materialize(n, s, node) if _is_broadcast(s) else x
+                      for n, s, x in zip(node.inputs, states, inputs)]
+            states = [None if _is_broadcast(s) else s for s in states]
+        self.emit(node, node.op, spec, inputs, node.name)
+        return out
+
+    def ask(self, node: Node, rule: OperandRule, states) -> tuple:
+        """The rule's spec and output state; with no batched operand, the node as it is."""
+        if all(s is None for s in states):
+            return node.spec, None
+        return rule.strip(node.spec, [self.old_types[n] for n in node.inputs], states)
 
     def check(self, graph: TDAG) -> None:
         """A symbolic batch must be gone: a surviving node that still mentions it depends on
@@ -410,15 +355,6 @@ def _layout(state):
     return replace(state, broadcast=False) if isinstance(state, Batched) else state
 
 
-def _keep_folded(op: Op, spec, p: int):
-    """The spec for a folded input: unchanged, but a slice drops its full-range entry on p."""
-    if op is not Op.slice or p not in spec.axes:
-        return spec
-    keep = [i for i, a in enumerate(spec.axes) if a != p]
-    return Slice(*(tuple(field[i] for i in keep)
-                   for field in (spec.axes, spec.starts, spec.stops, spec.steps)))
-
-
 class _Add(_Rewriter):
     """Inserts a batch axis at 0 in every value that depends on the inputs."""
 
@@ -427,19 +363,15 @@ class _Add(_Rewriter):
     def new_type(self, t: TensorType, state) -> TensorType:
         return t if state is None else t.with_shape((self.batch,) + t.shape)
 
-    def rewrite(self, node: Node, states) -> object:
-        if node.op in RULES:
-            spec = RULES[node.op].insert0(node.spec)
-            self.emit(node, node.op, spec, [self.env[node.inputs[0]]], node.name)
-            return Batched(0)
-        if node.op in ops_with(Trait.ELEMENTWISE):
-            inputs = [self.env[n] if s is not None else self.broadcast(n, node)
-                      for n, s in zip(node.inputs, states)]
-            self.emit(node, node.op, node.spec, inputs, node.name)
-            return Batched(0)
-        if node.op is Op.gather:
-            return self.gather(node, states)
-        raise self.error(node, "has no batch-adding rule")
+    def one_input(self, node: Node, rule: AxisRule, state) -> object:
+        self.emit(node, node.op, rule.insert0(node.spec), [self.env[node.inputs[0]]], node.name)
+        return Batched(0)
+
+    def aligned(self, node: Node, rule: Aligned, states) -> object:
+        inputs = [self.env[n] if s is not None else self.broadcast(n, node)
+                  for n, s in zip(node.inputs, states)]
+        self.emit(node, node.op, node.spec, inputs, node.name)
+        return Batched(0)
 
     def broadcast(self, name: str, user: Node) -> str:
         """A free operand next to a batched one: unsqueeze + repeat over the batch."""
@@ -448,23 +380,20 @@ class _Add(_Rewriter):
             self.cache[name] = self.emit(user, Op.repeat, Repeat((0,), (self.batch,)), [x])
         return self.cache[name]
 
-    def gather(self, node: Node, states) -> object:
-        table, index = states
-        x, i = (self.env[n] for n in node.inputs)
-        axis = node.spec.axis
-        if table is not None and index is not None:
-            raise self.error(node, "has batched table and indices (a per-sample lookup table)")
-        if table is not None:
-            self.emit(node, Op.gather, Gather(axis + 1), [x, i], node.name)
-            return Batched(0)
+    def operands(self, node: Node, rule: OperandRule, states) -> object:
+        try:
+            spec, axis = rule.insert(node.spec, [self.old_types[n] for n in node.inputs],
+                                     [s is not None for s in states])
+        except Mixes as exc:
+            raise self.mixes(node, str(exc)) from None
+        inputs = [self.env[n] for n in node.inputs]
         if axis == 0:
-            self.emit(node, Op.gather, node.spec, [x, i], node.name)
+            self.emit(node, node.op, spec, inputs, node.name)
             return Batched(0)
-        # the batch lands at ``axis``: move it to the front
-        rank = self.old_types[node.name].rank + 1
-        g = self.emit(node, Op.gather, node.spec, [x, i])
-        perm = (axis,) + tuple(a for a in range(rank) if a != axis)
-        self.emit(node, Op.permute, Permute(perm), [g], node.name)
+        # every batched value holds the batch at 0 here: move it to the front
+        out = self.emit(node, node.op, spec, inputs)
+        perm = (axis,) + tuple(a for a in range(self.types[out].rank) if a != axis)
+        self.emit(node, Op.permute, Permute(perm), [out], node.name)
         return Batched(0)
 
 

@@ -18,11 +18,9 @@ from tdag.ir.types import DType, TensorKind, TensorType
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
-from tdag.reify import onnx_kernels  # noqa: F401  (registers the kernel converters)
 from tdag.reify.onnx_graph import (ONNX_DTYPE, GraphBuilder, Symbols, prune, rename,
                                      value_info)
 from tdag.ir.record import Trait, has, record
-from tdag.reify.onnx_ops import CONVERT
 from tdag.reify.torch_codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
@@ -184,7 +182,7 @@ class _GraphEmitter:
                 continue
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
-            env[node.name] = (record(node.op).onnx or CONVERT[node.op])(node, ins, self.g, self)
+            env[node.name] = record(node.op).onnx(node, ins, self.g, self)
         return [env[n] for n in graph.outputs]
 
     def operands(self, node) -> list:

@@ -111,7 +111,8 @@ class _Builder:
         owner, leaf = _owner(self.root, name)
         value = _value(name, weight)
         if weight.kind is TensorKind.parameter and not state:
-            owner.register_parameter(leaf, nn.Parameter(value, requires_grad=value.is_floating_point()))
+            trainable = value.is_floating_point()
+            owner.register_parameter(leaf, nn.Parameter(value, requires_grad=trainable))
         else:
             owner.register_buffer(leaf, value)
 

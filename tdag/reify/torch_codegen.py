@@ -1,9 +1,10 @@
 """Python source for one TDAG: ``def _g_<name>(self, *inputs): ... return (outputs,)``.
 
-One line per live node (``EMIT`` in torch_ops). Two peepholes keep the code as short as
-hand-written torch: a broadcast scalar const becomes a Python literal (``x * 0.5``), and an
-operand of a broadcasting elementwise op that is an expand/repeat view reads the unexpanded
-tensor (torch broadcasts it implicitly). Nodes nothing reads are not emitted.
+One line per live node, written by the emitter in its op's record (``record(op).torch``).
+Two peepholes keep the code as short as hand-written torch: a broadcast scalar const
+becomes a Python literal (``x * 0.5``), and an operand of a broadcasting elementwise op
+that is an expand/repeat view reads the unexpanded tensor (torch broadcasts it implicitly).
+Nodes nothing reads are not emitted.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tdag.ir.names import NameMap
 from tdag.lower.match import scalar
 from tdag.lower.rewrite import Context
 from tdag.ir.record import Trait, has, record
-from tdag.reify.torch_ops import EMIT, accepts_literal, literal
+from tdag.deinops.codegen import literal
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -135,7 +136,7 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
     dying = _last_uses(graph, live, {name: used for name, (_, used) in operands.items()})
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            expr = (record(node.op).torch or EMIT[node.op])(node, operands[node.name][0], code)
+            expr = record(node.op).torch(node, operands[node.name][0], code)
             body.append(f"{scope(node.name)} = {expr}")
             if dying.get(node.name):
                 body.append(f"del {', '.join(scope(n) for n in dying[node.name])}")
@@ -169,6 +170,15 @@ def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
     if has(node.op, Trait.SCALAR_OPERAND):
         _unexpand(node, ctx, scope, exprs, used, literals)
     return exprs, {u for u in used if u is not None}
+
+
+def accepts_literal(node: Node, position: int) -> bool:
+    """Whether operand ``position`` of ``node`` may be a Python scalar in the emitted code."""
+    if not has(node.op, Trait.SCALAR_OPERAND):
+        return False
+    if node.type.dtype is DType.bool and node.op is Op.multiply:  # emitted as a & b
+        return False
+    return not (node.op is Op.where and position == 0)  # torch.where needs a bool tensor
 
 
 def _typed_literal(value: float, dtype: DType) -> str:

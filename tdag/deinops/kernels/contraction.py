@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
-from tdag.deinops.kernels.common import check_bias
+from tdag.deinops.codegen import last_two, tuple_expr
+from tdag.deinops.kernels.common import NDIM, check_bias
+from tdag.deinops.kernels.einsum_plan import parse_equation, plan_einsum
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
+from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
@@ -23,21 +25,6 @@ class Einsum:
     optional third operand is a bias broadcast to the output's trailing axes (nn.Linear)."""
 
     equation: str
-
-
-@lru_cache(maxsize=None)
-def parse_equation(equation: str) -> tuple[tuple[str, str], str]:
-    """``"bmk,nk->bmn"`` -> ``(("bmk", "nk"), "bmn")``, checked."""
-    lhs, arrow, out = equation.partition("->")
-    ins = tuple(lhs.split(","))
-    if not arrow or len(ins) != 2:
-        raise ShapeError(f"einsum: {equation!r} is not of the form 'ab,bc->ac'")
-    for labels in ins + (out,):
-        if not all(c.isalpha() for c in labels) or len(set(labels)) != len(labels):
-            raise ShapeError(f"einsum: {equation!r}: labels must be distinct letters per operand")
-    if not set(out) <= set(ins[0]) | set(ins[1]):
-        raise ShapeError(f"einsum: {equation!r}: an output label is in no operand")
-    return ins, out
 
 
 def label_sizes(spec: Einsum, ins) -> dict[str, Dim]:
@@ -75,10 +62,59 @@ def _einsum_cost(spec: Einsum, ins, out: TensorType) -> Cost:
     return traffic(ins, out, matmul + bias, matmul)
 
 
+def _einsum_torch(node, a, code):
+    bias = a[2] if len(a) == 3 else None
+    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
+    if plan.kind == "einsum":
+        out = f"torch.einsum({node.spec.equation!r}, {a[0]}, {a[1]})"
+        return f"{out} + {bias}" if bias else out
+    x, y = (a[1], a[0]) if plan.swap else (a[0], a[1])
+    if plan.transpose_a:
+        x = f"{x}.mT"
+    if plan.transpose_b:
+        y = f"{y}.mT"
+    if plan.kind == "linear":
+        out = f"F.linear({x}, {y}, {bias if plan.bias_inside else 'None'})"
+    else:
+        out = f"torch.matmul({x}, {y})"
+    if plan.out_perm is not None:
+        out = f"{out}.permute{tuple_expr(plan.out_perm)}"
+    return f"{out} + {bias}" if bias and not plan.bias_inside else out
+
+
+def _einsum_onnx(node, ins, g, cx):
+    bias = ins[2] if len(ins) == 3 else None
+    plan = plan_einsum(node.spec.equation, cx.type(node.inputs[2]).rank if bias else None)
+    if plan.kind == "einsum":
+        out = g.node("Einsum", ins[:2], equation=node.spec.equation)
+        return g.node("Add", [out, bias]) if bias else out
+    (xi, yi) = (1, 0) if plan.swap else (0, 1)
+    x, y = ins[xi], ins[yi]
+    rx, ry = cx.type(node.inputs[xi]).rank, cx.type(node.inputs[yi]).rank
+    if plan.transpose_a:
+        x = g.node("Transpose", [x], perm=last_two(rx))
+    inside = bias if plan.bias_inside else None
+    if plan.kind == "linear" and rx == 2 and not plan.transpose_b:
+        out = g.node("Gemm", [x, y] + ([inside] if inside else []), transB=1)  # as torch emits
+    else:
+        if plan.kind == "linear" and not plan.transpose_b or \
+                plan.kind == "matmul" and plan.transpose_b:
+            y = g.node("Transpose", [y], perm=last_two(ry))
+        out = g.node("MatMul", [x, y])
+        if inside:
+            out = g.node("Add", [out, inside])
+    if plan.out_perm is not None:
+        out = g.node("Transpose", [out], perm=list(plan.out_perm))
+    return g.node("Add", [out, bias]) if bias and not plan.bias_inside else out
+
+
 primitive(Op.einsum, Einsum, range(2, 4), _einsum_shape, _einsum_eval, _einsum_cost,
           "multiply + reduce-sum of broadcast operands materialises the whole product; "
           "matmul/bmm/linear never do",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL,
+          batch=Refuse("is an einsum kernel whose equation names every axis and was planned as "
+                       "one framework call for them: strip the batch before lowering"),
+          torch=_einsum_torch, onnx=_einsum_onnx)
 
 
 # -- convolutions -----------------------------------------------------------------------------
@@ -139,9 +175,29 @@ def _conv_cost(spec: Conv, ins, out: TensorType) -> Cost:
     return traffic(ins, out, 2 * macs + (out.numel if len(ins) == 3 else 0), 2 * macs)
 
 
+def _conv_torch(node, a, code):
+    s = node.spec
+    bias = a[2] if len(a) == 3 else "None"
+    return (f"F.conv{NDIM[len(s.stride)]}({a[0]}, {a[1]}, {bias}, {tuple_expr(s.stride)}, "
+            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups})")
+
+
+def _conv_attrs(spec, kernel) -> dict:
+    return dict(kernel_shape=[int(k) for k in kernel], strides=list(spec.stride),
+                pads=list(spec.padding) * 2, dilations=list(spec.dilation), group=spec.groups)
+
+
+def _conv_onnx(node, ins, g, cx):
+    kernel = cx.type(node.inputs[1]).shape[2:]
+    return g.node("Conv", ins, **_conv_attrs(node.spec, kernel))
+
+
+_CONV_BATCH = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch "
+                     "before lowering")
+
 primitive(Op.conv, Conv, range(2, 4), _conv_shape, _conv_eval, _conv_cost,
           "pad + unfold + multiply + reduce materialises every window; conv kernels do not",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +237,22 @@ def _conv_t_cost(spec: ConvTranspose, ins, out: TensorType) -> Cost:
     return traffic(ins, out, 2 * macs + (out.numel if len(ins) == 3 else 0), 2 * macs)
 
 
+def _conv_transpose_torch(node, a, code):
+    s = node.spec
+    bias = a[2] if len(a) == 3 else "None"
+    return (f"F.conv_transpose{NDIM[len(s.stride)]}({a[0]}, {a[1]}, {bias}, "
+            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.output_padding)}, "
+            f"{s.groups}, {tuple_expr(s.dilation)})")
+
+
+def _conv_transpose_onnx(node, ins, g, cx):
+    kernel = cx.type(node.inputs[1]).shape[2:]
+    return g.node("ConvTranspose", ins, output_padding=list(node.spec.output_padding),
+                  **_conv_attrs(node.spec, kernel))
+
+
 primitive(Op.conv_transpose, ConvTranspose, range(2, 4), _conv_t_shape, _conv_t_eval,
           _conv_t_cost, "fold of a windowed product materialises every window; "
           "transposed-conv kernels do not",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_transpose_torch,
+          onnx=_conv_transpose_onnx)

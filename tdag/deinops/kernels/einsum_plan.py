@@ -1,5 +1,8 @@
 """How a framework should run an einsum kernel: ``F.linear``, ``matmul`` or ``einsum``.
 
+The equation parser lives here too, below the einsum record (kernels/contraction.py), whose
+emitters use the plan.
+
 Both reifiers share the plan, so torch and ONNX pick the same fast path (``Gemm``/``MatMul``
 in ONNX). Transposes are of the last two axes only (free views in torch); the product may be
 permuted afterwards (a view too), as ``nn.MultiheadAttention`` does with its projections.
@@ -9,7 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tdag.deinops.kernels.contraction import parse_equation
+from tdag.errors import ShapeError
+
+
+@lru_cache(maxsize=None)
+def parse_equation(equation: str) -> tuple[tuple[str, str], str]:
+    """``"bmk,nk->bmn"`` -> ``(("bmk", "nk"), "bmn")``, checked."""
+    lhs, arrow, out = equation.partition("->")
+    ins = tuple(lhs.split(","))
+    if not arrow or len(ins) != 2:
+        raise ShapeError(f"einsum: {equation!r} is not of the form 'ab,bc->ac'")
+    for labels in ins + (out,):
+        if not all(c.isalpha() for c in labels) or len(set(labels)) != len(labels):
+            raise ShapeError(f"einsum: {equation!r}: labels must be distinct letters per operand")
+    if not set(out) <= set(ins[0]) | set(ins[1]):
+        raise ShapeError(f"einsum: {equation!r}: an output label is in no operand")
+    return ins, out
 
 
 @dataclass(frozen=True)

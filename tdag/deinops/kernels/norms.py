@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from tdag.deinops.kernels.common import float_input, per_element, same_shape
 from tdag.deinops.primitive import primitive
 from tdag.errors import ShapeError
+from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import is_static
@@ -38,6 +39,13 @@ def _trailing_norm_shape(name: str):
 
 _layer_norm_shape = _trailing_norm_shape("layer_norm")
 
+# layer and RMS norm count trailing axes rather than name them
+_TRAILING = Refuse("normalises over its trailing `count` axes, which may include the batch "
+                   "axis: strip the batch before lowering")
+# group and batch norm read x as (N, C, *S), channels on axis 1
+_CHANNELS = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch before "
+                   "lowering")
+
 
 def _layer_norm_eval(spec: LayerNorm, xs, resolve):
     x = xs[0]
@@ -46,10 +54,26 @@ def _layer_norm_eval(spec: LayerNorm, xs, resolve):
     return F.layer_norm(x, x.shape[x.dim() - spec.count:], w, b, spec.eps)
 
 
+def _layer_norm_torch(node, a, code):
+    """``F.layer_norm`` or ``F.rms_norm`` (the latter has no bias)."""
+    shape = code.shape(node.type.shape[node.type.rank - node.spec.count:], tuple_=True)
+    rest = ", ".join(a[1:] + ["None"] * (3 - len(a))) if node.op is Op.layer_norm else \
+        (a[1] if len(a) > 1 else "None")
+    return f"F.{node.op.value}({a[0]}, {shape}, {rest}, {node.spec.eps!r})"
+
+
+def _layer_norm_onnx(node, ins, g, cx):
+    x_type = node.type
+    tail = x_type.shape[x_type.rank - node.spec.count:]
+    scale = ins[1] if len(ins) > 1 else g.filled(tail, 1.0, x_type.dtype)
+    return g.node("LayerNormalization", [ins[0], scale] + ins[2:3], axis=-node.spec.count,
+                  epsilon=node.spec.eps)
+
+
 # mean (2), centre, square, sum, divide, add eps, rsqrt, scale: about 8 per element
 primitive(Op.layer_norm, LayerNorm, range(1, 4), _layer_norm_shape, _layer_norm_eval,
           per_element(8), "mean/variance/rsqrt chain reads the input several times",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +93,20 @@ def _rms_norm_eval(spec: RMSNorm, xs, resolve):
     return F.rms_norm(x, x.shape[x.dim() - spec.count:], w, spec.eps)
 
 
+def _rms_norm_onnx(node, ins, g, cx):
+    """x * 1/sqrt(mean(x^2) + eps) [* w], as torch.onnx.export writes it."""
+    rank, dtype = node.type.rank, node.type.dtype
+    axes = g.const(list(range(rank - node.spec.count, rank)))
+    mean = g.node("ReduceMean", [g.node("Mul", [ins[0], ins[0]]), axes], keepdims=1)
+    inv = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(node.spec.eps,
+                                                                                dtype)])])])
+    out = g.node("Mul", [ins[0], inv])
+    return g.node("Mul", [out, ins[1]]) if len(ins) > 1 else out
+
+
 primitive(Op.rms_norm, RMSNorm, range(1, 3), _rms_norm_shape, _rms_norm_eval,
           per_element(5), "square/mean/rsqrt chain reads the input several times",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_rms_norm_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +135,30 @@ def _group_norm_eval(spec: GroupNorm, xs, resolve):
     return F.group_norm(xs[0], spec.groups, w, b, spec.eps)
 
 
+def _group_norm_torch(node, a, code):
+    w, b = (a[1], a[2]) if len(a) == 3 else ("None", "None")
+    return f"F.group_norm({a[0]}, {node.spec.groups}, {w}, {b}, {node.spec.eps!r})"
+
+
+def _group_norm_onnx(node, ins, g, cx):
+    """Reshape to [N, G, -1], InstanceNormalization, reshape back, per-channel affine."""
+    x_type, groups = node.type, node.spec.groups
+    dtype = x_type.dtype
+    grouped = g.node("Reshape", [ins[0], g.const([0, groups, -1])])
+    ones = g.const([1.0] * groups, dtype)
+    zeros = g.const([0.0] * groups, dtype)
+    normed = g.node("InstanceNormalization", [grouped, ones, zeros], epsilon=node.spec.eps)
+    out = g.node("Reshape", [normed, g.node("Shape", [ins[0]])])
+    if len(ins) == 3:
+        view = g.const([-1] + [1] * (x_type.rank - 2))
+        out = g.node("Mul", [out, g.node("Reshape", [ins[1], view])])
+        out = g.node("Add", [out, g.node("Reshape", [ins[2], view])])
+    return out
+
+
 primitive(Op.group_norm, GroupNorm, range(1, 4), _group_norm_shape, _group_norm_eval,
           per_element(8), "ungroup + mean/variance chain reads the input several times",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_group_norm_torch, onnx=_group_norm_onnx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +185,21 @@ def _batch_norm_eval(spec: BatchNorm, xs, resolve):
     return F.batch_norm(xs[0], xs[1], xs[2], w, b, False, 0.0, spec.eps)
 
 
+def _batch_norm_torch(node, a, code):
+    w = a[3] if len(a) > 3 else "None"
+    b = a[4] if len(a) > 4 else "None"
+    return f"F.batch_norm({a[0]}, {a[1]}, {a[2]}, {w}, {b}, False, 0.0, {node.spec.eps!r})"
+
+
+def _batch_norm_onnx(node, ins, g, cx):
+    x, mean, var = ins[:3]
+    channels = node.type.shape[1]
+    dtype = node.type.dtype
+    scale = ins[3] if len(ins) > 3 else g.filled((channels,), 1.0, dtype)
+    bias = ins[4] if len(ins) > 4 else g.filled((channels,), 0.0, dtype)
+    return g.node("BatchNormalization", [x, scale, bias, mean, var], epsilon=node.spec.eps)
+
+
 primitive(Op.batch_norm, BatchNorm, range(3, 6), _batch_norm_shape, _batch_norm_eval,
           per_element(4), "broadcast subtract/scale/shift chain makes several passes",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_batch_norm_torch, onnx=_batch_norm_onnx)

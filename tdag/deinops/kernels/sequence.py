@@ -6,9 +6,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tdag.deinops.codegen import last_two
 from tdag.deinops.kernels.common import float_input, same_shape
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
+from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import dims_equal, is_static, product
@@ -60,10 +62,60 @@ def _attention_cost(spec: Attention, ins, out: TensorType) -> Cost:
     return traffic(ins, out, matmul + 6 * scores, matmul)
 
 
+def _attention_torch(node, a, code):
+    mask = a[3] if len(a) == 4 else "None"
+    return (f"F.scaled_dot_product_attention({a[0]}, {a[1]}, {a[2]}, attn_mask={mask}, "
+            f"is_causal={node.spec.causal}, scale={node.spec.scale!r})")
+
+
+def _attention_onnx(node, ins, g, cx):
+    """softmax(q k^T * scale + mask) v with the causal mask from Trilu."""
+    q, k, v = ins[:3]
+    q_type, k_type = cx.type(node.inputs[0]), cx.type(node.inputs[1])
+    dtype, rank = q_type.dtype, q_type.rank
+    scores = g.node("MatMul", [q, g.node("Transpose", [k], perm=last_two(rank))])
+    scores = g.node("Mul", [scores, g.const(node.spec.scale, dtype)])
+    neg_inf = g.const(float("-inf"), dtype)
+    if node.spec.causal:
+        square = (q_type.shape[-2], k_type.shape[-2])
+        ones = g.filled(square, 1.0, dtype)
+        keep = g.node("Cast", [g.node("Trilu", [ones], upper=0)], to=9)  # to bool
+        scores = g.node("Where", [keep, scores, neg_inf])
+    if len(ins) < 4:
+        return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
+    mask = ins[3]
+    boolean = cx.type(node.inputs[3]).dtype is DType.bool
+    # a bool mask becomes an additive one: onnxruntime adds faster than it selects, and the
+    # (small, broadcast) additive mask is made once for every layer that shares the mask
+    additive = g.node("Where", [mask, g.const(0.0, dtype), neg_inf]) if boolean else mask
+    scores = g.node("Add", [scores, additive])
+    # torch's safe softmax: a row with every key masked attends to nothing (0, not nan).
+    # Without a causal mask the test reads the (small, broadcast) mask, not the scores.
+    if node.spec.causal:
+        dead = g.node("Equal", [g.node("ReduceMax", [scores, g.const([-1])], keepdims=1),
+                                neg_inf])
+    elif boolean:
+        keep = g.node("ReduceMax", [g.cast(mask, DType.f32), g.const([-1])], keepdims=1)
+        dead = g.node("Equal", [keep, g.const(0.0, DType.f32)])
+    else:
+        dead = g.node("Equal", [g.node("ReduceMax", [mask, g.const([-1])], keepdims=1), neg_inf])
+    probs, zero = g.node("Softmax", [scores], axis=-1), g.const(0.0, dtype)
+    # rows are independent, so the dead rows may as well be zeroed after the product (their
+    # nan stays in their own row), where the tensor is smaller when values are narrower
+    # than the keys are many
+    keys, width = k_type.shape[-2], cx.type(node.inputs[2]).shape[-1]
+    if is_static(keys) and is_static(width) and width < keys:
+        return g.node("Where", [dead, zero, g.node("MatMul", [probs, v])])
+    return g.node("MatMul", [g.node("Where", [dead, zero, probs]), v])
+
+
 primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eval,
           _attention_cost, "two contractions and a softmax materialise the score matrix; "
           "fused attention does not",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL,
+          batch=Refuse("reads q, k, v and a mask as [..., L, E] with their leading axes "
+                       "broadcast together: strip the batch before lowering"),
+          torch=_attention_torch, onnx=_attention_onnx)
 
 
 # -- recurrence -------------------------------------------------------------------------------
@@ -133,6 +185,54 @@ def _lstm_cost(spec: Lstm, ins, out: TensorType) -> Cost:
     return traffic(ins, out, flops + 12 * spec.cells * product(x.shape[:2] + h0s[0].shape[-1:]))
 
 
+def _stacked(states) -> str:
+    """Per-cell [B, H] states as torch's [layers * directions, B, H]."""
+    return f"{states[0]}[None]" if len(states) == 1 else f"torch.stack([{', '.join(states)}])"
+
+
+def _lstm_torch(node, a, code):
+    s = node.spec
+    x, weights, h0s, c0s = lstm_parts(s, a)
+    if s.reverse:
+        x = f"{x}.flip(0)"
+    flat = ", ".join(w for cell in weights for w in cell)
+    out = (f"torch.lstm({x}, ({_stacked(h0s)}, {_stacked(c0s)}), ({flat}), True, {s.layers}, "
+           f"0.0, False, {s.bidirectional}, False)[0]")
+    return f"{out}.flip(0)" if s.reverse else out
+
+
+def _lstm_onnx(node, ins, g, cx):
+    """One ONNX LSTM per layer (both directions in one where bidirectional); ONNX orders
+    the gates (i, o, f, c) where torch has (i, f, g, o)."""
+    spec = node.spec
+    x, weights, h0s, c0s = lstm_parts(spec, ins)
+    hidden = int(node.type.shape[-1]) // (2 if spec.bidirectional else 1)
+    order = g.const([k * hidden + j for k in (0, 3, 1, 2) for j in range(hidden)])
+    gates = lambda t: g.node("Gather", [t, order], axis=0)  # noqa: E731
+    stack = lambda ts: ts[0] if len(ts) == 1 else g.node("Concat", ts, axis=0)  # noqa: E731
+    first = lambda t: g.node("Unsqueeze", [t, g.const([0])])  # noqa: E731
+    directions = 2 if spec.bidirectional else 1
+    for layer in range(spec.layers):
+        cells = range(layer * directions, (layer + 1) * directions)
+        w = stack([first(gates(weights[k][0])) for k in cells])
+        r = stack([first(gates(weights[k][1])) for k in cells])
+        b = stack([first(g.node("Concat", [gates(weights[k][2]), gates(weights[k][3])], axis=0))
+                   for k in cells])
+        h, c = (stack([first(states[k]) for k in cells]) for states in (h0s, c0s))
+        direction = "bidirectional" if spec.bidirectional else \
+            "reverse" if spec.reverse else "forward"
+        y = g.node("LSTM", [x, w, r, b, "", h, c], hidden_size=hidden, direction=direction)
+        if directions == 1:
+            x = g.node("Squeeze", [y, g.const([1])])  # [T, 1, B, H] -> [T, B, H]
+        else:  # [T, 2, B, H] -> [T, B, 2H], forward first as torch concatenates
+            x = g.node("Reshape", [g.node("Transpose", [y], perm=[0, 2, 1, 3]),
+                                   g.const([0, 0, -1])])
+    return x
+
+
 primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
           "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL,
+          batch=Refuse("works on the framework's fixed [T, B, I] layout with [B, H] states: "
+                       "strip the batch before lowering"),
+          torch=_lstm_torch, onnx=_lstm_onnx)

@@ -1,17 +1,22 @@
 """Window kernels: pooling and resizing."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch.nn.functional as F
 
+from tdag.deinops.codegen import tuple_expr
+from tdag.deinops.kernels.common import NDIM
 from tdag.deinops.kernels.contraction import conv_out
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
+from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import product
-from tdag.ir.types import TensorType
+from tdag.ir.symbols import is_static, product
+from tdag.ir.types import DType, TensorType
 
 # -- pooling ----------------------------------------------------------------------------------
 
@@ -61,12 +66,56 @@ def _pool_cost(spec: Pool, ins, out: TensorType) -> Cost:
     return traffic(ins, out, out.numel * product(spec.kernel))  # one flop per window element
 
 
+def global_pool(node, in_shape) -> bool:
+    """A pool whose one window covers the whole (static) spatial extent."""
+    s = node.spec
+    return all(p == 0 for p in s.padding) and all(d == 1 for d in s.dilation) and \
+        tuple(in_shape[2:]) == tuple(s.kernel)
+
+
+def _max_pool_torch(node, a, code):
+    s = node.spec
+    if global_pool(node, code.shape_of(node.inputs[0])):  # what adaptive pooling to 1 runs
+        return f"{a[0]}.amax({tuple_expr(range(2, node.type.rank))}, keepdim=True)"
+    return (f"F.max_pool{NDIM[len(s.kernel)]}({a[0]}, {tuple_expr(s.kernel)}, "
+            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.dilation)})")
+
+
+def _max_pool_onnx(node, ins, g, cx):
+    s = node.spec
+    if global_pool(node, cx.type(node.inputs[0]).shape):
+        return g.node("GlobalMaxPool", ins)
+    return g.node("MaxPool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
+                  pads=list(s.padding) * 2, dilations=list(s.dilation))
+
+
+_LAYOUT = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch before "
+                 "lowering")
+
 primitive(Op.max_pool, Pool, 1, _pool_shape_rule("max_pool"), _max_pool_eval, _pool_cost,
           "pad + unfold + reduce-max materialises every window",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_max_pool_torch, onnx=_max_pool_onnx)
+
+
+def _avg_pool_torch(node, a, code):
+    s = node.spec
+    if global_pool(node, code.shape_of(node.inputs[0])):
+        return f"{a[0]}.mean({tuple_expr(range(2, node.type.rank))}, keepdim=True)"
+    return (f"F.avg_pool{NDIM[len(s.kernel)]}({a[0]}, {tuple_expr(s.kernel)}, "
+            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)})")
+
+
+def _avg_pool_onnx(node, ins, g, cx):
+    s = node.spec
+    if global_pool(node, cx.type(node.inputs[0]).shape):
+        return g.node("GlobalAveragePool", ins)
+    return g.node("AveragePool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
+                  pads=list(s.padding) * 2, count_include_pad=1)
+
+
 primitive(Op.avg_pool, Pool, 1, _pool_shape_rule("avg_pool"), _avg_pool_eval, _pool_cost,
           "pad + unfold + reduce-sum + scale materialises every window",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_avg_pool_torch, onnx=_avg_pool_onnx)
 
 
 # -- resizing ---------------------------------------------------------------------------------
@@ -112,6 +161,48 @@ def _resize_cost(spec: Resize, ins, out: TensorType) -> Cost:
     return traffic(ins, out, out.numel * per if spec.mode == "linear" else 0)
 
 
+def _resize_torch(node, a, code):
+    s = node.spec
+    align = f", align_corners={s.align_corners}" if s.mode == "linear" else ""
+    target = f"size={tuple_expr(s.sizes)}" if s.scales is None else \
+        f"scale_factor={tuple_expr(s.scales)}"
+    return f"F.interpolate({a[0]}, {target}, mode={torch_mode(s)!r}{align})"
+
+
+def _resize_onnx(node, ins, g, cx):
+    """Resize with torch's coordinates: floor-nearest on asymmetric coordinates, linear on
+    pytorch_half_pixel or align_corners; sizes (or torch's explicit scales) as given."""
+    s = node.spec
+    if s.mode == "nearest":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                     nearest_mode="floor")
+    else:  # half_pixel is pytorch_half_pixel except for size-1 outputs, and runs faster
+        half = "half_pixel" if all(n != 1 for n in s.sizes) else "pytorch_half_pixel"
+        attrs = dict(mode="linear", coordinate_transformation_mode=(
+            "align_corners" if s.align_corners else half))
+    scales = s.scales if s.scales is not None else _exact_scales(cx.type(node.inputs[0]), s)
+    if scales is not None:  # constant scales let onnxruntime use its fast upsampling
+        scales = g.const([1.0, 1.0] + [float(v) for v in scales], DType.f32)
+        return g.node("Resize", [ins[0], "", scales], **attrs)
+    sizes = g.node("Concat", [g.node("Shape", ins, end=2), g.const(list(s.sizes))], axis=0)
+    return g.node("Resize", [ins[0], "", "", sizes], **attrs)
+
+
+def _exact_scales(x_type, spec) -> tuple | None:
+    """out/in per axis when float32 reproduces every size exactly (then the scale and the
+    size ratio give the same coordinates)."""
+    scales = []
+    for n, out in zip(x_type.shape[2:], spec.sizes):
+        if not is_static(n) or not n:
+            return None
+        scale = float(np.float32(out / n))
+        if math.floor(np.float32(scale) * np.float32(n)) != out or \
+                float(np.float32(n) / np.float32(out)) != float(np.float32(1 / scale)):
+            return None
+        scales.append(scale)
+    return tuple(scales)
+
+
 primitive(Op.resize, Resize, 1, _resize_shape, _resize_eval, _resize_cost,
           "gathers and weighted sums per axis materialise each pass; one resize does not",
-          traits=Trait.KERNEL)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_resize_torch, onnx=_resize_onnx)
