@@ -12,8 +12,14 @@ from tdag import ops
 from tdag.canonicalize import from_onnx, from_torch
 from tdag.deinops import PRIMITIVES
 from tdag.deinops.trace import TensorSpec, trace
-from tdag.errors import (FileFormatError, InvalidModelError, PatternError, ShapeError,
-                         TdagError, UnsupportedOpError)
+from tdag.errors import (
+                         FileFormatError,
+                         InvalidModelError,
+                         PatternError,
+                         ShapeError,
+                         TdagError,
+                         UnsupportedOpError,
+)
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.interpreter import run
 from tdag.ir.op import Op
@@ -23,8 +29,17 @@ from tdag.ir.record import OpRecord, Trait, ops_with, record
 from tdag.ir.serialize import load, save
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 from tdag.ir.verify import verify
-from tdag.refine import (BatchError, CostReport, add_batch, compose, cost, extract, replace,
-                         simplify, strip_batch)
+from tdag.refine import (
+                         BatchError,
+                         CostReport,
+                         add_batch,
+                         compose,
+                         cost,
+                         extract,
+                         replace,
+                         simplify,
+                         strip_batch,
+)
 from tdag.reify import to_onnx, to_torch
 
 __version__ = "0.1.0"

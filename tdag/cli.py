@@ -18,11 +18,15 @@ import argparse
 import os
 import sys
 
+import onnx
+
+import tdag
+import tdag.lower
+from tdag.demo import main as demo_main
 from tdag.errors import TdagError
 
 
 def _load(path: str, dynamic_batch: bool = False):
-    import tdag
     if not os.path.isfile(path):
         raise TdagError(f"no such file: {path!r}")
     if path.endswith(".tdag"):
@@ -35,11 +39,9 @@ def _load(path: str, dynamic_batch: bool = False):
 
 
 def _write(prog, path: str) -> None:
-    import tdag
     if path.endswith(".tdag"):
         tdag.save(prog, path)
     elif path.endswith(".onnx"):
-        import onnx
         onnx.save(tdag.to_onnx(prog), path)
     else:
         raise TdagError(f"cannot write {path!r}: expected a .tdag or an .onnx file")
@@ -96,9 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    import tdag
     if args.command == "demo":
-        from tdag.demo import main as demo_main
         return demo_main(args.out)
     prog = _load(args.file, args.dynamic_batch)
     if args.command == "show":
@@ -117,7 +117,6 @@ def _run(args) -> int:
     elif args.command == "strip-batch":
         _write(tdag.strip_batch(prog), args.output)
     elif args.command == "explain":
-        import tdag.lower
         print(tdag.lower.explain(prog, args.node, args.graph))
     return 0
 

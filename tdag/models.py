@@ -3,8 +3,8 @@ nothing is downloaded."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class Attention(nn.Module):

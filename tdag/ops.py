@@ -5,9 +5,10 @@ broadcasting and promotion (``add``, ``matmul``, ``reshape``, ``concat``, ...), 
 ops as compositions (``conv``, ``softmax``, ``layer_norm``, ``attention``, ...) and einops
 patterns (``rearrange``, ``einops_reduce``, ``repeat``, ``einsum``).
 """
+from tdag.deinops.arrays import *  # noqa: F401,F403
 from tdag.deinops.core import *  # noqa: F401,F403
 from tdag.deinops.core import abs, pow, round, slice, sum  # noqa: F401  (shadow builtins)
-from tdag.deinops.arrays import *  # noqa: F401,F403
+from tdag.deinops.einops import einsum, rearrange, repeat  # noqa: F401
+from tdag.deinops.einops import reduce as einops_reduce
 from tdag.deinops.nn import *  # noqa: F401,F403
 from tdag.deinops.trace import buffer, const, param  # noqa: F401
-from tdag.deinops.einops import einsum, rearrange, reduce as einops_reduce, repeat  # noqa: F401

@@ -20,9 +20,11 @@ def _models():
         "mlp": (M.MLP, lambda b: (torch.randn(b, 16, generator=g),)),
         "cnn": (M.CNN, lambda b: (torch.randn(b, 3, 16, 16, generator=g),)),
         "encoder": (M.Encoder, lambda b: (torch.randn(b, 6, 32, generator=g),
-                                          torch.arange(6).expand(b, 6) >= 6 - torch.arange(b)[:, None])),
+                                          torch.arange(6).expand(b, 6)
+                                          >= 6 - torch.arange(b)[:, None])),
         "decoder": (M.Decoder, lambda b: (torch.randint(0, 64, (b, 7), generator=g),
-                                          (torch.arange(7).expand(b, 7) < 7 - torch.arange(b)[:, None]).long())),
+                                          (torch.arange(7).expand(b, 7)
+                                           < 7 - torch.arange(b)[:, None]).long())),
         "tagger": (M.Tagger, lambda b: (torch.randint(0, 50, (b, 5), generator=g),)),
         "unet": (M.UNetBlock, lambda b: (torch.randn(b, 4, 8, 8, generator=g),)),
     }

@@ -79,7 +79,8 @@ row("int-float-scalar", lambda x: x - 0.5, lambda x: x - 0.5, i34)
 row("int/int-scalar", lambda x: x / 3, lambda x: x / 3, i34)
 row("int/int", lambda x, y: x / y, lambda x, y: x / y,
     lambda n=3: [ints(-9, 10, 5), torch.tensor([1, -2, 3, 4, -5])])
-row("i32*int-scalar", lambda x: x * 3, lambda x: x * 3, lambda n=3: [ints(-5, 6, 4, dtype=torch.int32)])
+row("i32*int-scalar", lambda x: x * 3, lambda x: x * 3,
+    lambda n=3: [ints(-5, 6, 4, dtype=torch.int32)])
 row("i32*i64", lambda x, y: x * y, lambda x, y: x * y,
     lambda n=3: [ints(-5, 6, 4, dtype=torch.int32), ints(-5, 6, 4)])
 row("u8+i8", lambda x, y: x + y, lambda x, y: x + y,
@@ -487,7 +488,8 @@ def _within_ulps(got: torch.Tensor, want: torch.Tensor, ulps: int) -> bool:
 
 def check(got: torch.Tensor, want: torch.Tensor, tol, what: str):
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, torch gives {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, torch gives {tuple(want.shape)}"
+    assert got.shape == want.shape, (f"{what}: shape {tuple(got.shape)}, "
+                                     f"torch gives {tuple(want.shape)}")
     if tol is None or not want.dtype.is_floating_point:
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=what)
     elif tol[0] == "ulp":

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tdag
-from tdag import InvalidModelError, Node, ShapeError, TdagError, TensorSpec, TensorType, Value
+from tdag import InvalidModelError, Node, ShapeError, TdagError, TensorSpec, TensorType
 from tdag import ops as C
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Divide, DivideMode

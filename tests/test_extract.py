@@ -185,7 +185,8 @@ def test_compose_of_multi_step_programs_keeps_their_controllers():
     a = scoped_mlp(depth=1)
     g = a.graph
     x = Value("x", g.inputs[0].type)
-    two_calls = Program({"f": g}, Block((x,), (Call("f", ("x",), ("y",)), Call("f", ("y",), ("z",))),
+    two_calls = Program({"f": g}, Block((x,), (Call("f", ("x",), ("y",)),
+                                               Call("f", ("y",), ("z",))),
                                         ("z",)))
     chained = compose(two_calls, two_calls)
     tdag.verify(chained)

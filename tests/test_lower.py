@@ -338,7 +338,8 @@ def _hand_lstm(x, h, c, reverse=False, name="", hidden=3):
     projected = ops.linear(x, w_ih, b_ih)
     outs = {}
     for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
-        i, f, g, o = ops.chunk(ops.add(ops.select(projected, 0, t), ops.linear(h, w_hh, b_hh)), 4, -1)
+        i, f, g, o = ops.chunk(ops.add(ops.select(projected, 0, t), ops.linear(h, w_hh, b_hh)),
+                               4, -1)
         c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
         h = outs[t] = ops.sigmoid(o) * ops.tanh(c)
     return ops.stack([outs[t] for t in range(x.shape[0])], 0)

@@ -4,7 +4,8 @@ from tdag.ir.names import FreshNames, NameMap
 
 def test_fresh_names_skip_taken_ones():
     names = FreshNames(taken={"x", "x_1"})
-    assert [names.fresh("x"), names.fresh("x"), names("y"), names("y")] == ["x_2", "x_3", "y", "y_1"]
+    assert [names.fresh("x"), names.fresh("x"), names("y"), names("y")] == [
+        "x_2", "x_3", "y", "y_1"]
 
 
 def test_name_map_is_stable_and_injective():

@@ -217,7 +217,8 @@ for _dt in (DType.f32, DType.f64, DType.f16):
         case(Op.pow, None, [In(_shape, _dt, uniform(0.1, 3)), In(_shape, _dt, uniform(-2, 2))],
              lambda s, d, a, b: np.power(a.astype(np.float64), b), f"{_dt.value}-{_shape}")
     # negative bases with integral exponents are defined (exp(y*log x) would be nan)
-    case(Op.pow, None, [In((3, 4), _dt, uniform(-3, -0.1)), In((3, 4), _dt, choice([-2, 0, 1, 2, 3]))],
+    case(Op.pow, None, [In((3, 4), _dt, uniform(-3, -0.1)),
+                        In((3, 4), _dt, choice([-2, 0, 1, 2, 3]))],
          lambda s, d, a, b: np.power(a.astype(np.float64), b), f"{_dt.value}-negbase")
 for _dt in (DType.i64, DType.i32):
     case(Op.pow, None, [In((3, 4), _dt, integers(-3, 4)), In((3, 4), _dt, integers(0, 5))],
@@ -362,10 +363,13 @@ def _slice_ref(spec, dims, x):
     return x[tuple(index)]
 
 
-for _spec, _shape in [(Slice((0,), (2,), (8,), (3,)), (10,)), (Slice((0,), (0,), (10,), (1,)), (10,)),
-                      (Slice((0,), (4,), (4,), (1,)), (10,)), (Slice((0,), (9,), (10,), (5,)), (10,)),
+for _spec, _shape in [(Slice((0,), (2,), (8,), (3,)), (10,)),
+                      (Slice((0,), (0,), (10,), (1,)), (10,)),
+                      (Slice((0,), (4,), (4,), (1,)), (10,)),
+                      (Slice((0,), (9,), (10,), (5,)), (10,)),
                       (Slice((0, 1), (1, 0), (3, 6), (1, 2)), (4, 6)),
-                      (Slice((1,), (0,), (1,), (1,)), (2, 1)), (Slice((0,), (0,), (0,), (1,)), (0, 3)),
+                      (Slice((1,), (0,), (1,), (1,)), (2, 1)),
+                      (Slice((0,), (0,), (0,), (1,)), (0, 3)),
                       (Slice((0,), (1,), (B,), (1,)), ("b", 5)),
                       (Slice((0, 1), (0, 1), (B - 1, 5), (1, 2)), ("b", 5)),
                       (Slice((1,), (2,), (4,), (1,)), ("b", 5))]:
@@ -426,7 +430,8 @@ def _unfold_ref(spec, dims, x):
     return np.stack(windows, axis=spec.axis)
 
 
-for _spec, _shape in [(Unfold(0, 3), (10,)), (Unfold(0, 3, 2, 2), (10,)), (Unfold(1, 2, 3), (2, 7, 3)),
+for _spec, _shape in [(Unfold(0, 3), (10,)), (Unfold(0, 3, 2, 2), (10,)),
+                      (Unfold(1, 2, 3), (2, 7, 3)),
                       (Unfold(0, 1), (4, 2)), (Unfold(0, 4, 4), (8, 2)), (Unfold(0, 5), (5,)),
                       (Unfold(1, 2), (0, 3)), (Unfold(1, 3, 1, 2), (2, 9))]:
     for _dt in (DType.f32, DType.i64, DType.bool):

@@ -152,7 +152,10 @@ def test_every_primitive_spec_round_trips():
         assert snippet in text, snippet
 
 
-def _one_node_program(origin=Origin(), names=("x", "y"), graph_name="main",
+_NO_ORIGIN = Origin()
+
+
+def _one_node_program(origin=_NO_ORIGIN, names=("x", "y"), graph_name="main",
                       pad_value=0.0) -> Program:
     t = TensorType((2,), DType.f32)
     node = Node(names[1], Op.pad, (names[0],), Pad(((1, 0),), pad_value),

@@ -61,8 +61,10 @@ def test_if_condition_from_an_input():
     graphs = {"inc": graph(lambda x: x + 1.0, spec), "dec": graph(lambda x: x - 1.0, spec)}
     x, flag = value("x", 2), value("flag", dtype="bool")
     prog = Program(graphs, Block((flag, x), (If("flag", ("x",),
-                                                 Block((x,), (Call("inc", ("x",), ("a",)),), ("a",)),
-                                                 Block((x,), (Call("dec", ("x",), ("a",)),), ("a",)),
+                                                 Block((x,), (Call("inc", ("x",), ("a",)),),
+                                                       ("a",)),
+                                                 Block((x,), (Call("dec", ("x",), ("a",)),),
+                                                       ("a",)),
                                                  ("y",)),), ("y",)))
     t = torch.tensor([1.0, 2.0])
     assert torch.equal(run_checked(prog, torch.tensor(True), t), t + 1)
@@ -162,7 +164,9 @@ def python_doubling(x, limit=None):
 @pytest.mark.parametrize("start", [[1.0, 2.0], [30.0, 40.0], [200.0, 0.0]])
 def test_while_loop_with_condition_output(start):
     prog = doubling_loop()
-    assert [str(t) for t in tdag.ir.interpreter.output_types(prog)] == ["f32[2]", "f32[trips_y]"]  # named after the first output
+    # trips_y is named after the first output
+    assert [str(t) for t in tdag.ir.interpreter.output_types(prog)] == [
+        "f32[2]", "f32[trips_y]"]
     x = torch.tensor(start)
     expected, sums = python_doubling(x)
     if not sums:  # zero iterations: the scanned output has no known shape

@@ -41,17 +41,21 @@ CONV_W = torch.randn(6, 4, 3, 3)
 
 # (name, tdag fn, torch fn, operands): each a computation whose contractions torch counts
 TRACED = [
-    ("matmul", lambda a, b: ops.matmul(a, b), torch.matmul, (torch.randn(8, 40), torch.randn(40, 24))),
-    ("bmm", lambda a, b: ops.matmul(a, b), torch.matmul, (torch.randn(3, 8, 40), torch.randn(3, 40, 5))),
+    ("matmul", lambda a, b: ops.matmul(a, b), torch.matmul,
+     (torch.randn(8, 40), torch.randn(40, 24))),
+    ("bmm", lambda a, b: ops.matmul(a, b), torch.matmul,
+     (torch.randn(3, 8, 40), torch.randn(3, 40, 5))),
     ("linear", lambda x: ops.linear(x, ops.param("w", W), ops.param("b", torch.randn(24))),
      lambda x: F.linear(x, W, torch.randn(24)), (torch.randn(2, 7, 40),)),
-    ("einsum", lambda a, b: ops.einsum("bij,bjk->bik", a, b), lambda a, b: torch.einsum("bij,bjk->bik", a, b),
+    ("einsum", lambda a, b: ops.einsum("bij,bjk->bik", a, b),
+     lambda a, b: torch.einsum("bij,bjk->bik", a, b),
      (torch.randn(2, 5, 6), torch.randn(2, 6, 7))),
     ("conv", lambda x: ops.conv(x, ops.param("w", CONV_W), stride=2, padding=1),
      lambda x: F.conv2d(x, CONV_W, stride=2, padding=1), (torch.randn(2, 4, 9, 9),)),
     ("grouped_conv", lambda x: ops.conv(x, ops.param("w", CONV_W[:, :2]), groups=2),
      lambda x: F.conv2d(x, CONV_W[:, :2], groups=2), (torch.randn(2, 4, 9, 9),)),
-    ("mlp_gelu", lambda x: ops.linear(ops.gelu(ops.linear(x, ops.param("w", W))), ops.param("v", W.T)),
+    ("mlp_gelu",
+     lambda x: ops.linear(ops.gelu(ops.linear(x, ops.param("w", W))), ops.param("v", W.T)),
      lambda x: F.linear(F.gelu(F.linear(x, W)), W.T), (torch.randn(3, 40),)),
 ]
 
@@ -65,7 +69,8 @@ def test_matmul_flops_equal_flop_counter_on_traced(name, fn, ref, args):
 def test_matvec_is_counted_where_flop_counter_misses_it():
     a, v = torch.randn(8, 40), torch.randn(40)
     assert torch_flops(torch.matmul, a, v) == 0  # aten.mv has no flop formula
-    prog = tdag.trace(lambda a, v: ops.matmul(a, v), tdag.TensorSpec((8, 40)), tdag.TensorSpec((40,)))
+    prog = tdag.trace(lambda a, v: ops.matmul(a, v), tdag.TensorSpec((8, 40)),
+                      tdag.TensorSpec((40,)))
     assert checked_cost(prog).matmul_flops == 2 * 8 * 40
 
 
@@ -120,7 +125,8 @@ def test_lowered_kernels_count_the_same_matmul_flops_and_traffic():
     lower = pytest.importorskip("tdag.lower")
     for name in ("mlp", "cnn", "decoder"):
         prog = from_torch(name)
-        before, after = cost(prog).evaluate(batch=3), checked_cost(lower.lower(prog)).evaluate(batch=3)
+        before = cost(prog).evaluate(batch=3)
+        after = checked_cost(lower.lower(prog)).evaluate(batch=3)
         assert after.matmul_flops == before.matmul_flops
         # the fused figure approximates what the lowered program moves; its single-pass
         # softmax and norm kernels read their input once where the model reads it twice
@@ -232,7 +238,8 @@ def test_an_if_counts_its_costlier_branch():
     x, c = Value("x", TensorType((4, 8), DType.f32)), Value("c", TensorType((), DType.bool))
     branch = lambda g: Block((x,), (Call(g, ("x",), ("y",)),), ("y",))  # noqa: E731
     prog = Program({"cheap": cheap, "dear": dear},
-                   Block((x, c), (If("c", ("x",), branch("cheap"), branch("dear"), ("y",)),), ("y",)))
+                   Block((x, c), (If("c", ("x",), branch("cheap"), branch("dear"), ("y",)),),
+                         ("y",)))
     report = checked_cost(prog)
     assert report.flops == 64
     assert report.per_graph["cheap"].flops == 32 and report.per_graph["dear"].flops == 64

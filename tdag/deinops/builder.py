@@ -12,10 +12,10 @@ from typing import Iterator, Sequence
 
 import torch
 
-from tdag.ir.record import REGISTRY, NoSpec
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.graph import TDAG, Node, Value, Weight, valid_name
 from tdag.ir.op import Op
+from tdag.ir.record import REGISTRY, NoSpec
 from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("tdag_builder",

@@ -15,8 +15,17 @@ import torch
 from tdag.deinops.builder import Builder, Tensor, active_builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
-                                   Unsqueeze)
+from tdag.deinops.movement import (
+    Group,
+    Pad,
+    Permute,
+    Repeat,
+    Select,
+    Slice,
+    Squeeze,
+    Ungroup,
+    Unsqueeze,
+)
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Fold, Unfold
 from tdag.errors import ShapeError

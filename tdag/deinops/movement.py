@@ -17,8 +17,18 @@ import torch.nn.functional as F
 from tdag.deinops.codegen import tuple_expr
 from tdag.deinops.primitive import movement_cost, primitive
 from tdag.errors import ShapeError
-from tdag.ir.batching import (AxisRule, Batched, Folded, Mixes, before, divide,
-                                nothing, plus1, same_axis, shift)
+from tdag.ir.batching import (
+    AxisRule,
+    Batched,
+    Folded,
+    Mixes,
+    before,
+    divide,
+    nothing,
+    plus1,
+    same_axis,
+    shift,
+)
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product

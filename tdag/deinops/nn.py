@@ -13,8 +13,13 @@ import torch
 from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
 from tdag.deinops.nn_conv import conv, conv_transpose, torch_pad
-from tdag.deinops.nn_pool import (adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate,
-                                  max_pool)
+from tdag.deinops.nn_pool import (
+    adaptive_avg_pool,
+    adaptive_max_pool,
+    avg_pool,
+    interpolate,
+    max_pool,
+)
 from tdag.deinops.nn_util import as_float, channel_view
 from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal

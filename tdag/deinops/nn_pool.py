@@ -13,8 +13,7 @@ import torch
 
 from tdag.deinops import core
 from tdag.deinops.builder import Tensor
-from tdag.deinops.nn_util import (as_float, fill_value, ntuple, spatial_rank, static_dims,
-                                  trailing)
+from tdag.deinops.nn_util import as_float, fill_value, ntuple, spatial_rank, static_dims, trailing
 from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim, floordiv, is_static
 

@@ -9,8 +9,18 @@ from typing import Sequence
 
 from tdag.ir.batching import BatchRule
 from tdag.ir.op import Op
-from tdag.ir.record import (Cost, CostRule, Evaluator, NoSpec, OnnxEmitter, OpRecord,
-                            ShapeRule, TorchEmitter, Trait, register)
+from tdag.ir.record import (
+    Cost,
+    CostRule,
+    Evaluator,
+    NoSpec,
+    OnnxEmitter,
+    OpRecord,
+    ShapeRule,
+    TorchEmitter,
+    Trait,
+    register,
+)
 from tdag.ir.symbols import Dim, as_dim
 from tdag.ir.types import TensorType
 

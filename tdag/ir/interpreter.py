@@ -9,13 +9,13 @@ from typing import Mapping, Sequence
 
 import torch
 
-from tdag.ir.verify import block_types
-from tdag.ir.record import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import REGISTRY
 from tdag.ir.symbols import evaluate, format_dim, is_static
 from tdag.ir.types import DType, TensorType
+from tdag.ir.verify import block_types
 
 
 def run(prog: Program | TDAG, *tensors: torch.Tensor, state: Mapping | None = None,

@@ -23,13 +23,13 @@ from functools import lru_cache
 import sympy
 import torch
 
-from tdag.ir.record import REGISTRY
 from tdag.errors import FileFormatError
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.lexer import Expr, Ident, Line, Ref, to_dim, to_float
 from tdag.ir.op import Op
 from tdag.ir.printer import parse_plain_origin
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import REGISTRY
 from tdag.ir.symbols import Dim, parse_dim, product, shape_is_static
 from tdag.ir.types import Origin, TensorKind
 

@@ -12,11 +12,11 @@ import contextlib
 import gc
 from typing import Callable, Iterator, Sequence
 
-from tdag.ir.verify import verify
 from tdag.errors import TdagError
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
 from tdag.ir.rewrite import current_trace
+from tdag.ir.verify import verify
 
 Pass = Callable[[Program], "tuple[Program, bool]"]
 

@@ -27,6 +27,7 @@ import math
 import re
 
 import sympy
+
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import format_dim, shape_is_static

@@ -12,6 +12,9 @@ for several ops is listed once per op), and every rule answers in one of three t
 Anything else (None, a bare string, a Node) raises ``RuleError`` at once: a rule written for
 another convention must fail loudly, not become a silent no-op.
 
+Rules are listed as data, one line each with the pattern it rewrites:
+``Rule(Op.permute, _permute_permute),  # permute(permute(x, p), q) -> permute(x, p[q])``.
+
 ``rewrite(graph, rules)`` sweeps the nodes once, forward. Rules see the graph as rewritten so
 far (inputs already renamed through aliases, producers already replaced), so one sweep
 collapses a chain. ``RuleSet(rules, budget)`` says how often one node is rewritten in place:
@@ -34,7 +37,6 @@ from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec, record
 from tdag.ir.types import TensorType
-
 
 # -- what a rule returns ----------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
-from tdag.ir.record import REGISTRY
 from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, valid_name
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import REGISTRY
 from tdag.ir.symbols import as_dim, shape_is_static, symbol
 from tdag.ir.types import DType, TensorType, spec_of
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.ir.record import NoSpec
+from tdag.deinops.kernels.activations import Clamp, Gelu
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.deinops.kernels.activations import Clamp, Gelu
+from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import close, is_scalar, producer_is, scalar
 

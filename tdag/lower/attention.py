@@ -11,14 +11,14 @@ e (q, k), ev (v, out). The kernel gets q[..., l, e], k[..., s, e], v[..., s, ev]
 from __future__ import annotations
 
 from tdag.deinops.elementwise import CompareKind
+from tdag.deinops.kernels.contraction import parse_equation
+from tdag.deinops.kernels.sequence import Attention
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.types import DType
-from tdag.deinops.kernels.contraction import parse_equation
-from tdag.deinops.kernels.sequence import Attention
-from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
 from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.types import DType
+from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
 
 _INF = float("inf")
 

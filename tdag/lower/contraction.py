@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import string
 
+from tdag.deinops.kernels.contraction import Einsum, parse_equation
+from tdag.deinops.kernels.layout import Reshape
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.deinops.kernels.contraction import Einsum, parse_equation
-from tdag.deinops.kernels.layout import Reshape
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import is_unit, producer_is, trace_axes
 

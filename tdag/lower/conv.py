@@ -10,13 +10,13 @@ layout and the result is reshaped and permuted back into the einsum's layout.
 """
 from __future__ import annotations
 
+from tdag.deinops.kernels.contraction import Conv, ConvTranspose, parse_equation
+from tdag.deinops.kernels.layout import Reshape
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.symbols import as_dim, is_static
-from tdag.deinops.kernels.contraction import Conv, ConvTranspose, parse_equation
-from tdag.deinops.kernels.layout import Reshape
 from tdag.ir.rewrite import Context, Emitter, NoMatch, Rule
+from tdag.ir.symbols import as_dim, is_static
 from tdag.lower.match import producer_is, reshape_groups, trace_axes
 from tdag.lower.windows import split_of, symmetric_padding, windows_of
 

@@ -28,6 +28,7 @@ from tdag.ir.program import Program
 from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Look, Trace, explaining
 from tdag.lower.passes import run_passes
+from tdag.lower.pipeline import DEFAULT, PASSES
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,6 @@ def explain(prog: Program, node: str, graph: str | None = None,
             passes: Sequence[str] | None = None) -> Explanation:
     """Why ``node`` (``"%42"`` or ``"42"``) was or was not lowered by ``passes`` (the default
     list). ``graph`` names its TDAG where the program has several that hold the name."""
-    from tdag.lower import DEFAULT, PASSES  # here: tdag.lower's __init__ imports this module
     names = DEFAULT if passes is None else passes
     name = node[1:] if node.startswith("%") else node
     where = _graph_of(prog, name, graph)

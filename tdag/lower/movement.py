@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from tdag.ir.graph import Node
-from tdag.ir.op import Op
-from tdag.ir.symbols import as_dim, dims_equal
-from tdag.ir.types import TensorKind
 from tdag.deinops.kernels.layout import Concat, Expand, Reshape
 from tdag.deinops.movement import Permute, Slice
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
 from tdag.ir.rewrite import Alias, Context, NoMatch, Rule
+from tdag.ir.symbols import as_dim, dims_equal
+from tdag.ir.types import TensorKind
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
 
 # ops that keep the row-major order of elements: any chain of them is one reshape. Not a

@@ -12,15 +12,22 @@ folded in by ``AFFINE_RULES`` (run with the other fusions).
 """
 from __future__ import annotations
 
+from tdag.deinops.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.symbols import is_static, product
-from tdag.deinops.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
-from tdag.lower.match import (close, is_scalar, linear_coefficient, maps_reduced, producer_is,
-                              trace_axes, trace_chain)
-from tdag.lower.movement import RESHAPES
 from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.symbols import is_static, product
+from tdag.lower.match import (
+    close,
+    is_scalar,
+    linear_coefficient,
+    maps_reduced,
+    producer_is,
+    trace_axes,
+    trace_chain,
+)
+from tdag.lower.movement import RESHAPES
 
 
 def _mean_of(ctx: Context, name: str, rank: int):

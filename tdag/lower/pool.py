@@ -8,15 +8,15 @@ kernel sees x[N, C, *S]; the result is reshaped and permuted back.
 """
 from __future__ import annotations
 
+from tdag.deinops.kernels.layout import Reshape
+from tdag.deinops.kernels.windows import Pool
 from tdag.deinops.movement import Permute
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Unfold
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.symbols import product
-from tdag.deinops.kernels.windows import Pool
-from tdag.deinops.kernels.layout import Reshape
 from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.symbols import product
 from tdag.lower.match import close, producer_is, scalar
 from tdag.lower.windows import symmetric_padding, windows_of
 

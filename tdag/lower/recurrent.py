@@ -16,15 +16,15 @@ reads the output of another alike (same directions) stacks onto it.
 """
 from __future__ import annotations
 
+from tdag.deinops.kernels.contraction import parse_equation
+from tdag.deinops.kernels.sequence import Lstm, lstm_parts
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
+from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.deinops.kernels.contraction import parse_equation
-from tdag.deinops.kernels.sequence import Lstm, lstm_parts
 from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
-from tdag.ir.rewrite import Context, NoMatch, Rule
 
 
 def _of(ctx: Context, name: str, op: Op) -> str | None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from tdag.deinops.kernels.windows import Resize
 from tdag.deinops.nn_pool import _nearest_index, _scale
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
+from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import is_static
 from tdag.ir.types import TensorKind
-from tdag.deinops.kernels.windows import Resize
 from tdag.lower.match import producer_is, trace_axes
-from tdag.ir.rewrite import Context, NoMatch, Rule
 
 
 def const_vector(ctx: Context, name: str) -> torch.Tensor | None:

@@ -6,10 +6,10 @@
 """
 from __future__ import annotations
 
+from tdag.deinops.kernels.activations import Softmax
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.deinops.kernels.activations import Softmax
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.match import linear_coefficient, maps_reduced, producer_is, trace_chain
 

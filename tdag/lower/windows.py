@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdag.ir.op import Op
+from tdag.ir.rewrite import Context
 from tdag.ir.symbols import is_static
 from tdag.lower.match import is_unit, reshape_groups
 from tdag.lower.movement import RESHAPES
-from tdag.ir.rewrite import Context
 
 
 @dataclass(frozen=True)

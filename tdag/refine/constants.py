@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from tdag.ir.record import REGISTRY
 from tdag.errors import TdagError
 from tdag.ir.graph import TDAG, Node, Weight
-from tdag.ir.record import Trait, has
+from tdag.ir.record import REGISTRY, Trait, has
 from tdag.ir.symbols import evaluate, shape_is_static
 from tdag.ir.types import TensorKind
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from tdag.ir.record import REGISTRY
 from tdag.ir.graph import TDAG
-from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
 from tdag.ir.passes import gc_paused
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import REGISTRY
+from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
 from tdag.ir.verify import trips_name
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tdag.ir.names import FreshNames as Names  # noqa: F401  (re-exported)
 from tdag.ir.graph import TDAG, Node
+from tdag.ir.names import FreshNames as Names  # noqa: F401  (re-exported)
 from tdag.ir.types import TensorKind
 
 

@@ -19,10 +19,10 @@ from typing import Sequence
 
 import torch
 
-from tdag.ir.verify import block_types
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.verify import block_types
 from tdag.refine.dataflow import Names, all_names, live_names, prune, renamed, toposort
 
 

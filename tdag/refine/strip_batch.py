@@ -35,8 +35,7 @@ from dataclasses import replace
 
 from tdag.deinops.movement import Permute, Repeat, Unsqueeze
 from tdag.errors import ShapeError, TdagError
-from tdag.ir.batching import (Aligned, AxisRule, Batched, Folded, Mixes, OperandRule, Refuse,
-                              divide)
+from tdag.ir.batching import Aligned, AxisRule, Batched, Folded, Mixes, OperandRule, Refuse, divide
 from tdag.ir.graph import TDAG, Node, Value
 from tdag.ir.op import Op
 from tdag.ir.passes import gc_paused

@@ -14,13 +14,13 @@ from onnx import helper
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.record import Trait, has, record
+from tdag.ir.rewrite import Context
 from tdag.ir.types import DType, TensorKind, TensorType
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
-from tdag.lower.rewrite import Context
-from tdag.reify.onnx_graph import (ONNX_DTYPE, GraphBuilder, Symbols, prune, rename,
-                                     value_info)
-from tdag.ir.record import Trait, has, record
+from tdag.lower.pipeline import lower as lower_program
+from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder, Symbols, prune, rename, value_info
 from tdag.reify.torch_codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
@@ -39,7 +39,6 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) 
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
     if lower:
-        from tdag.lower import lower as lower_program
         prog = lower_program(prog)
     opset = opset or DEFAULT_OPSET
     if opset < 18:

@@ -19,6 +19,7 @@ from tdag.ir.graph import TDAG, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import is_static, shape_is_static
 from tdag.ir.types import TensorKind
+from tdag.lower.pipeline import lower as lower_program
 from tdag.reify import runtime
 from tdag.reify.torch_codegen import Scope, dim_expr, graph_source
 
@@ -48,7 +49,6 @@ def to_torch(prog: Program | TDAG, lower: bool = True) -> nn.Module:
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
     if lower:
-        from tdag.lower import lower as lower_program
         prog = lower_program(prog)
     module = _Builder(prog).build()
     return module

@@ -13,16 +13,16 @@ import re
 
 import sympy
 
+from tdag.deinops.codegen import literal
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG, Node
+from tdag.ir.names import NameMap
 from tdag.ir.op import Op
+from tdag.ir.record import Trait, has, record
+from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
-from tdag.ir.names import NameMap
 from tdag.lower.match import scalar
-from tdag.lower.rewrite import Context
-from tdag.ir.record import Trait, has, record
-from tdag.deinops.codegen import literal
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}

@@ -6,7 +6,6 @@ from tdag.errors import ShapeError
 from tdag.ir.symbols import dims_equal, format_dim, is_static
 from tdag.ir.types import TensorType
 
-
 # the suffix of a framework call per spatial rank: F.conv2d, F.max_pool3d
 NDIM = {1: "1d", 2: "2d", 3: "3d"}
 

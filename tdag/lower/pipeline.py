@@ -1,0 +1,48 @@
+"""The lowering pipeline: the named passes and the default order ``lower`` runs them in."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tdag.ir.program import Program
+from tdag.lower import (
+    activations,
+    attention,
+    contraction,
+    conv,
+    movement,
+    norms,
+    pool,
+    recurrent,
+    resize,
+    softmax,
+)
+from tdag.lower.passes import Pass, rule_pass, run_passes
+from tdag.refine.simplify import PIPELINE as SIMPLIFY
+from tdag.refine.simplify import PassManager
+
+PASSES: dict[str, Pass] = {
+    # fold constants (masks, positions), merge common subexpressions, drop dead code: work
+    # the source model repeats on every call is done once here
+    "simplify": PassManager(SIMPLIFY),
+    "contraction": rule_pass(*contraction.RULES),
+    "activations": rule_pass(*activations.RULES),
+    "softmax": rule_pass(*softmax.RULES),
+    "norms": rule_pass(*norms.RULES),
+    "conv": rule_pass(*conv.RULES),
+    "pool": rule_pass(*pool.RULES),
+    "resize": rule_pass(*resize.RULES),
+    "attention": rule_pass(*attention.RULES),
+    "movement": rule_pass(*movement.RULES),
+    "recurrent": rule_pass(*recurrent.RULES),
+    "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
+}
+
+DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
+           "attention", "movement", "fuse", "recurrent")
+
+
+def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:
+    """Replace recognised patterns by kernels, running ``passes`` to a fixed point.
+
+    The result is a valid Program with the same outputs under ``tdag.run``."""
+    return run_passes(prog, passes, PASSES, check=check)
