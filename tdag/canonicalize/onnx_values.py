@@ -16,8 +16,8 @@ import sympy
 import torch
 
 from tdag import ops
-from tdag.canonicalize.aten.registry import dim_tensor
 from tdag.deinops.builder import Builder, Tensor
+from tdag.deinops.core import dim_tensor
 from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType, TensorKind
 

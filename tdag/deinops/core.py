@@ -28,7 +28,7 @@ from tdag.deinops.movement import (
 )
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Fold, Unfold
-from tdag.errors import ShapeError
+from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.op import Op
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, is_static, product
 from tdag.ir.types import DType
@@ -619,6 +619,38 @@ def size_tensor(x: Tensor, axes, dtype="f32") -> Tensor:
     for a in axes:
         d = _dim_tensor(x, a, dtype)
         result = d if result is None else mul(result, d)
+    return result
+
+
+def dim_tensor(expr: sympy.Expr) -> Tensor:
+    """A scalar i64 tensor equal to the symbolic size ``expr`` at run time."""
+    builder = active_builder()
+    if expr.is_Integer:
+        return builder.const(int(expr))
+    if expr.is_Number:
+        return builder.const(float(expr))
+    if expr.is_Symbol:
+        return sum(full((expr,), 1, "i64", like=None))
+    parts = [dim_tensor(a) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return _fold_left(add, parts)
+    if isinstance(expr, sympy.Mul):
+        return _fold_left(mul, parts)
+    if isinstance(expr, sympy.Pow):
+        return pow(cast(parts[0], "f32"), parts[1])
+    if isinstance(expr, sympy.floor):
+        return floor(parts[0])
+    if isinstance(expr, sympy.ceiling):
+        return ceil(parts[0])
+    if isinstance(expr, sympy.Mod):
+        return remainder(*parts)
+    raise UnsupportedOpError(f"a size expression tdag cannot compute: {expr}")
+
+
+def _fold_left(fn, parts):
+    result = parts[0]
+    for p in parts[1:]:
+        result = fn(result, p)
     return result
 
 

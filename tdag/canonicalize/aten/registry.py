@@ -14,8 +14,7 @@ from typing import Callable
 import sympy
 import torch
 
-from tdag import ops
-from tdag.deinops.builder import Tensor, active_builder
+from tdag.deinops.core import dim_tensor
 from tdag.ir.symbols import is_static
 
 
@@ -86,38 +85,6 @@ def scalar(value):
     if isinstance(value, sympy.Expr):
         return int(value)
     return value
-
-
-def dim_tensor(expr: sympy.Expr) -> Tensor:
-    """A scalar i64 tensor equal to the symbolic size ``expr`` at run time."""
-    builder = active_builder()
-    if expr.is_Integer:
-        return builder.const(int(expr))
-    if expr.is_Number:
-        return builder.const(float(expr))
-    if expr.is_Symbol:
-        return ops.sum(ops.full((expr,), 1, "i64", like=None))
-    parts = [dim_tensor(a) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return _fold(ops.add, parts)
-    if isinstance(expr, sympy.Mul):
-        return _fold(ops.mul, parts)
-    if isinstance(expr, sympy.Pow):
-        return ops.pow(ops.cast(parts[0], "f32"), parts[1])
-    if isinstance(expr, sympy.floor):
-        return ops.floor(parts[0])
-    if isinstance(expr, sympy.ceiling):
-        return ops.ceil(parts[0])
-    if isinstance(expr, sympy.Mod):
-        return ops.remainder(*parts)
-    raise NotImplementedError(f"size expression {expr}")
-
-
-def _fold(fn, parts):
-    result = parts[0]
-    for p in parts[1:]:
-        result = fn(result, p)
-    return result
 
 
 def axes_or_all(dim, ndim: int):
