@@ -83,7 +83,7 @@ def _gather_onnx(node, ins, g, cx):
 
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
-          traits=Trait.NONE, batch=OperandRule(_gather_strip, _gather_insert),
+          traits=Trait.PICKS, batch=OperandRule(_gather_strip, _gather_insert),
           torch=_gather_torch, onnx=_gather_onnx)
 
 

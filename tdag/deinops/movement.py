@@ -401,7 +401,7 @@ _SLICE_BATCH = AxisRule(
 
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
           "takes a strided range of an axis; slice of pad recovers the input",
-          traits=Trait.MOVEMENT | Trait.VIEW,
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
           batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx)
 
 
@@ -506,7 +506,7 @@ _SELECT_BATCH = AxisRule(
 primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
           "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
-          traits=Trait.MOVEMENT | Trait.VIEW,
+          traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
           batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx)
 
 

@@ -102,5 +102,5 @@ def _reduce_onnx(node, ins, g, cx):
 
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
           "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
-          traits=Trait.NONE, batch=_REDUCE_BATCH,
+          traits=Trait.ACCUMULATES, batch=_REDUCE_BATCH,
           torch=_reduce_torch, onnx=_reduce_onnx)

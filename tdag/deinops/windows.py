@@ -167,5 +167,5 @@ _FOLD_BATCH = AxisRule(lambda s, t: {s.axis, t.rank - 1}, same_axis, _axis_drop,
 
 primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
           "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
-          traits=Trait.MOVEMENT,
+          traits=Trait.MOVEMENT | Trait.ACCUMULATES,
           batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx)

@@ -70,6 +70,8 @@ class Trait(enum.Flag):
     EXPANDING = enum.auto()    # reads some source elements more than once (broadcast, windows)
     INSERTING = enum.auto()    # gives its output an axis the input does not index
     KEEPS_VALUES = enum.auto()  # the output holds the input's values, rearranged or copied
+    PICKS = enum.auto()        # reads only the elements of operand 0 its output picks
+    ACCUMULATES = enum.auto()  # sums its input into fewer elements (reduce, overlap-add)
     ELEMENTWISE = enum.auto()  # output element i depends on input elements i only
     UNARY = enum.auto()        # an elementwise function of one tensor, no spec
     BINARY = enum.auto()       # an elementwise function of two tensors

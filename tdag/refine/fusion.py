@@ -68,7 +68,7 @@ def view_accesses(graph: TDAG, sizes: Sizes) -> dict[str, Access]:
             continue
         base = access[node.inputs[0]]
         extent = base.extent
-        if node.op in (Op.slice, Op.select) and not base.expanded:
+        if has(node.op, Trait.PICKS) and not base.expanded:
             extent = sizes[node.type]  # only the taken part is read
         # an expanding view reads source elements more than once: fusing through it would
         # recompute; an inserting one gives the tensor an axis its source does not index
@@ -109,7 +109,7 @@ def fused_traffic(graph: TDAG, access: dict[str, Access], sizes: Sizes) -> tuple
             if acc.source in producer:
                 kernels[kernel_of[acc.source]].open = False
                 written.add(acc.source)
-            extent = sizes[node.type] if node.op is Op.gather and name == node.inputs[0] \
+            extent = sizes[node.type] if has(node.op, Trait.PICKS) and name == node.inputs[0] \
                 else acc.extent  # a gather reads only the rows it picks
             if (k, acc.source, extent) not in seen:
                 seen.add((k, acc.source, extent))
@@ -125,7 +125,7 @@ def _join(node, access, producer, kernel_of, kernels) -> int | None:
     """The kernel ``node`` fuses into, or None when it starts one."""
     if has(node.op, Trait.POINTWISE):  # an epilogue of one of its producers
         candidates = node.inputs
-    elif node.op in (Op.reduce, Op.fold):
+    elif has(node.op, Trait.ACCUMULATES):  # sums what its producer's kernel computes
         candidates = node.inputs[:1]
     else:
         return None
