@@ -13,6 +13,8 @@ from tdag.canonicalize import from_onnx, from_torch
 from tdag.deinops import PRIMITIVES
 from tdag.deinops.trace import TensorSpec, trace
 from tdag.errors import (
+                         CaptureError,
+                         ConversionError,
                          FileFormatError,
                          InvalidModelError,
                          PatternError,
@@ -59,6 +61,6 @@ __all__ = [
     # reify
     "to_onnx", "to_torch",
     # errors
-    "FileFormatError", "InvalidModelError", "PatternError", "ShapeError", "TdagError",
-    "UnsupportedOpError",
+    "CaptureError", "ConversionError", "FileFormatError", "InvalidModelError", "PatternError",
+    "ShapeError", "TdagError", "UnsupportedOpError",
 ]

@@ -9,14 +9,21 @@
     tdag explain model.tdag %42             # why node %42 was or was not lowered
     tdag demo
 
-Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``. Errors print
-one line and exit with status 1; no traceback.
+Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``. Any failure
+prints one line (two where the message is a list: its first entry and how many more) and
+exits with status 1, 2 for a usage error; ``--debug`` prints the full traceback instead.
+Also ``python -m tdag``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import stat
 import sys
+import traceback
+import warnings
 
 import onnx
 
@@ -27,8 +34,7 @@ from tdag.errors import TdagError
 
 
 def _load(path: str, dynamic_batch: bool = False):
-    if not os.path.isfile(path):
-        raise TdagError(f"no such file: {path!r}")
+    _check_readable(path)
     if path.endswith(".tdag"):
         return tdag.load(path)
     if path.endswith(".pt2"):
@@ -36,6 +42,25 @@ def _load(path: str, dynamic_batch: bool = False):
     if path.endswith(".onnx"):
         return tdag.from_onnx(path)
     raise TdagError(f"cannot read {path!r}: expected a .tdag, a .pt2 or an .onnx file")
+
+
+def _check_readable(path: str) -> None:
+    """Say plainly what is wrong with the path before a reader turns it into a parse error."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TdagError(f"no such file: {path!r}") from None
+    except OSError as exc:
+        raise TdagError(f"cannot read {path!r}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise TdagError(f"{path!r} is a directory, not a .tdag, .pt2 or .onnx file")
+    if not stat.S_ISREG(mode):
+        raise TdagError(f"{path!r} is not a regular file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise TdagError(f"cannot read {path!r}: {exc.strerror}") from None
 
 
 def _write(prog, path: str) -> None:
@@ -59,13 +84,19 @@ def _sizes(pairs: list[str]) -> dict[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # --debug is accepted before and after the command; SUPPRESS keeps a subcommand's unset
+    # flag from overwriting ``tdag --debug show ...``'s
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on failure print the full traceback, and let warnings and "
+                             "third-party logs through")
     parser = argparse.ArgumentParser(prog="tdag", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 2)[2])
+                                     epilog=__doc__.split("\n", 2)[2], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_: str, output: bool = False) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
+        p = sub.add_parser(name, help=help_, parents=[common])
         p.add_argument("file", help="a .pt2, .onnx or .tdag file")
         p.add_argument("--dynamic-batch", action="store_true",
                        help="for .pt2 input: make dim 0 of every input symbolic")
@@ -79,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     cost.add_argument("--by", choices=["op", "scope", "graph", "node"], default="op")
     cost.add_argument("--size", action="append", default=[], metavar="NAME=INT",
                       help="a value for a symbolic dimension, e.g. batch=8")
-    convert = sub.add_parser("convert", help="convert .pt2, .onnx or .tdag to .tdag or .onnx")
+    convert = sub.add_parser("convert", help="convert .pt2, .onnx or .tdag to .tdag or .onnx",
+                             parents=[common])
     convert.add_argument("file")
     convert.add_argument("output")
     convert.add_argument("--dynamic-batch", action="store_true")
@@ -92,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("node", help="a node name, e.g. %%42")
     explain.add_argument("--graph", default=None,
                          help="the node's TDAG, where several TDAGs have a node of that name")
-    demo = sub.add_parser("demo", help="run the end-to-end demo")
+    demo = sub.add_parser("demo", help="run the end-to-end demo", parents=[common])
     demo.add_argument("--out", default=None, help="folder for the files the demo writes")
     return parser
 
@@ -122,12 +154,63 @@ def _run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # a usage error exits with status 2, as argparse does
+    debug = getattr(args, "debug", False)
     try:
-        return _run(args)
-    except TdagError as exc:
-        print(f"tdag: error: {exc}", file=sys.stderr)
+        with contextlib.nullcontext() if debug else _quiet():
+            return _run(args)
+    except KeyboardInterrupt:
+        print("tdag: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `tdag show m.tdag | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as exc:  # the boundary: whatever fails, the user gets a line, not a trace
+        if debug:
+            traceback.print_exc()
+        else:
+            print("\n".join(_error_lines(exc)), file=sys.stderr)
+        return 1
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence third-party chatter for the run: torch.export logs whole tracebacks as
+    warnings before raising, and torch and onnx warn through ``warnings``; either would bury
+    the one-line error. ``--debug`` keeps them."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _error_lines(exc: Exception) -> list[str]:
+    """``tdag: error: <first line>``, and for a multi-line message (the onnx checker's, a list
+    of unsupported ops) a second line saying how much more --debug shows."""
+    lines = [line.strip() for line in _message(exc).splitlines() if line.strip()]
+    head, rest = (lines[0], lines[1:]) if lines else (type(exc).__name__, [])
+    if head.endswith(":") and rest:  # "3 unsupported op use(s) (a, b):" then one line each
+        head = f"{head} {rest.pop(0)}"
+    if isinstance(exc, TdagError) and exc.where:
+        head = f"{head} [{exc.where}]"
+    out = [f"tdag: error: {head}"]
+    if rest:
+        out.append(f"({len(rest)} more: run with --debug for the full list)")
+    return out
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, TdagError):
+        return exc.message  # the location goes on the first line, not after the list
+    if isinstance(exc, OSError) and exc.strerror:  # the environment: a missing folder, a full disk
+        return f"{exc.filename!r}: {exc.strerror}" if exc.filename else exc.strerror
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    what = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return f"internal error: {what} (run with --debug and report it)"
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ class TdagError(Exception):
             where.append(f"node %{node}")
         if origin is not None and str(origin):
             where.append(f"from {origin}")
-        super().__init__(f"{message} [{', '.join(where)}]" if where else message)
+        self.where = ", ".join(where)  # the location alone: "node %7, from aten.add @ fc"
+        super().__init__(f"{message} [{self.where}]" if where else message)
 
 
 class ShapeError(TdagError):
@@ -38,4 +39,15 @@ class InvalidModelError(TdagError):
 
 
 class FileFormatError(TdagError):
-    """A .tdag file (or text form) that is damaged, truncated or not a tdag file."""
+    """A file (.tdag, .pt2, .onnx, or the text form) that is damaged, truncated or not of its
+    kind."""
+
+
+class CaptureError(TdagError):
+    """torch.export failed on the model (data-dependent control flow, untraceable Python,
+    example inputs that forward does not accept); the original exception is the cause."""
+
+
+class ConversionError(TdagError):
+    """The converter failed on a captured graph in a way it did not foresee: a gap in tdag
+    rather than in the model. The original exception is the cause."""

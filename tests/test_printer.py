@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from io_programs import control_program, core_program, dtype_program, tiny_program
 
 import tdag
-from tdag import FileFormatError, Program
+from tdag import FileFormatError, InvalidModelError, Program
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
@@ -184,11 +184,20 @@ def test_any_origin_round_trips(op, scope, location):
 @pytest.mark.parametrize("names,graph_name", [
     (("a:b", "c.d"), "encoder.layer:1"),
     (("ends:", "ends."), "1starts_with_digit"),
-    (("with space", 'quote"'), "if"),
-    (("0", "ünïcode"), "True"),
+    (("0", "a.b:c"), "if"),
+    (("_", "9:"), "True"),
 ])
 def test_odd_names_are_quoted_and_round_trip(names, graph_name):
     assert_round_trip(_one_node_program(names=names, graph_name=graph_name))
+
+
+@pytest.mark.parametrize("names", [("with space", "b"), ("a", 'quote"'), ("ünïcode", "b")])
+def test_names_verify_refuses_print_but_do_not_parse(names):
+    """The printer quotes any name, so even a malformed program prints; parse verifies what
+    it read, and a value name outside letters, digits, ``_ . :`` is refused there."""
+    text = str(_one_node_program(names=names, graph_name="g"))
+    with pytest.raises(InvalidModelError, match="invalid name"):
+        parse(text)
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
+
+from guards import run_onnx
 
 import tdag
 import tdag.lower
@@ -47,15 +47,6 @@ def assert_close(got, ref, what=""):
             assert torch.equal(a, b), what
 
 
-def run_onnx(model: onnx.ModelProto, *args):
-    onnx.checker.check_model(model, full_check=True)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
-    outs = [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
-    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def both(prog, args, lower=True, what=""):

@@ -1,10 +1,15 @@
 """The .tdag file: save -> load -> run is bit-identical, shared weights are stored once,
-damaged files raise FileFormatError, and a failed save leaves the old file intact."""
+damaged files raise FileFormatError, a failed save leaves the old file intact, and the next
+save removes what a killed one left behind."""
 from __future__ import annotations
 
 import json
 import os
 import random
+import stat
+import subprocess
+import sys
+import time
 
 import pytest
 import safetensors
@@ -217,10 +222,10 @@ def test_missing_file_and_directory_are_rejected(tmp_path):
     assert_rejected(tmp_path, "no such file")
 
 
-def _forge(path, text: str, table: dict, tensors: dict) -> None:
+def _forge(path, text: str, table: dict | str, tensors: dict) -> None:
     """A file with a valid checksum but a hand-written text and weight table."""
     metadata = {"format": "tdag", "tdag.version": serialize.VERSION, "tdag.text": text,
-                "tdag.weights": json.dumps(table)}
+                "tdag.weights": table if isinstance(table, str) else json.dumps(table)}
     metadata["tdag.sha256"] = serialize._checksum(metadata, tensors)
     safetensors.torch.save_file(tensors, path, metadata=metadata)
 
@@ -239,6 +244,18 @@ def test_weight_table_cannot_point_outside_the_file(tmp_path):
     assert_rejected(path, "weight table")
     _forge(path, text.replace("reduce[sum]", "reduce[avg]"), {}, {})
     assert_rejected(path, "line 10")
+
+
+def test_a_forged_program_that_does_not_verify_is_rejected(tmp_path):
+    """The checksum catches damage, not a file written to deceive: load verifies too."""
+    path = tmp_path / "forged.tdag"
+    text = str(tiny_program()).replace("multiply(%2, %5)", "multiply(%2, %9)")  # dangling
+    assert "%9)" in text
+    _forge(path, text, {"graphs": {"main": {"w": "w"}}, "state": {}}, {"w": torch.ones(3)})
+    assert_rejected(path, "malformed")
+    deep = '{"graphs": ' + '{"a": ' * 100_000 + "{}" + "}" * 100_001  # past json's recursion
+    _forge(path, str(tiny_program()), deep, {"w": torch.ones(3)})
+    assert_rejected(path, "damaged weight table")
 
 
 # -- atomic save ------------------------------------------------------------------------------
@@ -277,3 +294,71 @@ def test_failed_rename_leaves_the_old_file(saved, monkeypatch):
     monkeypatch.undo()
     assert path.read_bytes() == data
     assert os.listdir(path.parent) == [path.name]
+
+
+# -- leftovers of interrupted saves -----------------------------------------------------------
+
+def _leftover(folder, name: str, age_s: float = 3600, as_dir: bool = True):
+    """A temporary folder (or an older tdag's temporary file) as a killed save leaves it."""
+    leftover = folder / f".{name}.{os.urandom(8).hex()}.tmp"
+    if as_dir:
+        leftover.mkdir()
+        (leftover / ".tmpAbC123").write_bytes(b"\0" * 1024)  # safetensors' half-written file
+    else:
+        leftover.write_bytes(b"")
+    then = time.time() - age_s
+    os.utime(leftover, (then, then))
+    return leftover
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECTORY"), reason="flock: POSIX only")
+def test_save_removes_what_killed_saves_left(tmp_path):
+    stale = [_leftover(tmp_path, "m.tdag"), _leftover(tmp_path, "m.tdag", as_dir=False)]
+    kept = [_leftover(tmp_path, "other.tdag"),            # another target's
+            _leftover(tmp_path, "m.tdag", age_s=-3600),   # younger than the save
+            tmp_path / ".m.tdag.notours.tmp"]             # not a name save() makes
+    kept[2].write_bytes(b"x")
+    with serialize._scratch_folder(str(tmp_path), "m.tdag") as live:  # a save in progress
+        os.utime(live, (0, 0))
+        save(tiny_program(), tmp_path / "m.tdag")
+        assert os.path.isdir(live)
+    assert load(tmp_path / "m.tdag") == tiny_program()
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)
+    assert not os.path.exists(live)  # a save removes its own folder
+    assert sorted(os.listdir(tmp_path)) == sorted(["m.tdag"] + [p.name for p in kept])
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECTORY"), reason="flock: POSIX only")
+def test_a_live_writers_folder_stays_until_it_is_killed(tmp_path):
+    folder = _leftover(tmp_path, "m.tdag")
+    writer = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(folder)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "locked"
+        save(tiny_program(), tmp_path / "m.tdag")
+        assert folder.is_dir()  # its writer lives: left alone
+    finally:
+        writer.kill()  # SIGKILL: no cleanup of its own; the kernel drops the lock
+        writer.wait()
+        writer.stdout.close()
+    save(tiny_program(), tmp_path / "m.tdag")
+    assert os.listdir(tmp_path) == ["m.tdag"]
+
+
+def test_saved_file_mode_follows_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        save(tiny_program(), tmp_path / "m.tdag")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "m.tdag").st_mode) == 0o640

@@ -13,40 +13,61 @@ import numpy as np
 import onnx
 
 from tdag import ops
+from tdag.canonicalize.onnx_load import declared_clash
 from tdag.canonicalize.onnx_values import Known, Param, free_names
 from tdag.canonicalize.segments import Boundary
-from tdag.errors import UnsupportedOpError
-from tdag.ir.program import Block, If, Loop, Program
+from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types
+
+CONTROL_OPS = ("If", "Loop")  # the ops onnx_import hands to this module
 
 
 def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
     branches = {a.name: a.g for a in node.attribute}
+    for key in ("then_branch", "else_branch"):
+        if len(branches[key].output) != len(node.output):
+            raise InvalidModelError(f"If: {key} returns {len(branches[key].output)} values "
+                                    f"for {len(node.output)} outputs")
     cond = importer.read(node.input[0])
     if isinstance(cond, Known) and cond.static:
-        _inline(importer, node, branches["then_branch" if cond.values.reshape(-1)[0]
-                                         else "else_branch"])
-        return
+        branch = branches["then_branch" if cond.values.reshape(-1)[0] else "else_branch"]
+        if not any(n.op_type in CONTROL_OPS for n in branch.node):  # no nested controllers
+            _inline(importer, node, branch)
+            return
     key = f"{node.output[0]}__cond"  # the bool scalar the controller reads
     with importer.builder.active():
         importer.env[key] = ops.reshape(ops.cast(importer._as_tensor(cond), DType.bool))
     blocks, passed = _bodies(importer, node, index, [branches["then_branch"],
                                                       branches["else_branch"]], {key})
+    types = [_types(importer, b) for b in blocks]
+    for k, (a, b) in enumerate(zip(*types)):
+        if a.dtype is not b.dtype:
+            raise InvalidModelError(f"If: output {k} ({node.output[k]!r}) is {a} in the then "
+                                    f"branch but {b} in the else branch")
+        if not a.same_as(b):
+            raise UnsupportedOpError(f"If: output {k} ({node.output[k]!r}) is {a} in the then "
+                                     f"branch but {b} in the else branch (a tdag If returns "
+                                     "one type)")
     outs = tuple(importer.names(o) for o in node.output)
     step = If(importer.env[key].name, tuple(importer.env[f].name for f in passed),
               blocks[0], blocks[1], outs)
-    _append(importer, node, step, blocks[0])
+    _append(importer, node, step, types[0])
 
 
 def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
     """Loop(M, cond, v...) with body (i, cond_in, v...) -> (cond_out, v..., scans...)."""
     body = next(a.g for a in node.attribute if a.name == "body")
+    carried = list(node.input[2:])
+    _check_loop_arity(node, body, len(carried))
     count = importer.read(node.input[0]) if node.input[0] else None
     if count is not None and not (isinstance(count, Known)):
         raise UnsupportedOpError("Loop: the trip count must be known at import time")
     count = count.dims()[0] if count is not None else None
-    carried = list(node.input[2:])
+    if is_static(count) and count < 0:
+        raise UnsupportedOpError(f"Loop: the negative trip count {count}")
     key = None
     if node.input[1]:
         key = f"{node.output[0]}__cond"
@@ -67,21 +88,64 @@ def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
                 tuple(importer.env[f].name for f in passed), blocks[0],
                 tuple(outs[:len(carried)] + extra + outs[len(carried):]), count,
                 importer.env[key].name if key else None, n_scan)
-    _append(importer, node, step, blocks[0], skip=len(carried), drop=len(extra))
+    types = _types(importer, blocks[0])
+    offset = 1 if key else 0
+    _check_carried(importer, node, carried, types[offset:offset + len(carried)])
+    _append(importer, node, step, types, skip=len(carried), drop=len(extra))
+
+
+def _types(importer, block: Block) -> tuple:
+    """The block's output types, checked, in a Program of just the TDAGs it calls (one of
+    all TDAGs made so far would copy them at every controller)."""
+    graphs = {name: importer.shared.graphs[name] for name in _called(block)}
+    return block_types(Program(graphs, block), block)
+
+
+def _called(block: Block):
+    for step in block.steps:
+        if isinstance(step, Call):
+            yield step.graph
+        for inner in (step.then_branch, step.else_branch) if isinstance(step, If) else \
+                (step.body,) if isinstance(step, Loop) else ():
+            yield from _called(inner)
+
+
+def _check_loop_arity(node, body: onnx.GraphProto, n_carried: int) -> None:
+    """ONNX's counts: the body takes (i, cond, v...) and returns (cond, v..., scans...), and
+    the node returns (v..., scans...)."""
+    if len(body.input) != 2 + n_carried or len(body.output) < 1 + n_carried or \
+            len(node.output) != len(body.output) - 1:
+        raise InvalidModelError(f"Loop: {n_carried} carried values, but the body takes "
+                                f"{len(body.input)} inputs and returns {len(body.output)} "
+                                f"values for {len(node.output)} outputs")
+
+
+def _check_carried(importer, node, carried: list, after: list) -> None:
+    """A carried value keeps its type from one iteration to the next."""
+    for name, t in zip(carried, after):
+        before = importer.env[name].type
+        if t.dtype is not before.dtype:
+            raise InvalidModelError(f"Loop: the carried value {name!r} enters as {before} "
+                                    f"but the body returns {t}")
+        if not t.same_as(before):
+            raise UnsupportedOpError(f"Loop: the carried value {name!r} enters as {before} "
+                                     f"but the body returns {t} (a tdag Loop keeps the types "
+                                     "of carried values)")
 
 
 def _inline(importer, node, branch: onnx.GraphProto) -> None:
     """A branch chosen at import time: its nodes join the current segment."""
     importer._initializers(branch)
-    for inner in branch.node:
-        importer._node(inner)
+    for i, inner in enumerate(branch.node):
+        importer._node(inner, i, branch)
     for out, inner in zip(node.output, branch.output):
         importer.env[out] = importer.env.get(inner.name)
+        importer.check_declared(out, importer.env[out])
 
 
 def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
     """Close the segment, then convert each subgraph into a Block."""
-    importer.close(importer.later[index] | keep)
+    importer.close(importer.live_after(index, keep))
     free = sorted(set().union(*[free_names(g) for g in graphs]))
     passed = [f for f in free if isinstance(importer.env.get(f), Boundary)]
     outer = {f: importer.env[f] for f in free if f in importer.env}
@@ -113,15 +177,19 @@ def _loop_inputs(importer, body: onnx.GraphProto, carried, env) -> list:
     env[body.input[1].name] = Known(np.array(True, dtype=object), DType.bool)
     for inner, outer in zip(body.input[2:], carried):
         b = Boundary(importer.names(inner.name), importer.env[outer].type)
+        clash = declared_clash(inner.type.tensor_type, b.type) \
+            if inner.type.HasField("tensor_type") else None
+        if clash is not None:
+            raise InvalidModelError(f"Loop: the body input {inner.name!r} is declared {clash} "
+                                    f"but receives {outer!r}, {b.type}")
         env[inner.name] = b
         values.append(b)
     return values
 
 
-def _append(importer, node, step, block, skip: int = 0, drop: int = 0) -> None:
+def _append(importer, node, step, types, skip: int = 0, drop: int = 0) -> None:
     """Add the controller and bind its outputs (less ``drop`` pass-through values after the
-    first ``skip``) as block-level values."""
-    types = block_types(Program(importer.shared.graphs, block), block)
+    first ``skip``) as block-level values; ``types`` are its body's output types."""
     if isinstance(step, Loop):
         offset = 1 if step.cond is not None else 0
         carried_types = types[offset:offset + len(step.inputs)]
@@ -134,6 +202,7 @@ def _append(importer, node, step, block, skip: int = 0, drop: int = 0) -> None:
     for out, name, t in zip(node.output, names, types):
         if out:
             importer.env[out] = Boundary(name, t)
+            importer.check_declared(out, importer.env[out])
 
 
 def _no_count():

@@ -11,8 +11,17 @@ Runs of nodes between control-flow nodes become TDAGs ("segments"); If and Loop 
 controllers (onnx_control.py). A model without them is one TDAG called once. Inside a
 segment a name's value is a Tensor, a shape value (Known) or None for an output tdag does not
 compute; a value made by an earlier step is a Boundary, read as one of the segment's inputs.
+
+On bad input from_onnx raises a tdag error, never another exception: what tdag does not
+handle (an op, an attribute value, a shape) is collected into the one UnsupportedOpError;
+anything else raised while converting a node becomes an InvalidModelError naming the ONNX
+node (name, op, place), the original kept as its cause. A type the model declares
+(value_info, a graph output) that is not the computed one is an error, never a cast, and
+the Program returned is verified. Memory stays linear in the graph: per name, not per node.
 """
 from __future__ import annotations
+
+import contextlib
 
 import onnx
 import torch
@@ -21,9 +30,19 @@ from onnx import helper, numpy_helper
 import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
 from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop
-from tdag.canonicalize.onnx_load import dtype_of, load_model, scope_of, symbol_name, tdag_name
+from tdag.canonicalize.onnx_load import (
+    declared_clash,
+    dense_of_sparse,
+    describe_node,
+    dtype_of,
+    load_model,
+    scope_of,
+    symbol_name,
+    tdag_name,
+    tensor_of,
+)
 from tdag.canonicalize.onnx_ops import OPS
-from tdag.canonicalize.onnx_values import Known, Param, free_names, known_of, materialize
+from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
 from tdag.canonicalize.segments import Boundary
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
@@ -31,7 +50,8 @@ from tdag.ir.graph import Value
 from tdag.ir.names import NameMap
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.symbols import as_dim
-from tdag.ir.types import DType, Origin, TensorKind, TensorType
+from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
+from tdag.ir.verify import verify
 from tdag.refine.dataflow import prune
 
 CONTROLLERS = {"If": convert_if, "Loop": convert_loop}
@@ -61,8 +81,19 @@ def from_onnx(model_or_path) -> Program:
         raise unsupported_error(shared.problems)
     step = block.steps[0] if len(block.steps) == 1 else None
     if isinstance(step, Call) and step.outputs == block.outputs:  # the common case
-        return Program.from_tdag(shared.graphs[step.graph])
-    return Program(shared.graphs, block)
+        return _verified(Program.from_tdag(shared.graphs[step.graph]))
+    return _verified(Program(shared.graphs, block))
+
+
+def _verified(prog: Program) -> Program:
+    """Every Program from_onnx returns verifies; one that does not is never handed on
+    (verifying costs about a tenth of the import)."""
+    try:
+        verify(prog)
+    except TdagError as exc:
+        raise InvalidModelError(f"the program read from the ONNX model does not verify: "
+                                f"{exc}") from exc
+    return prog
 
 
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
@@ -92,12 +123,17 @@ class Shared:
         self.problems: list = []
         infos = [v for g in all_graphs(graph) for v in list(g.value_info) + list(g.output)]
         self.types = {v.name: v.type for v in infos}
+        self._suffix: dict = {}  # the first free suffix per hint: graphs are only added
 
     def graph_name(self, hint: str) -> str:
-        name, k = hint, 1
-        while name in self.graphs:
-            name, k = f"{hint}_{k}", k + 1
-        return name
+        """``hint``, else the first free ``hint_k``."""
+        if hint not in self.graphs:
+            return hint
+        k = self._suffix.get(hint, 1)
+        while f"{hint}_{k}" in self.graphs:
+            k += 1
+        self._suffix[hint] = k
+        return f"{hint}_{k}"
 
 
 class _Importer:
@@ -108,10 +144,10 @@ class _Importer:
         self.graph, self.shared, self.prefix = graph, shared, prefix
         self.opset, self.names, self.types = shared.opset, shared.names, shared.types
         self.problems = shared.problems
-        self.env: dict = dict(env)
+        self.env = _Env(env)
         self.builder, self.local = Builder(), {}
         self.steps: list = []
-        self.later = later_uses(graph)
+        self.last_use = last_uses(graph)
         self.graph_outputs_hook = None
 
     # -- blocks ---------------------------------------------------------------------------------
@@ -143,7 +179,9 @@ class _Importer:
             if node.op_type in CONTROLLERS:
                 self._controller(node, index)
             else:
-                self._node(node)
+                self._node(node, index)
+        for out in self.graph.output:
+            self.check_declared(out.name, self.env.get(out.name))
         outputs = []
         if self.graph_outputs_hook is not None and self.graph.output:
             self.graph_outputs_hook(self.graph.output[0].name)
@@ -160,21 +198,22 @@ class _Importer:
                      tuple(outputs))
 
     def _controller(self, node: onnx.NodeProto, index: int) -> None:
-        if any(isinstance(self.env.get(n), _Poisoned) for n in node.input if n):
-            self._bind(node, [_POISONED] * len(node.output))
-            return
-        try:
+        with self._boundary(node, index):
+            if any(isinstance(self.env.get(n), _Poisoned) for n in node.input if n):
+                self._bind(node, [_POISONED] * len(node.output))
+                return
             CONTROLLERS[node.op_type](self, node, index)
-        except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
-            self.problems.append((_message(exc), node))
-            for name in node.output:
-                self.env[name] = _POISONED
+
+    def live_after(self, index: int, keep=()) -> "_LiveAfter":
+        """The names read by node ``index`` or a later one (or by the graph's outputs)."""
+        return _LiveAfter(self.last_use, index, set(keep))
 
     def close(self, needed) -> None:
         """End the current segment: its values read later become its TDAG's outputs (in
         the order of ``needed`` where it is a list)."""
         rank = {k: i for i, k in enumerate(needed)} if isinstance(needed, list) else {}
-        outs = sorted(((k, v) for k, v in self.env.items()
+        made = ((k, self.env[k]) for k in self.env.take_recent())
+        outs = sorted(((k, v) for k, v in made
                        if isinstance(v, Tensor) and v.builder is self.builder and k in needed),
                       key=lambda kv: rank.get(kv[0], len(rank)))
         if outs or self.builder.nodes:
@@ -190,18 +229,30 @@ class _Importer:
     # -- graph boundary -------------------------------------------------------------------------
 
     def _initializers(self, graph: onnx.GraphProto | None = None) -> None:
-        for init in (graph or self.graph).initializer:
-            name = self.names(init.name)
-            try:
-                dtype_of(init.data_type, init.name)
-                value = torch.from_numpy(numpy_helper.to_array(init).copy())
-            except (UnsupportedOpError, TypeError, ValueError) as exc:
-                self.problems.append((f"initializer: {exc}", None))
-                self.env[init.name] = _POISONED
-                continue
-            # small integer initializers are shape data: made tensors only where read as such
-            known = known_of(value, name)
-            self.env[init.name] = known if known is not None else Param(name, value)
+        graph = graph or self.graph
+        for init in graph.initializer:
+            self._initializer(graph, init.name, init.data_type,
+                              lambda init=init: numpy_helper.to_array(init))
+        for sparse in graph.sparse_initializer:
+            self._initializer(graph, sparse.values.name, sparse.values.data_type,
+                              lambda sparse=sparse: dense_of_sparse(sparse))
+
+    def _initializer(self, graph: onnx.GraphProto, onnx_name: str, data_type: int,
+                     read) -> None:
+        try:
+            dtype_of(data_type, onnx_name)
+            value = tensor_of(read())
+        except UnsupportedOpError as exc:
+            self.problems.append((f"initializer: {exc}", None))
+            self.env[onnx_name] = _POISONED
+            return
+        except Exception as exc:  # numpy on damaged data: ValueError, TypeError ...
+            raise InvalidModelError(f"initializer {onnx_name!r} of graph {graph.name!r}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        # small integer initializers are shape data: made tensors only where read as such
+        name = self.names(onnx_name)
+        known = known_of(value, name)
+        self.env[onnx_name] = known if known is not None else Param(name, value)
 
     def _inputs(self) -> list:
         values = []
@@ -223,10 +274,24 @@ class _Importer:
 
     def _dim(self, dim, input_name: str, axis: int):
         if dim.HasField("dim_value"):
+            if dim.dim_value < 0:
+                raise InvalidModelError(f"input {input_name!r} of graph {self.graph.name!r}: "
+                                        f"axis {axis} has the negative size {dim.dim_value}")
             return int(dim.dim_value)
         if dim.HasField("dim_param"):
             return as_dim(symbol_name(dim.dim_param))
         return as_dim(symbol_name(f"{input_name}_{axis}"))  # unnamed: name it after its place
+
+    def check_declared(self, name: str, value) -> None:
+        """A type the model declares for ``name`` (value_info, a graph output) must be the
+        one tdag computes: casting to it would silently change the result."""
+        declared, computed = self.types.get(name), _type_of(value)
+        if declared is None or computed is None or not declared.HasField("tensor_type"):
+            return
+        clash = declared_clash(declared.tensor_type, computed)
+        if clash is not None:
+            raise InvalidModelError(f"value {name!r} is declared {clash} but computes to "
+                                    f"{computed}")
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -256,69 +321,121 @@ class _Importer:
 
     # -- nodes ----------------------------------------------------------------------------------
 
-    def _node(self, node: onnx.NodeProto) -> None:
-        inputs = [self.read(name) if name else None for name in node.input]
-        if any(isinstance(v, _Poisoned) for v in inputs):
-            self._bind(node, [_POISONED] * len(node.output))
-            return
-        origin = Origin(op=f"onnx.{node.op_type}", scope=scope_of(node.name),
-                        location=node.name)
-        ctx = NodeContext(self, node)
-        with self.builder.active(), self.builder.scope(origin):
-            try:
+    def _node(self, node: onnx.NodeProto, index: int,
+              graph: onnx.GraphProto | None = None) -> None:
+        with self._boundary(node, index, graph):
+            inputs = [self.read(name) if name else None for name in node.input]
+            if any(isinstance(v, _Poisoned) for v in inputs):
+                self._bind(node, [_POISONED] * len(node.output))
+                return
+            origin = Origin(op=f"onnx.{node.op_type}", scope=scope_of(node.name),
+                            location=node.name)
+            ctx = NodeContext(self, node)
+            with self.builder.active(), self.builder.scope(origin):
                 result = OPS[node.op_type](ctx, *inputs)
                 results = list(result) if isinstance(result, (list, tuple)) else [result]
-                self._bind(node, [self._fit(node, i, r) for i, r in enumerate(results)])
-            except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
-                self.problems.append((_message(exc), node))
-                self._bind(node, [_POISONED] * len(node.output))
+                for name, value in zip(node.output, results):
+                    self.check_declared(name, value)
+                self._bind(node, results)
+
+    @contextlib.contextmanager
+    def _boundary(self, node: onnx.NodeProto, index: int, graph=None):
+        """Where a node's failure is sorted: one tdag can say it does not handle (an op, an
+        attribute, a shape) is collected for the one report that lists them all; any other
+        becomes an InvalidModelError naming the ONNX node, the original kept as its cause."""
+        try:
+            yield
+        except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
+            self.problems.append((_message(exc), node))
+            self._bind(node, [_POISONED] * len(node.output))
+        except Exception as exc:
+            what = _message(exc) if isinstance(exc, TdagError) else \
+                f"{type(exc).__name__}: {exc}"
+            place = describe_node(node, index, (graph or self.graph).name)
+            raise InvalidModelError(f"{place}: {what}") from exc
 
     def _bind(self, node, results) -> None:
         for i, name in enumerate(node.output):
             if not name:
                 continue
             value = results[i] if i < len(results) else None
-            if value is None and name in self.later[0]:
+            if value is None and name in self.last_use:
                 raise UnsupportedOpError(f"output {i} ({name}) is not computed by tdag")
             self.env[name] = value
 
-    def _fit(self, node, index: int, value):
-        """Cast to the element type ONNX's shape inference recorded (ONNX never promotes)."""
-        if not isinstance(value, Tensor) or index >= len(node.output):
-            return value
-        t = self.types.get(node.output[index])
-        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
-            dtype = dtype_of(t.tensor_type.elem_type)
-            if value.dtype is not dtype:
-                value = ops.cast(value, dtype)
-        return value
+
+class _Env(dict):
+    """ONNX names -> values, remembering the names bound since the current segment began:
+    closing a segment looks at those alone (looking at every name made import time grow
+    with the square of the number of controllers)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.recent: dict = {}  # an ordered set
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.recent[key] = None
+
+    def take_recent(self) -> list:
+        recent, self.recent = list(self.recent), {}
+        return recent
+
+
+def _type_of(value) -> TensorType | None:
+    if isinstance(value, (Tensor, Boundary)):
+        return value.type
+    if isinstance(value, Known):
+        return TensorType(value.shape, value.dtype)
+    if isinstance(value, Param):
+        return spec_of(value.value)
+    return None  # not computed, or poisoned
+
+
+class _LiveAfter:
+    """The names a graph reads at or after one node index, as a view of its last uses."""
+
+    def __init__(self, last_use: dict, index: int, keep: set):
+        self.last_use, self.index, self.keep = last_use, index, keep
+
+    def __contains__(self, name) -> bool:
+        return name in self.keep or self.last_use.get(name, -1) >= self.index
 
 
 def all_graphs(graph: onnx.GraphProto):
     """The graph and every subgraph in it, depth first."""
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                yield from all_graphs(sub)
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
+
+
+def subgraphs(node: onnx.NodeProto) -> list:
+    return [g for attr in node.attribute
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs)]
 
 
 def all_nodes(graph: onnx.GraphProto):
     return [n for g in all_graphs(graph) for n in g.node]
 
 
-def later_uses(graph: onnx.GraphProto) -> list:
-    """For each node index, the names read by that node or any after it (and the outputs)."""
-    uses, acc = [], {o.name for o in graph.output}
-    for node in reversed(graph.node):
-        acc = acc | {name for name in node.input if name}
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                acc = acc | free_names(attr.g)
-        uses.append(acc)
-    uses.reverse()
-    return uses + [{o.name for o in graph.output}]
+def last_uses(graph: onnx.GraphProto) -> dict:
+    """The index of the last node that reads each name, itself or inside its subgraphs; the
+    graph's outputs count as read after its last node. One entry per name, so memory stays
+    linear in the graph (a set of live names per node grew with its square)."""
+    last: dict = {}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            last[name] = index
+        for sub in subgraphs(node):
+            for inner in all_graphs(sub):
+                for name in [n for i in inner.node for n in i.input] + \
+                        [o.name for o in inner.output]:
+                    last[name] = index
+    for out in graph.output:
+        last[out.name] = len(graph.node)
+    last.pop("", None)  # an omitted optional input
+    return last
 
 
 class NodeContext:
@@ -331,7 +448,32 @@ class NodeContext:
 
     def attr(self, name: str, default=None):
         value = self.attrs.get(name, default)
-        return value.decode() if isinstance(value, bytes) else value
+        return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+    def flag(self, name: str, default: int = 0) -> bool:
+        """A 0/1 attribute (keepdims, transA, ...). ONNX defines no other value and
+        runtimes read one differently (keepdims=2), so any other is a malformed model."""
+        value = self.attrs.get(name, default)
+        if type(value) is not int or value not in (0, 1):
+            raise InvalidModelError(f"attribute {name} must be 0 or 1, got {value!r}")
+        return bool(value)
+
+    def sizes(self, name: str, count: int, default: int, least: int) -> list:
+        """An ints attribute with one entry per spatial axis (strides, dilations, ...), each
+        at least ``least``; ``count`` entries of ``default`` where it is absent or empty."""
+        values = list(self.attrs.get(name) or [default] * count)
+        if len(values) != count or any(type(v) is not int or v < least for v in values):
+            raise InvalidModelError(f"attribute {name} must hold {count} integers of at "
+                                    f"least {least}, got {values}")
+        return values
+
+    def choice(self, name: str, default: str, allowed) -> str:
+        """A string attribute from the values the ONNX spec lists."""
+        value = self.attr(name, default)
+        if value not in allowed:
+            raise InvalidModelError(f"attribute {name} must be one of {sorted(allowed)}, "
+                                    f"got {value!r}")
+        return value
 
     @property
     def num_outputs(self) -> int:

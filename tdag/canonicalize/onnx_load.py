@@ -2,18 +2,25 @@
 
 A model's external data may only come from files inside the model's own folder: a location
 that is absolute, climbs out with ``..`` or resolves (through links) outside is refused before
-any byte is read, whatever onnx's own checks allow in the version installed.
+any byte is read, whatever onnx's own checks allow in the version installed. Every string of
+the model must be UTF-8 (protobuf hands over any other as bytes, which onnx's checker cannot
+report on). Shape inference runs without data propagation, whose folded shape values can
+grow exponentially with the graph (a Concat of a value with itself, repeated).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 
+import numpy as np
 import onnx
-from onnx import TensorProto, external_data_helper
+import torch
+from onnx import TensorProto, external_data_helper, numpy_helper
 
 from tdag.errors import FileFormatError, InvalidModelError, UnsupportedOpError
-from tdag.ir.types import DType
+from tdag.ir.symbols import is_static
+from tdag.ir.types import DType, TensorType
 
 ONNX_TO_DTYPE = {
     TensorProto.FLOAT: DType.f32, TensorProto.DOUBLE: DType.f64, TensorProto.FLOAT16: DType.f16,
@@ -25,11 +32,44 @@ ONNX_TO_DTYPE = {
 
 def dtype_of(elem_type: int, what: str = "") -> DType:
     if elem_type not in ONNX_TO_DTYPE:
-        name = TensorProto.DataType.Name(elem_type) if elem_type in \
-            TensorProto.DataType.values() else str(elem_type)
-        raise UnsupportedOpError(f"element type {name}{' of ' + what if what else ''} "
-                                 "has no tdag dtype")
+        raise UnsupportedOpError(f"element type {_type_name(elem_type)}"
+                                 f"{' of ' + what if what else ''} has no tdag dtype")
     return ONNX_TO_DTYPE[elem_type]
+
+
+def _type_name(elem_type: int) -> str:
+    """tdag's name for an ONNX element type where it has one, else ONNX's."""
+    if elem_type in ONNX_TO_DTYPE:
+        return ONNX_TO_DTYPE[elem_type].value
+    return TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() \
+        else str(elem_type)
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """A torch tensor (a copy) of an array from onnx's numpy_helper; bfloat16 arrives as
+    ml_dtypes' type, which torch cannot take, so its bits are reinterpreted."""
+    if array.dtype.name == "bfloat16":
+        bits = np.ascontiguousarray(array).view(np.uint16).copy()
+        return torch.from_numpy(bits).view(torch.bfloat16)
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+def declared_clash(declared: onnx.TypeProto.Tensor, computed: TensorType) -> str | None:
+    """The declared type as text where it contradicts the computed one (another element
+    type, rank or static size; symbolic sizes are not compared), else None."""
+    clash = bool(declared.elem_type) and ONNX_TO_DTYPE.get(declared.elem_type) is not \
+        computed.dtype
+    dims = list(declared.shape.dim) if declared.HasField("shape") else None
+    if dims is not None:
+        clash = clash or len(dims) != len(computed.shape) or any(
+            d.HasField("dim_value") and is_static(c) and d.dim_value != c
+            for d, c in zip(dims, computed.shape))
+    if not clash:
+        return None
+    if dims is None:
+        return f"{_type_name(declared.elem_type)}[...]"
+    shown = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims]
+    return f"{_type_name(declared.elem_type)}[{','.join(shown)}]"
 
 
 def load_model(source) -> onnx.ModelProto:
@@ -37,21 +77,33 @@ def load_model(source) -> onnx.ModelProto:
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)  # loading external data and inference must not touch the caller's
+        check_text(model)
         _refuse_unloaded(model)
     elif isinstance(source, (str, os.PathLike)):
         model = _read(os.fspath(source))
     else:
         raise InvalidModelError(f"from_onnx takes a path or an onnx.ModelProto, "
                                 f"got {type(source).__name__}")
+    return _checked(model)
+
+
+def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
+    step = "inlining its local functions"
     try:
         if model.functions:  # model-local functions become plain nodes
             model = onnx.inliner.inline_local_functions(model)
-        # inference first: it fills in the output types the checker insists on
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        # inference first: it fills in the output types the checker insists on (tdag computes
+        # shapes itself: data propagation would only risk exponential memory, see above)
+        step = "shape inference"
+        model = onnx.shape_inference.infer_shapes(model, data_prop=False)
+        step = "the ONNX checker"
         onnx.checker.check_model(_with_output_shapes(model))
         return model
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise InvalidModelError(f"malformed ONNX model: {str(exc).strip()[:500]}") from None
+    except Exception as exc:  # onnx's C++ core: RuntimeError, UnicodeDecodeError, ...
+        raise InvalidModelError(f"malformed ONNX model: {step} failed with "
+                                f"{type(exc).__name__}: {str(exc).strip()[:500]}") from exc
 
 
 def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -78,6 +130,7 @@ def _read(path: str) -> onnx.ModelProto:
         raise FileFormatError(f"{path!r} is not a readable ONNX model: {exc}") from None
     if not model.HasField("graph"):
         raise FileFormatError(f"{path!r} is not an ONNX model: it holds no graph")
+    check_text(model)
     base = os.path.dirname(os.path.abspath(path))
     for tensor in _external_tensors(model):
         _check_location(tensor, base)
@@ -94,9 +147,12 @@ def _external_tensors(model: onnx.ModelProto):
 
 
 def _check_location(tensor: TensorProto, base: str) -> None:
-    """Refuse a data file that is not inside the model's folder."""
+    """Refuse a data file that is not a plain file inside the model's folder."""
     info = {e.key: e.value for e in tensor.external_data}
     location = info.get("location", "")
+    if "\0" in location:  # the OS would refuse the path with a ValueError
+        raise FileFormatError(f"initializer {tensor.name!r} reads external data from "
+                              f"{location!r}: a NUL byte in a file name")
     parts = re.split(r"[\\/]", location)
     escapes = (not location or os.path.isabs(location) or location.startswith(("/", "\\"))
                or ".." in parts or re.match(r"[A-Za-z]:", location))
@@ -104,6 +160,9 @@ def _check_location(tensor: TensorProto, base: str) -> None:
     if escapes or os.path.commonpath([real, os.path.realpath(base)]) != os.path.realpath(base):
         raise InvalidModelError(f"initializer {tensor.name!r} reads external data from "
                                 f"{location!r}, outside the model's folder: refused")
+    if not os.path.isfile(real):  # a folder, a FIFO (reading would block) or nothing
+        raise FileFormatError(f"initializer {tensor.name!r} reads external data from "
+                              f"{location!r}, which is not a file")
 
 
 def _refuse_unloaded(model: onnx.ModelProto) -> None:
@@ -111,6 +170,91 @@ def _refuse_unloaded(model: onnx.ModelProto) -> None:
     if names:
         raise InvalidModelError(f"the model's tensors {names[:5]} live in external files: "
                                 "pass the model's path so they can be read from its folder")
+
+
+# -- text and sparse tensors ------------------------------------------------------------------
+
+def check_text(model: onnx.ModelProto) -> None:
+    """Refuse a string field that is not UTF-8 (protobuf hands it over as bytes, which
+    neither onnx's checker nor tdag's name rules expect), naming where it is."""
+    try:
+        _check_text(model, [])
+    except RecursionError:
+        raise InvalidModelError("the ONNX model is nested too deeply to read") from None
+
+
+def _check_text(message, path: list) -> None:
+    for field in message.DESCRIPTOR.fields:
+        if field.type == field.TYPE_STRING:
+            values = getattr(message, field.name)
+            for i, value in enumerate(values if field.is_repeated else [values]):
+                if isinstance(value, bytes):
+                    place = f"{field.name}[{i}]" if field.is_repeated else field.name
+                    raise FileFormatError(f"{_where(message, path + [place])} is not UTF-8 "
+                                          f"text: {value!r}")
+        elif field.type == field.TYPE_MESSAGE:
+            if field.is_repeated:
+                for i, sub in enumerate(getattr(message, field.name)):
+                    _check_text(sub, path + [(f"{field.name}[{i}]", sub)])
+            elif message.HasField(field.name):
+                sub = getattr(message, field.name)
+                _check_text(sub, path + [(field.name, sub)])
+
+
+def _where(message, path: list) -> str:
+    """``graph.node[3].name (in node #3 'conv' of type Conv)``: the field's place in the file,
+    and the innermost node it belongs to."""
+    place = ".".join(p if isinstance(p, str) else p[0] for p in path)
+    nodes = [(p[0], p[1]) for p in path if not isinstance(p, str) and
+             isinstance(p[1], onnx.NodeProto)]
+    if not nodes:
+        return place
+    label, node = nodes[-1]
+    return f"{place} (in {label}, name {_text(node.name)!r}, op {_text(node.op_type)!r})"
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
+def describe_node(node: onnx.NodeProto, index: int | None = None, graph: str = "") -> str:
+    """How errors name an ONNX node: name, op type and place (index in its graph)."""
+    place = f"#{index}" if index is not None else ""
+    if graph:
+        place += f" of graph {graph!r}" if place else f"in graph {graph!r}"
+    name = f"{node.name!r}" if node.name else "<unnamed>"
+    return f"ONNX node {name} ({node.op_type}{', ' + place if place else ''})"
+
+
+MAX_DENSE = 2 ** 28  # elements of a densified sparse tensor (1 GiB of float32)
+
+
+def dense_of_sparse(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array of a SparseTensorProto (tdag keeps every weight dense), checked
+    against the format: values 1-D, indices linear ([NNZ]) or coordinates ([NNZ, rank]),
+    in range, ascending and without repeats."""
+    name = sparse.values.name or "<unnamed sparse tensor>"
+    dims = [int(d) for d in sparse.dims]
+    size = math.prod(dims) if all(d >= 0 for d in dims) else -1
+    if size < 0 or size > MAX_DENSE:
+        raise UnsupportedOpError(f"sparse tensor {name!r} of shape {dims}: tdag holds weights "
+                                 f"dense, at most {MAX_DENSE} elements")
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    if indices.ndim == 2 and indices.shape[1] == len(dims):
+        if indices.size and ((indices < 0).any() or (indices >= dims).any()):
+            raise InvalidModelError(f"sparse tensor {name!r}: an index is out of range")
+        indices = np.ravel_multi_index(tuple(indices.T), dims) if indices.size \
+            else np.zeros(0, np.int64)
+    if values.ndim != 1 or indices.shape != values.shape:
+        raise InvalidModelError(f"sparse tensor {name!r}: {values.shape} values do not fit "
+                                f"{indices.shape} indices of shape {dims}")
+    if indices.size and (indices[0] < 0 or indices[-1] >= size or (np.diff(indices) <= 0).any()):
+        raise InvalidModelError(f"sparse tensor {name!r}: indices must ascend within "
+                                f"[0, {size})")
+    dense = np.zeros(size, dtype=values.dtype)
+    dense[indices] = values
+    return dense.reshape(dims)
 
 
 # -- names ------------------------------------------------------------------------------------

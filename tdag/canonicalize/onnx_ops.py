@@ -8,6 +8,7 @@ This file holds elementwise, shape and movement ops; onnx_ops_nn.py the neural-n
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -16,15 +17,18 @@ import torch
 from onnx import numpy_helper
 
 from tdag import ops
+from tdag.canonicalize.onnx_load import dense_of_sparse, dtype_of, tensor_of
 from tdag.canonicalize.onnx_values import (
+    MAX_TABLE,
     Known,
     decide,
+    fits,
     floor_div,
     fold_arith,
     fold_compare,
     known_of,
 )
-from tdag.errors import UnsupportedOpError
+from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static, product
 from tdag.ir.types import DType, TensorKind
 
@@ -39,8 +43,20 @@ def register(*names):
     return deco
 
 
-def _norm(axis: int, rank: int) -> int:
+def _norm(axis: int, rank: int, end_ok: bool = False) -> int:
+    """An axis in [-rank, rank) (to rank inclusive where ``end_ok``: an insertion point, as
+    Flatten's), counted from 0; any other is a malformed model."""
+    if type(axis) is not int or not -rank <= axis < rank + end_ok:
+        raise InvalidModelError(f"axis {axis!r} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def _norm_axes(axes, rank: int) -> tuple:
+    """Distinct axes, each in range (a repeated one is malformed, not merged)."""
+    normed = tuple(_norm(int(a), rank) for a in axes)
+    if len(set(normed)) != len(normed):
+        raise InvalidModelError(f"axes {list(axes)} repeat an axis")
+    return normed
 
 
 # -- elementwise --------------------------------------------------------------------------------
@@ -68,7 +84,9 @@ def _binary(fn, fold=None):
     """``fn`` on tensors; ``fold`` on Dims when both operands are shape values."""
     def convert(ctx, a, b):
         if fold is not None and isinstance(a, Known) and isinstance(b, Known):
-            return fold_arith(fold, [a, b], a.dtype)
+            folded = fold_arith(fold, [a, b], a.dtype)
+            if folded is not None:
+                return folded
         return fn(ctx.tensor(a), ctx.tensor(b))
     return convert
 
@@ -84,7 +102,9 @@ OPS["Xor"] = _binary(ops.ne)
 @register("Div")
 def _div(ctx, a, b):
     if isinstance(a, Known) and isinstance(b, Known):
-        return fold_arith(floor_div, [a, b], a.dtype)
+        folded = fold_arith(floor_div, [a, b], a.dtype)
+        if folded is not None:
+            return folded
     a, b = ctx.tensor(a), ctx.tensor(b)
     return ops.div(a, b) if a.dtype.is_float else ops.trunc_divide(a, b)  # ints truncate
 
@@ -97,7 +117,7 @@ def _pow(ctx, a, b):
 
 @register("Mod")
 def _mod(ctx, a, b):
-    fn = ops.fmod if ctx.attr("fmod", 0) else ops.remainder
+    fn = ops.fmod if ctx.flag("fmod", 0) else ops.remainder
     return fn(ctx.tensor(a), ctx.tensor(b))
 
 
@@ -120,7 +140,8 @@ OPS["GreaterOrEqual"] = _compare(ops.ge, sympy.Ge)
 
 @register("Where")
 def _where(ctx, cond, a, b):
-    if all(isinstance(v, Known) for v in (cond, a, b)) and cond.static:
+    if all(isinstance(v, Known) for v in (cond, a, b)) and cond.static and \
+            fits(np.broadcast_shapes(cond.shape, a.shape, b.shape)):
         return Known(np.where(cond.values.astype(bool), a.values, b.values), a.dtype)
     return ops.where(ctx.tensor(cond), ctx.tensor(a), ctx.tensor(b))
 
@@ -128,7 +149,9 @@ def _where(ctx, cond, a, b):
 def _variadic(fn, fold=None):
     def convert(ctx, *xs):
         if fold is not None and all(isinstance(x, Known) for x in xs):
-            return fold_arith(fold, list(xs), xs[0].dtype)
+            folded = fold_arith(fold, list(xs), xs[0].dtype)
+            if folded is not None:
+                return folded
         result = ctx.tensor(xs[0])
         for x in xs[1:]:
             result = fn(result, ctx.tensor(x))
@@ -238,7 +261,11 @@ def _identity(ctx, x, *rest):
 def _constant(ctx):
     attrs = ctx.attrs
     if "value" in attrs:
-        value = torch.from_numpy(numpy_helper.to_array(attrs["value"]).copy())
+        dtype_of(attrs["value"].data_type, "Constant's value")
+        value = tensor_of(numpy_helper.to_array(attrs["value"]))
+    elif "sparse_value" in attrs:
+        dtype_of(attrs["sparse_value"].values.data_type, "Constant's sparse_value")
+        value = tensor_of(dense_of_sparse(attrs["sparse_value"]))
     elif "value_float" in attrs or "value_floats" in attrs:
         value = torch.tensor(attrs.get("value_float", attrs.get("value_floats")),
                              dtype=torch.float32)
@@ -270,10 +297,15 @@ def _size(ctx, x):
 @register("ConstantOfShape")
 def _constant_of_shape(ctx, shape):
     dims = ctx.ints(shape, "shape")
+    if any(is_static(d) and d < 0 for d in dims):
+        raise InvalidModelError(f"ConstantOfShape: the shape {dims} has a negative size")
     fill = ctx.attrs.get("value")
-    value = torch.from_numpy(numpy_helper.to_array(fill).copy()).reshape(()) if fill is not None \
-        else torch.tensor(0.0)
-    if all(is_static(d) for d in dims) and product(dims) <= 1024:
+    value = tensor_of(numpy_helper.to_array(fill)) if fill is not None else torch.tensor(0.0)
+    if value.numel() != 1:
+        raise InvalidModelError(f"ConstantOfShape: the value must hold one element, not "
+                                f"{value.numel()}")
+    value = value.reshape(())
+    if fits(dims):
         known = known_of(value.expand(*dims).clone())
         if known is not None:
             return known
@@ -286,7 +318,10 @@ def _range(ctx, start, limit, delta):
                            ((start, "start"), (limit, "limit"), (delta, "delta")))
     out_type = ctx.importer.types.get(ctx.node.output[0])
     dtype = ctx.dtype(out_type.tensor_type.elem_type) if out_type is not None else DType.i64
-    if all(is_static(v) or isinstance(v, float) for v in (start, limit, delta)):
+    if delta == 0:
+        raise InvalidModelError("Range: delta must not be 0")
+    static = all(is_static(v) or isinstance(v, float) for v in (start, limit, delta))
+    if static and math.ceil((limit - start) / delta) <= MAX_TABLE:  # else a lazy arange
         return ctx.const_tensor(torch.arange(start, limit, delta, dtype=dtype.torch))
     return ops.arange(start, limit, delta, dtype)
 
@@ -297,28 +332,48 @@ def _range(ctx, start, limit, delta):
 def _reshape(ctx, x, shape=None):
     dims = list(ctx.attr("shape")) if ctx.opset < 5 else ctx.ints(shape, "shape")
     in_shape = list(x.shape)
-    allow_zero = ctx.attr("allowzero", 0)
+    allow_zero = ctx.flag("allowzero", 0)
+    _check_reshape(dims, len(in_shape), allow_zero)
     dims = [in_shape[i] if is_static(d) and d == 0 and not allow_zero else d
             for i, d in enumerate(dims)]
     if any(is_static(d) and d == -1 for d in dims):
         known = product(d for d in dims if not (is_static(d) and d == -1))
+        if is_static(known) and known == 0:
+            raise InvalidModelError(f"Reshape: -1 in {dims} cannot be inferred beside a 0")
         rest = as_dim(sympy.cancel(sympy.sympify(product(in_shape)) / known))
+        if not is_static(rest) and not rest.free_symbols:
+            raise InvalidModelError(f"Reshape: {in_shape} does not fit {dims}")
         dims = [rest if is_static(d) and d == -1 else d for d in dims]
     if isinstance(x, Known) and all(is_static(d) for d in dims):
         return Known(x.values.reshape([int(d) for d in dims]), x.dtype)
     return ops.reshape(ctx.tensor(x), *dims)
 
 
+def _check_reshape(dims, rank: int, allow_zero: bool) -> None:
+    """ONNX's rules for a Reshape target: sizes >= -1, one -1 at most, a 0 (copy the input's
+    size) only where the input has that axis, and never with -1 under allowzero."""
+    static = [(i, d) for i, d in enumerate(dims) if is_static(d)]
+    wild = sum(d == -1 for _, d in static)
+    if any(d < -1 for _, d in static) or wild > 1 or (allow_zero and wild and
+                                                      any(d == 0 for _, d in static)) or \
+            (not allow_zero and any(d == 0 and i >= rank for i, d in static)):
+        raise InvalidModelError(f"Reshape: the target shape {dims} is malformed for an input "
+                                f"of rank {rank}{' (allowzero)' if allow_zero else ''}")
+
+
 @register("Flatten")
 def _flatten(ctx, x):
     shape = list(x.shape)
-    axis = _norm(ctx.attr("axis", 1), len(shape))
+    axis = _norm(ctx.attr("axis", 1), len(shape), end_ok=True)
     return ops.reshape(ctx.tensor(x), product(shape[:axis]), product(shape[axis:]))
 
 
 @register("Transpose")
 def _transpose(ctx, x):
     perm = ctx.attr("perm") or list(reversed(range(len(x.shape))))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise InvalidModelError(f"Transpose: perm {list(perm)} is not a permutation of the "
+                                f"{len(x.shape)} axes")
     if isinstance(x, Known):
         return Known(np.transpose(x.values, perm), x.dtype)
     return ops.permute(ctx.tensor(x), *perm)
@@ -336,9 +391,12 @@ def _axes(ctx, axes_input, first_input_opset: int):
 def _squeeze(ctx, x, axes=None):
     axes = _axes(ctx, axes, 13)
     rank = len(x.shape)
+    ones = [i for i, d in enumerate(x.shape) if is_static(d) and d == 1]
     if axes is None:
-        axes = [i for i, d in enumerate(x.shape) if is_static(d) and d == 1]
-    axes = tuple(_norm(a, rank) for a in axes)
+        axes = ones
+    elif not axes and ones:  # ONNX's inference squeezes none, onnxruntime every size-1 axis
+        raise UnsupportedOpError("Squeeze: an empty axes input on a shape with size-1 axes")
+    axes = _norm_axes(axes, rank)
     if isinstance(x, Known):
         return Known(np.squeeze(x.values, axes), x.dtype)
     return ops.squeeze(ctx.tensor(x), axes)
@@ -347,8 +405,9 @@ def _squeeze(ctx, x, axes=None):
 @register("Unsqueeze")
 def _unsqueeze(ctx, x, axes=None):
     axes = _axes(ctx, axes, 13)
-    rank = len(x.shape) + len(axes)
-    axes = tuple(sorted(_norm(a, rank) for a in axes))
+    if axes is None:
+        raise InvalidModelError("Unsqueeze: no axes given")
+    axes = tuple(sorted(_norm_axes(axes, len(x.shape) + len(axes))))
     if isinstance(x, Known):
         return Known(np.expand_dims(x.values, axes), x.dtype)
     return ops.unsqueeze(ctx.tensor(x), axes)
@@ -357,7 +416,8 @@ def _unsqueeze(ctx, x, axes=None):
 @register("Concat")
 def _concat(ctx, *xs):
     axis = _norm(ctx.attr("axis"), len(xs[0].shape))
-    if all(isinstance(x, Known) for x in xs):
+    if all(isinstance(x, Known) for x in xs) and \
+            fits([sum(x.shape[axis] for x in xs), *xs[0].shape[:axis], *xs[0].shape[axis + 1:]]):
         return Known(np.concatenate([x.values for x in xs], axis), xs[0].dtype)
     parts = [ctx.tensor(x) for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)]
     return ops.concat(parts, axis) if len(parts) > 1 else parts[0]
@@ -371,12 +431,24 @@ def _split(ctx, x, split=None):
         dim, count = x.shape[axis], ctx.attr("num_outputs", ctx.num_outputs)
         if not is_static(dim):
             raise UnsupportedOpError(f"Split: an equal split of the symbolic axis {dim}")
+        if type(count) is not int or count < 1:
+            raise InvalidModelError(f"Split: cannot split into {count!r} parts")
         chunk = -(-dim // count)  # ceil: the last part may be smaller (opset 18)
         sizes = [min(chunk, dim - i * chunk) for i in range(count)]
+    _check_split(ctx, list(sizes), x.shape[axis])
     if isinstance(x, Known):
         cuts = np.cumsum([int(s) for s in sizes])[:-1]
         return tuple(Known(v, x.dtype) for v in np.split(x.values, cuts, axis))
     return tuple(ops.split(ctx.tensor(x), list(sizes), axis))
+
+
+def _check_split(ctx, sizes: list, dim) -> None:
+    """One size per output, none negative, adding up to the axis (zip would drop the rest)."""
+    total = sum(sizes)
+    if len(sizes) != ctx.num_outputs or any(is_static(s) and s < 0 for s in sizes) or \
+            (is_static(dim) and is_static(total) and total != dim):
+        raise InvalidModelError(f"Split: sizes {sizes} do not split an axis of {dim} into "
+                                f"{ctx.num_outputs} outputs")
 
 
 _HUGE = 2 ** 31  # ONNX writes "to the end" as INT64_MAX (and INT32_MAX)
@@ -390,8 +462,11 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
         starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
         axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
     rank = len(x.shape)
-    axes = [_norm(int(a), rank) for a in axes] if axes else list(range(len(starts)))
+    axes = list(_norm_axes(axes, rank)) if axes else list(range(len(starts)))
     steps = [int(s) for s in steps] if steps else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise InvalidModelError(f"Slice: starts {list(starts)}, ends {list(ends)}, axes {axes} "
+                                f"and steps {steps} must have one entry per axis, steps not 0")
     if isinstance(x, Known) and all(is_static(v) for v in list(starts) + list(ends)):
         index = [slice(None)] * rank
         for a, b, e, s in zip(axes, starts, ends, steps):
@@ -411,6 +486,9 @@ def _slice_axis(x, axis, start, stop, step):
         return ops.slice(x, axis, start, stop, step)
     if not is_static(dim):
         raise UnsupportedOpError(f"Slice: a negative step on the symbolic axis {dim}")
+    if dim > MAX_TABLE:
+        raise UnsupportedOpError(f"Slice: a negative step on an axis of {dim} (more than "
+                                 f"{MAX_TABLE}, the size of index table tdag builds)")
     index = list(range(dim))[slice(max(min(start, _HUGE), -_HUGE), max(stop, -dim - 1), step)]
     return ops.gather(x, x.builder.const(torch.tensor(index, dtype=torch.int64)), axis)
 
@@ -418,7 +496,8 @@ def _slice_axis(x, axis, start, stop, step):
 @register("Gather")
 def _gather(ctx, data, index):
     axis = _norm(ctx.attr("axis", 0), len(data.shape))
-    if isinstance(data, Known) and isinstance(index, Known) and index.static:
+    if isinstance(data, Known) and isinstance(index, Known) and index.static and \
+            fits(data.shape[:axis] + index.shape + data.shape[axis + 1:]):
         return Known(np.take(data.values, index.values.astype(np.int64), axis), data.dtype)
     return ops.gather(ctx.tensor(data), ctx.tensor(index), axis)
 
@@ -427,14 +506,18 @@ def _gather(ctx, data, index):
 def _expand(ctx, x, shape):
     dims = ctx.ints(shape, "shape")
     out = ops.broadcast_shapes(tuple(x.shape), tuple(dims))
-    if isinstance(x, Known) and all(is_static(d) for d in out):
+    if isinstance(x, Known) and fits(out):
         return Known(np.broadcast_to(x.values, [int(d) for d in out]).copy(), x.dtype)
     return ops.broadcast_to(ctx.tensor(x), out)
 
 
 @register("Tile")
 def _tile(ctx, x, repeats):
-    return ops.tile(ctx.tensor(x), *ctx.ints(repeats, "repeats"))
+    repeats = ctx.ints(repeats, "repeats")
+    if len(repeats) != len(x.shape) or any(is_static(r) and r < 0 for r in repeats):
+        raise InvalidModelError(f"Tile: repeats {repeats} must be one count >= 0 per axis of "
+                                f"{list(x.shape)}")
+    return ops.tile(ctx.tensor(x), *repeats)
 
 
 @register("Pad")
@@ -445,8 +528,10 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
     else:
         pads = ctx.ints(pads, "pads")
         fill = ctx.scalar(value, "value") if value is not None else 0
-    axes = [_norm(int(a), rank) for a in ctx.ints(axes, "axes")] if axes is not None \
+    axes = list(_norm_axes(ctx.ints(axes, "axes"), rank)) if axes is not None \
         else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise InvalidModelError(f"Pad: {len(pads)} pads for {len(axes)} axes (two per axis)")
     widths = [(0, 0)] * rank
     for i, a in enumerate(axes):
         widths[a] = (pads[i], pads[i + len(axes)])
@@ -469,7 +554,7 @@ def _trilu(ctx, x, k=None):
     rows = ops.unsqueeze(ops.iota(x.shape[-2]), 1)
     cols = ops.unsqueeze(ops.iota(x.shape[-1]), 0)
     diag = ops.sub(cols, rows)  # column minus row: k-th diagonal where it equals k
-    keep = ops.ge(diag, int(k)) if ctx.attr("upper", 1) else ops.le(diag, int(k))
+    keep = ops.ge(diag, int(k)) if ctx.flag("upper", 1) else ops.le(diag, int(k))
     return ops.where(keep, x, ops.zeros((), x.dtype, like=x))
 
 
@@ -493,12 +578,12 @@ def _reduce(fn, axes_input_opset):
     def convert(ctx, x, axes=None):
         x = ctx.tensor(x)
         axes = _axes(ctx, axes, axes_input_opset)
+        keep = ctx.flag("keepdims", 1)
         if not axes:
-            if ctx.attr("noop_with_empty_axes", 0):
+            if ctx.flag("noop_with_empty_axes", 0):
                 return x
             axes = list(range(x.ndim))
-        axes = tuple(_norm(a, x.ndim) for a in axes)
-        return fn(x, axes, bool(ctx.attr("keepdims", 1)))
+        return fn(x, _norm_axes(axes, x.ndim), keep)
     return convert
 
 
@@ -508,9 +593,10 @@ for _name, (_fn, _opset) in _REDUCE.items():
 
 def _arg(fn):
     def convert(ctx, x):
-        if ctx.attr("select_last_index", 0):
+        if ctx.flag("select_last_index", 0):
             raise UnsupportedOpError(f"{ctx.node.op_type}: select_last_index=1")
-        return fn(ctx.tensor(x), ctx.attr("axis", 0), bool(ctx.attr("keepdims", 1)))
+        x = ctx.tensor(x)
+        return fn(x, _norm(ctx.attr("axis", 0), x.ndim), ctx.flag("keepdims", 1))
     return convert
 
 
@@ -523,10 +609,10 @@ def _cumsum(ctx, x, axis):
     x = ctx.tensor(x)
     axis = _norm(int(ctx.scalar(axis, "axis")), x.ndim)
     total = ops.cumsum(x, axis) if is_static(x.shape[axis]) else _cumsum_symbolic(x, axis)
-    if ctx.attr("reverse", 0):  # suffix sums: the whole sum less the prefix before each
+    if ctx.flag("reverse", 0):  # suffix sums: the whole sum less the prefix before each
         whole = ops.sum(x, (axis,), True)
         total = ops.add(ops.sub(whole, total), x)
-    if ctx.attr("exclusive", 0):
+    if ctx.flag("exclusive", 0):
         total = ops.sub(total, x)
     return total
 

@@ -9,8 +9,9 @@ import numpy as np
 import torch
 
 from tdag import ops
-from tdag.canonicalize.onnx_ops import _norm, register
-from tdag.errors import UnsupportedOpError
+from tdag.canonicalize.onnx_ops import _norm, _norm_axes, register
+from tdag.canonicalize.onnx_values import MAX_TABLE
+from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal, is_static, product
 
 # -- contractions -------------------------------------------------------------------------------
@@ -24,9 +25,9 @@ def _matmul(ctx, a, b):
 @register("Gemm")
 def _gemm(ctx, a, b, c=None):
     a, b = ctx.tensor(a), ctx.tensor(b)
-    if ctx.attr("transA", 0):
+    if ctx.flag("transA", 0):
         a = ops.permute(a, 1, 0)
-    if ctx.attr("transB", 0):
+    if ctx.flag("transB", 0):
         b = ops.permute(b, 1, 0)
     y = ops.matmul(a, b)
     alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
@@ -40,11 +41,14 @@ def _gemm(ctx, a, b, c=None):
 
 # -- convolution and pooling ---------------------------------------------------------------------
 
+_AUTO_PAD = ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
 def _pads(ctx, spatial, kernel, strides, dilations):
     """(begins, ends) per spatial axis, from ``pads`` or ``auto_pad``."""
-    n, auto = len(kernel), ctx.attr("auto_pad", "NOTSET")
+    n, auto = len(kernel), ctx.choice("auto_pad", "NOTSET", _AUTO_PAD)
     if auto in ("NOTSET", ""):
-        pads = list(ctx.attr("pads") or [0] * 2 * n)
+        pads = ctx.sizes("pads", 2 * n, 0, least=0)
         return pads[:n], pads[n:]
     if auto == "VALID":
         return [0] * n, [0] * n
@@ -59,10 +63,19 @@ def _pads(ctx, spatial, kernel, strides, dilations):
     return begins, ends
 
 
+def _kernel(ctx, x, default=None) -> list:
+    """kernel_shape: one size >= 1 per spatial axis of ``x`` (Conv's default: the weight's)."""
+    if ctx.attr("kernel_shape") is not None:
+        return ctx.sizes("kernel_shape", x.ndim - 2, 0, least=1)
+    if default is None:
+        raise InvalidModelError(f"{ctx.node.op_type}: kernel_shape is required")
+    return list(default)
+
+
 def _window(ctx, x, kernel):
     n = len(kernel)
-    strides = list(ctx.attr("strides") or [1] * n)
-    dilations = list(ctx.attr("dilations") or [1] * n)
+    strides = ctx.sizes("strides", n, 1, least=1)
+    dilations = ctx.sizes("dilations", n, 1, least=1)
     begins, ends = _pads(ctx, x.shape[2:], kernel, strides, dilations)
     return strides, dilations, begins, ends
 
@@ -77,26 +90,34 @@ def _pre_pad(x, begins, ends, value=0.0):
 @register("Conv")
 def _conv(ctx, x, w, b=None):
     x, w = ctx.tensor(x), ctx.tensor(w)
-    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = _kernel(ctx, x, w.shape[2:])
     strides, dilations, begins, ends = _window(ctx, x, kernel)
     x, padding = _pre_pad(x, begins, ends)
     bias = ctx.tensor(b) if b is not None else None
-    return ops.conv(x, w, bias, strides, padding, dilations, ctx.attr("group", 1))
+    return ops.conv(x, w, bias, strides, padding, dilations, _group(ctx))
+
+
+def _group(ctx) -> int:
+    group = ctx.attr("group", 1)
+    if type(group) is not int or group < 1:
+        raise InvalidModelError(f"{ctx.node.op_type}: group must be at least 1, got {group!r}")
+    return group
 
 
 @register("ConvTranspose")
 def _conv_transpose(ctx, x, w, b=None):
     x, w = ctx.tensor(x), ctx.tensor(w)
-    kernel = list(ctx.attr("kernel_shape") or w.shape[2:])
+    kernel = _kernel(ctx, x, w.shape[2:])
     n = len(kernel)
-    if ctx.attr("output_shape") or ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+    if ctx.attr("output_shape") or ctx.choice("auto_pad", "NOTSET", _AUTO_PAD) not in \
+            ("NOTSET", ""):
         raise UnsupportedOpError("ConvTranspose: output_shape / auto_pad")
-    strides = list(ctx.attr("strides") or [1] * n)
-    dilations = list(ctx.attr("dilations") or [1] * n)
-    pads = list(ctx.attr("pads") or [0] * 2 * n)
-    extra = list(ctx.attr("output_padding") or [0] * n)
+    strides = ctx.sizes("strides", n, 1, least=1)
+    dilations = ctx.sizes("dilations", n, 1, least=1)
+    pads = ctx.sizes("pads", 2 * n, 0, least=0)
+    extra = ctx.sizes("output_padding", n, 0, least=0)
     # full overlap-add, then crop the pads (the extra output_padding cells are zeros + bias)
-    y = ops.conv_transpose(x, w, None, strides, 0, 0, ctx.attr("group", 1), dilations)
+    y = ops.conv_transpose(x, w, None, strides, 0, 0, _group(ctx), dilations)
     y = ops.pad(y, [(0, 0), (0, 0)] + [(-pads[i], extra[i] - pads[n + i]) for i in range(n)])
     if b is not None:
         y = ops.add(y, ops.reshape(ctx.tensor(b), -1, *([1] * n)))
@@ -106,25 +127,26 @@ def _conv_transpose(ctx, x, w, b=None):
 @register("MaxPool")
 def _max_pool(ctx, x):
     x = ctx.tensor(x)
-    kernel = list(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
+    ctx.flag("storage_order", 0)  # only the Indices output, not computed, depends on it
     x, padding = _pre_pad(x, begins, ends, float("-inf"))
-    y = ops.max_pool(x, kernel, strides, padding, dilations, bool(ctx.attr("ceil_mode", 0)))
+    y = ops.max_pool(x, kernel, strides, padding, dilations, ctx.flag("ceil_mode", 0))
     return y, None  # Indices: not computed
 
 
 @register("AveragePool")
 def _avg_pool(ctx, x):
     x = ctx.tensor(x)
-    kernel = list(ctx.attr("kernel_shape"))
+    kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
-    include = bool(ctx.attr("count_include_pad", 0))  # ONNX's default is not torch's
+    include = ctx.flag("count_include_pad", 0)  # ONNX's default is not torch's
     if any(d != 1 for d in dilations):
         raise UnsupportedOpError("AveragePool: dilations")
     if begins != ends and not include:
         raise UnsupportedOpError("AveragePool: asymmetric pads without count_include_pad")
     x, padding = _pre_pad(x, begins, ends)
-    return ops.avg_pool(x, kernel, strides, padding, bool(ctx.attr("ceil_mode", 0)), include)
+    return ops.avg_pool(x, kernel, strides, padding, ctx.flag("ceil_mode", 0), include)
 
 
 @register("GlobalAveragePool")
@@ -143,7 +165,7 @@ def _global_max_pool(ctx, x):
 
 @register("BatchNormalization")
 def _batch_norm(ctx, x, scale, bias, mean, var, *rest):
-    if ctx.attr("training_mode", 0):
+    if ctx.flag("training_mode", 0):
         raise UnsupportedOpError("BatchNormalization: training_mode=1")
     y = ops.batch_norm(ctx.tensor(x), ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale),
                        ctx.tensor(bias), ctx.attr("epsilon", 1e-5))
@@ -169,6 +191,9 @@ def _instance_norm(ctx, x, scale, bias):
 def _group_norm(ctx, x, scale, bias):
     x, scale, bias = ctx.tensor(x), ctx.tensor(scale), ctx.tensor(bias)
     groups, channels = ctx.attr("num_groups"), x.shape[1]
+    if type(groups) is not int or groups < 1:
+        raise InvalidModelError(f"GroupNormalization: num_groups must be at least 1, got "
+                                f"{groups!r}")
     if is_static(channels) and scale.shape[0] == groups != channels:
         # opset 18 gave one scale per group (21 changed it to one per channel)
         scale = ops.repeat_interleave(scale, channels // groups, 0)
@@ -203,14 +228,18 @@ def _resize(ctx, x, *rest):
     x = ctx.tensor(x)
     scales, sizes = _resize_targets(ctx, x, rest)
     mode = ctx.attr("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear") or ctx.attr("antialias", 0):
+    if mode not in ("nearest", "linear", "bilinear") or ctx.flag("antialias", 0):
         raise UnsupportedOpError(f"{ctx.node.op_type}: mode {mode!r}"
-                                 f"{' with antialias' if ctx.attr('antialias', 0) else ''}")
+                                 f"{' with antialias' if ctx.flag('antialias', 0) else ''}")
     for axis in range(x.ndim):
         if scales[axis] == 1.0 and sizes[axis] == x.shape[axis]:
             continue
         if not is_static(x.shape[axis]):
             raise UnsupportedOpError(f"{ctx.node.op_type}: resizing a symbolic axis")
+        if not 0 <= sizes[axis] <= MAX_TABLE:
+            raise UnsupportedOpError(f"{ctx.node.op_type}: an output axis of {sizes[axis]} "
+                                     f"(tdag builds an index table per axis, at most "
+                                     f"{MAX_TABLE})")
         coords = _source_coords(ctx, x.shape[axis], sizes[axis], scales[axis])
         x = _nearest(ctx, x, axis, coords) if mode == "nearest" else _linear(x, axis, coords)
     return x
@@ -227,7 +256,17 @@ def _resize_targets(ctx, x, rest):
         scales = _floats(ctx, rest[1]) if len(rest) > 1 and rest[1] is not None else None
         sizes = ctx.ints(rest[2], "sizes") if len(rest) > 2 and rest[2] is not None else None
         scales = scales or None
-    axes = [_norm(a, x.ndim) for a in ctx.attr("axes") or range(x.ndim)]
+        if sizes and ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise UnsupportedOpError("Resize: sizes with a keep_aspect_ratio_policy other "
+                                     "than stretch")
+    if any(not float(s) > 0 for s in scales or ()) or \
+            any(is_static(s) and s < 0 for s in sizes or ()):
+        raise InvalidModelError(f"{ctx.node.op_type}: scales {scales} must be > 0 and sizes "
+                                f"{sizes} >= 0")
+    axes = list(_norm_axes(ctx.attr("axes") or range(x.ndim), x.ndim))
+    if len(scales or sizes or ()) != len(axes):
+        raise InvalidModelError(f"{ctx.node.op_type}: {len(scales or sizes or ())} scales or "
+                                f"sizes for {len(axes)} axes")
     full_scales, full_sizes = [1.0] * x.ndim, list(x.shape)
     for i, axis in enumerate(axes):
         if dims_equal(sizes[i], x.shape[axis]) if sizes else float(scales[i]) == 1.0:

@@ -8,6 +8,7 @@ tensor only where an op reads it as data.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType, TensorKind
 
 MAX_KNOWN = 1024  # integer constants up to this many elements are tracked as values
+MAX_TABLE = 2 ** 24  # elements of an index table or constant built while importing
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,34 @@ def materialize(builder: Builder, value: Known) -> Tensor:
 
 # -- folding ------------------------------------------------------------------------------------
 
-def fold_arith(fn, values, dtype: DType) -> Known:
-    """An elementwise integer op applied to Dims (ints stay ints, symbols stay symbolic)."""
+def fits(shape) -> bool:
+    """Whether a folded value of ``shape`` stays a Known: at most MAX_KNOWN elements, so
+    folding costs memory linear in the graph (a Concat of a value with itself, repeated,
+    would otherwise double it at every node)."""
+    return all(is_static(d) for d in shape) and math.prod(int(d) for d in shape) <= MAX_KNOWN
+
+
+def fold_arith(fn, values, dtype: DType) -> Known | None:
+    """An elementwise integer op applied to Dims (ints stay ints, symbols stay symbolic);
+    None where the result would not stay small (then the op runs on tensors instead)."""
     arrays = np.broadcast_arrays(*[v.values for v in values])
+    if not fits(arrays[0].shape) or not all(_small(d) for a in arrays for d in a.flat):
+        return None
     out = np.empty(arrays[0].shape, dtype=object)
     for idx in np.ndindex(out.shape):
         out[idx] = fn(*[a[idx] for a in arrays])
-    return Known(out, dtype)
+    return Known(out, dtype) if all(_small(d) for d in out.flat) else None
+
+
+def _small(dim) -> bool:
+    """An int64 (beyond it ONNX integers wrap, Python's do not), or a short expression:
+    multiplying symbolic Dims expands them, so repeated squaring would grow them
+    exponentially."""
+    if isinstance(dim, (bool, np.bool_)):
+        return True
+    if is_static(dim):
+        return -2 ** 63 <= dim < 2 ** 63
+    return len(str(dim)) <= 256
 
 
 def decide(relation):
@@ -118,6 +141,8 @@ def decide(relation):
 
 def fold_compare(fn, a: Known, b: Known) -> Known | None:
     arrays = np.broadcast_arrays(a.values, b.values)
+    if not fits(arrays[0].shape):
+        return None
     out = np.empty(arrays[0].shape, dtype=object)
     for idx in np.ndindex(out.shape):
         result = decide(fn(sympy.sympify(arrays[0][idx]), sympy.sympify(arrays[1][idx])))
@@ -129,14 +154,18 @@ def fold_compare(fn, a: Known, b: Known) -> Known | None:
 
 def floor_div(a, b):
     """ONNX Div on integers truncates; shape arithmetic works on non-negative sizes."""
+    if is_static(b) and b == 0:
+        return 0
     if is_static(a) and is_static(b):
-        return int(a / b) if b else 0
+        quotient = abs(a) // abs(b)  # exact: a float division would round big ints
+        return quotient if (a < 0) == (b < 0) else -quotient
     return as_dim(sympy.floor(sympy.sympify(a) / b))
 
 
 def free_names(graph: onnx.GraphProto) -> set:
     """Names a graph reads from its enclosing scope."""
-    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer} | \
+        {i.values.name for i in graph.sparse_initializer}
     read = set()
     for node in graph.node:
         read |= {name for name in node.input if name}

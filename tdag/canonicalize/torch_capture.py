@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
+import logging
 import os
-import zipfile
 from typing import Callable
 from unittest import mock
 
@@ -20,6 +21,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.export import Dim, ExportedProgram
 
+from tdag.canonicalize.pt2_archive import Pt2Layout, check_pt2
 from tdag.canonicalize.torch_symbols import BATCH
 from tdag.errors import FileFormatError
 
@@ -151,25 +153,84 @@ def _unknown_ops(ep: ExportedProgram, known) -> set:
 
 
 def load_pt2(path) -> ExportedProgram:
-    """Load a file written by torch.export.save without running pickled code.
+    """Load a file written by torch.export.save without running anything from it.
 
-    torch.export.load reads the graph from JSON (op names resolve to ``torch.ops`` only) and
-    plain tensors from raw bytes, but tensor subclasses and opaque constants are unpickled
-    (``torch.load(weights_only=False)``, ``pickle.loads``), and TorchScript objects go
-    through ``torch._C._pickle_load_obj``: each can run arbitrary code. While loading we force
-    ``weights_only=True`` (torch's restricted unpickler: tensors and containers only) and refuse
-    the other two, so a hostile file fails to load instead of running.
+    torch's loader runs code from a hostile archive (sympify on the symbolic sizes, imports
+    named by pytree specs, AOTInductor libraries and compilers, pickles), so tdag's own reader
+    (``pt2_archive.check_pt2``: zipfile and json, no torch) checks the whole archive first,
+    and only an archive that passes reaches torch, read from the same open file. While torch
+    reads it, pickles are still refused or restricted to tensors (``_no_arbitrary_unpickling``)
+    and torch's loggers are quiet; whatever torch raises becomes a FileFormatError naming the
+    file.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileFormatError(f"{path!r} is not a file")
-    if not zipfile.is_zipfile(path):
-        raise FileFormatError(f"{path!r} is not a .pt2 archive (torch.export.save writes a zip)")
     try:
-        with _no_arbitrary_unpickling():
-            return torch.export.load(path)
-    except (RuntimeError, KeyError, ValueError, AssertionError, zipfile.BadZipFile) as exc:
-        raise FileFormatError(f"cannot load {path!r} as a torch.export program: {exc}") from exc
+        with open(path, "rb") as file:
+            layout = check_pt2(file, repr(path))
+            return _torch_load(file, path, layout)
+    except OSError as exc:
+        raise FileFormatError(f"cannot read {path!r}: {exc}") from exc
+
+
+def _torch_load(file, path: str, layout: Pt2Layout) -> ExportedProgram:
+    """torch's reader on an archive tdag checked. It calls torch.export.load's worker
+    directly: torch.export.load answers a RuntimeError by retrying the archive as the
+    pre-2.7 layout, which unpickles freely, and it logs the real error instead of raising it."""
+    from torch.export.pt2_archive import _package  # noqa: PLC0415  (private: only when loading)
+    try:
+        with _quiet_torch_loggers(), _no_arbitrary_unpickling():
+            _same_view(file, layout)
+            file.seek(0)
+            contents = _package.load_pt2(file)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise  # a failure of the process, not of the file (as in from_torch)
+    except Exception as exc:  # noqa: BLE001  (torch raises many types on a damaged archive)
+        why = exc.message if isinstance(exc, FileFormatError) else \
+            f"{type(exc).__name__}: {exc}"
+        raise FileFormatError(f"cannot load {path!r} as a torch.export program: {why}") from exc
+    if "model" not in contents.exported_programs:  # the name torch.export.save writes
+        raise FileFormatError(f"{path!r} holds no program named 'model' "
+                              f"(only {sorted(contents.exported_programs)})")
+    return contents.exported_programs["model"]
+
+
+def _same_view(file, layout: Pt2Layout) -> None:
+    """torch's zip reader (miniz) sees the members tdag's (zipfile) checked, no more, and
+    reads the same bytes from each member tdag read: two zip parsers could otherwise be
+    made to disagree on one file."""
+    file.seek(0)
+    reader = torch._C.PyTorchFileReader(file)
+    records = set(reader.get_all_records())
+    if records != layout.members:
+        raise FileFormatError(f"torch's zip reader sees other members than tdag's "
+                              f"{sorted(records ^ layout.members)[:4]}")
+    for name, digest in layout.digests:
+        if hashlib.sha256(reader.get_record(name)).digest() != digest:
+            raise FileFormatError(f"torch's zip reader reads other bytes for {name!r} than "
+                                  f"tdag checked")
+
+
+@contextlib.contextmanager
+def _quiet_torch_loggers():
+    """torch logs (with tracebacks) what it then raises; tdag raises one FileFormatError
+    instead. A logger with no level of its own takes the "torch" logger's."""
+    loggers = [logger for name, logger in list(logging.root.manager.loggerDict.items())
+               if isinstance(logger, logging.Logger)
+               and (name == "torch" or name.startswith("torch."))]
+    saved = [(logger, logger.disabled) for logger in loggers]
+    top = logging.getLogger("torch")
+    level = top.level
+    top.setLevel(logging.CRITICAL + 1)
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        top.setLevel(level)
+        for logger, disabled in saved:
+            logger.disabled = disabled
 
 
 class _RefusePickle:

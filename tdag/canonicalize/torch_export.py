@@ -7,15 +7,31 @@ the flattened user outputs. Unsupported ops are collected over the whole graph a
 in one UnsupportedOpError. A graph with ``torch.cond`` or ``while_loop`` is split into
 several TDAGs joined by If and Loop controllers (``torch_control``); one without stays a
 single TDAG.
+
+``from_torch`` is the API boundary: whatever torch.export or the converter raises reaches the
+caller as a tdag error (``FileFormatError``, ``CaptureError``, ``ConversionError``) whose
+message is one line, with the original exception kept as ``__cause__``.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Callable
+
+import torch
 from torch.export import ExportedProgram
 
 from tdag.canonicalize.torch_capture import capture, decompose_unknown
 from tdag.canonicalize.torch_control import convert_control, has_control_flow
 from tdag.canonicalize.torch_converter import Converter, handled
 from tdag.canonicalize.torch_names import dim_names
+from tdag.errors import (
+                         CaptureError,
+                         ConversionError,
+                         FileFormatError,
+                         InvalidModelError,
+                         TdagError,
+)
 from tdag.ir.program import Program
 from tdag.refine.dataflow import prune
 
@@ -30,6 +46,10 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
     ``dynamic_shapes`` takes torch.export's own spec instead. Weights on the meta device give
     a shape-only program (weights with no value).
 
+    Failures are tdag errors, the original exception kept as ``__cause__``: a ``.pt2`` that
+    does not load is a ``FileFormatError``, a model torch.export cannot capture a
+    ``CaptureError``, ops with no mapping an ``UnsupportedOpError``.
+
     >>> import torch, tdag
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     >>> prog = from_torch(model, (torch.randn(2, 4),), dynamic_batch=True)
@@ -38,10 +58,57 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
     >>> prog.graph.weights["0.weight"].kind
     <TensorKind.parameter: 'param'>
     """
-    ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
-    ep = decompose_unknown(ep, handled)
-    names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
-    return convert(ep, names)
+    if not isinstance(source, (torch.nn.Module, ExportedProgram, str, os.PathLike)):
+        raise InvalidModelError(f"from_torch takes an nn.Module, an ExportedProgram or a .pt2 "
+                                f"path, not {type(source).__name__}")
+    if isinstance(source, (str, os.PathLike)):
+        where = f"cannot load {os.fspath(source)!r} as a torch.export program"
+        with _reraised(lambda exc: FileFormatError(f"{where}: {_summary(exc, True)}")):
+            source = capture(source)
+    with _reraised(_capture_error):
+        ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
+        ep = decompose_unknown(ep, handled)
+    with _reraised(_conversion_error):
+        names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch,
+                          dynamic_shapes)
+        return convert(ep, names)
+
+
+def _capture_error(exc: Exception) -> CaptureError:
+    return CaptureError(f"torch.export could not capture the model: {_summary(exc)}")
+
+
+def _conversion_error(exc: Exception) -> ConversionError:
+    return ConversionError(f"tdag could not convert the exported program: "
+                           f"{_summary(exc, True)}")
+
+
+# Failures of the process rather than of the model: never relabelled. (KeyboardInterrupt and
+# SystemExit are not Exceptions, so ``except Exception`` already lets them through.)
+_PASS_THROUGH = (TdagError, MemoryError, torch.OutOfMemoryError)
+
+
+@contextlib.contextmanager
+def _reraised(make_error: Callable[[Exception], TdagError]):
+    """Raise ``make_error(exc)`` from any non-tdag ``exc``. torch raises dozens of types here
+    (UserError, GuardOnDataDependentSymNode, TypeError from forward, ...) whose messages run
+    to pages; the caller gets one tdag type and one line, and the full story in __cause__."""
+    try:
+        yield
+    except _PASS_THROUGH:
+        raise
+    except Exception as exc:
+        raise make_error(exc) from exc
+
+
+def _summary(exc: Exception, with_type: bool = False) -> str:
+    """The first line of ``exc``'s message; with its type where the type says what went wrong
+    (a bare KeyError reads ``'w'``)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    if with_type or not first:
+        return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return first
 
 
 def convert(ep: ExportedProgram, names: dict | None = None) -> Program:

@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from tdag.ir.types import DType
 
 
-def literal(value) -> str:
-    """A Python literal for a scalar (inf and nan included)."""
+def literal(value, dtype: DType | None = None) -> str:
+    """A Python literal for a scalar (inf and nan included) that reads back exactly.
+
+    With a float ``dtype`` (the tensor's the scalar meets) a float is first rounded to it, as
+    torch rounds a scalar operand, but without torch's overflow check: a value kept as its
+    shortest float32 decimal, such as -3.4028235e+38 for float32's lowest, lies past float32's
+    range as a Python float and torch refuses it; its float32 value is exact and in range.
+
+    >>> literal(-3.4028235e+38, DType.f32), literal(0.1), literal(float("-inf"), DType.f16)
+    ('-3.4028234663852886e+38', '0.1', "float('-inf')")
+    """
+    if isinstance(value, float) and dtype is not None and dtype.is_float:
+        value = torch.tensor(value, dtype=torch.float64).to(dtype.torch).item()
     if isinstance(value, float):
         if math.isnan(value):
             return "float('nan')"

@@ -441,7 +441,7 @@ def _pad_torch(node, a, code):
     if node.type.dtype is DType.bool:  # F.pad has no bool kernel
         return (f"F.pad({a[0]}.to(torch.uint8), {pads}, value={int(bool(node.spec.value))})"
                 ".to(torch.bool)")
-    return f"F.pad({a[0]}, {pads}, value={code.literal(node.spec.value)})"
+    return f"F.pad({a[0]}, {pads}, value={code.literal(node.spec.value, node.type.dtype)})"
 
 
 def _pad_onnx(node, ins, g, cx):

@@ -19,6 +19,18 @@ from tdag.ir.symbols import Dim, as_dim, floordiv, is_static
 
 __all__ = ["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "interpolate"]
 
+# Index, weight and count tables are computed at trace time in closed form on tensors the size
+# of an output axis (never per cell of the input). Past this many entries a table would be a
+# const too large to hold, so tracing stops with a ShapeError instead of allocating it.
+MAX_TABLE = 2**24
+_SMALL_TABLE = 4096  # a divisor vector up to this long is a const; longer ones are traced
+
+
+def _check_table(entries: int, what: str) -> None:
+    if entries > MAX_TABLE:
+        raise ShapeError(f"{what}: would build a table of {entries} entries at trace time "
+                         f"(the limit is {MAX_TABLE}); the sizes are too large to trace")
+
 
 # -- windowed pooling -------------------------------------------------------------------------
 
@@ -114,29 +126,50 @@ def _product(parts: list, like: Tensor):
         else:
             static = static * part
     out = float(static) if static.ndim == 0 else like.builder.const(static.to(like.dtype.torch))
-    return out if traced is None else core.mul(traced, out)
+    if traced is None or (isinstance(out, float) and out == 1.0):
+        return out if traced is None else traced
+    return core.mul(traced, out)
 
 
 def _window_counts(x: Tensor, axis: int, k: int, s: int, p: int, ceil_mode: bool,
                    include_pad: bool):
-    """The divisor of each window along one axis: an int when all agree, else a vector."""
+    """The divisor of each window along one axis: an int when all agree, else a vector (a
+    const, or for a long axis a traced k-filled vector with its edge windows' counts)."""
     length = x.shape[axis]
+    dtype = x.dtype if x.dtype.is_float else "f32"
     if not is_static(length):
         if include_pad or p == 0:  # without ceil mode every window is whole
             return k
-        ones = core.full((length,), 1.0, x.dtype if x.dtype.is_float else "f32", like=x)
+        ones = core.full((length,), 1.0, dtype, like=x)
         windows = core.unfold(core.pad(ones, [(p, p)]), 0, k, s)
         return core.sum(windows, 1)  # counts the real cells of each window
     n = _pool_length(length, k, s, p, 1, ceil_mode)
-    counts = []
-    for o in range(n):  # torch's avg_pool: pool_size clips to the padded input first
-        start = o * s - p
-        end = min(start + k, length + p)
-        pool_size = end - start
-        counts.append(pool_size if include_pad else min(end, length) - max(start, 0))
-    if len(set(counts)) <= 1:
-        return counts[0] if counts else k
-    return torch.tensor(counts, dtype=torch.float64)
+    # windows [lo, hi) lie wholly inside the axis and count k; only the edges differ
+    lo = min(n, -(-p // s))
+    hi = max(lo, min(n, (length + p - k) // s + 1))
+    _check_table(lo + n - hi, "avg_pool")
+    head = _edge_counts(torch.arange(lo), length, k, s, p, include_pad)
+    tail = _edge_counts(torch.arange(hi, n), length, k, s, p, include_pad)
+    values = torch.cat([head, tail, torch.tensor([k] if hi > lo else [])])
+    if values.numel() == 0 or bool((values == values[0]).all()):
+        return int(values[0]) if values.numel() else k
+    if n <= _SMALL_TABLE:
+        return torch.cat([head, torch.full((hi - lo,), float(k), dtype=torch.float64), tail])
+    counts = core.pad(x.builder.const(head, dtype), [(0, n - lo)], float(k))
+    if tail.numel():  # add (count - k) over the tail windows
+        counts = core.add(counts, core.pad(x.builder.const(tail - k, dtype), [(hi, 0)]))
+    return counts
+
+
+def _edge_counts(o: torch.Tensor, length: int, k: int, s: int, p: int,
+                 include_pad: bool) -> torch.Tensor:
+    """torch's avg_pool divisor of windows ``o``: the window clips to the padded input first,
+    then (without count_include_pad) to the input itself."""
+    start = o * s - p
+    end = torch.clamp(start + k, max=length + p)
+    if include_pad:
+        return (end - start).to(torch.float64)
+    return (end.clamp(max=length) - start.clamp(min=0)).to(torch.float64)
 
 
 # -- adaptive pooling -------------------------------------------------------------------------
@@ -149,9 +182,18 @@ def _adaptive_sizes(x: Tensor, output_size, spatial_dims, what: str) -> tuple[in
     return d, tuple(n if o is None else o for o, n in zip(sizes, lengths))
 
 
-def _adaptive_windows(length: int, out: int) -> list[tuple[int, int]]:
-    """torch's adaptive windows: [floor(i*L/out), ceil((i+1)*L/out))."""
-    return [(i * length // out, -(-(i + 1) * length // out)) for i in range(out)]
+def _adaptive_windows(length: int, out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's adaptive windows [floor(i*L/out), ceil((i+1)*L/out)), as (starts, ends).
+
+    i*L is split as i*(L//out) + i*(L%out) so that no product leaves int64."""
+    _check_table(out, "adaptive pooling")
+    whole, part = divmod(length, out)
+
+    def floor_at(i: torch.Tensor) -> torch.Tensor:  # floor(i*L/out)
+        return i * whole + i * part // out
+
+    i = torch.arange(out)
+    return floor_at(i), floor_at(i + 1) + (((i + 1) * part) % out != 0).to(torch.int64)
 
 
 def _adaptive_axis(x: Tensor, axis: int, out: int, kind: str) -> Tensor:
@@ -166,13 +208,14 @@ def _adaptive_axis(x: Tensor, axis: int, out: int, kind: str) -> Tensor:
     if length % out == 0:
         k = length // out
         return core.reduce(core.unfold(x, axis, k, k), kind, x.ndim)
-    spans = _adaptive_windows(length, out)
-    kmax = max(e - s for s, e in spans)
-    index = torch.tensor([[min(s + j, e - 1) for j in range(kmax)] for s, e in spans])
+    starts, ends = _adaptive_windows(length, out)
+    kmax = int((ends - starts).max())
+    _check_table(out * kmax, "adaptive pooling")
+    cells = starts[:, None] + torch.arange(kmax)
+    index = torch.minimum(cells, ends[:, None] - 1)
     picked = core.gather(x, index, axis, wrap=False)         # (..., out, kmax, ...)
     if kind == "sum":
-        valid = torch.tensor([[s + j < e for j in range(kmax)] for s, e in spans])
-        mask = trailing(x.builder.const(valid), x.ndim - axis + 1)
+        mask = trailing(x.builder.const(cells < ends[:, None]), x.ndim - axis + 1)
         picked = core.where(mask, picked, 0.0)
     return core.reduce(picked, kind, axis + 1)
 
@@ -185,9 +228,8 @@ def adaptive_avg_pool(x: Tensor, output_size, spatial_dims: int | None = None) -
     for i, out in enumerate(sizes):
         axis = x.ndim - d + i
         y = _adaptive_axis(y, axis, out, "sum")
-        spans = _adaptive_windows(x.shape[axis], out)
-        counts.append(trailing(torch.tensor([e - s for s, e in spans], dtype=torch.float64),
-                               d - i))
+        starts, ends = _adaptive_windows(x.shape[axis], out)
+        counts.append(trailing((ends - starts).to(torch.float64), d - i))
     return core.div(y, _product(counts, y))
 
 
@@ -219,6 +261,8 @@ def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
         raise ShapeError("interpolate: align_corners only applies to the linear modes")
     lengths = static_dims(x, range(2, x.ndim), "interpolate")
     sizes, scales = _target_sizes(lengths, size, scale_factor, recompute_scale_factor)
+    for out in sizes:  # each axis's indices and weights are a table of its output size
+        _check_table(out, "interpolate")
     for i in reversed(range(d)):
         axis = 2 + i
         if mode == "nearest":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tdag.errors import FileFormatError, TdagError
 from tdag.ir.graph import Value
-from tdag.ir.symbols import Dim, parse_dim
+from tdag.ir.symbols import MAX_DIM, MAX_LITERAL, Dim, parse_dim
 from tdag.ir.types import DType, TensorType
 
 _STRING = r'"(?:[^"\\\n]|\\.)*"'
@@ -23,12 +23,13 @@ _TOKEN = re.compile(rf"""
   | (?P<comment>\#.*)
   | (?P<string>{_STRING})
   | (?P<name>%(?:[A-Za-z0-9_](?:[A-Za-z0-9_.:]*[A-Za-z0-9_])?|{_STRING}))
-  | (?P<number>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)
+  | (?P<number>[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|[0-9]+)
   | (?P<ident>[A-Za-z_](?:[A-Za-z0-9_.:]*[A-Za-z0-9_])?)
   | (?P<punct>//|\*\*|[-+*/()\[\]{{}},=:@])
 """, re.X)
 _ARITH = frozenset({"+", "-", "*", "/", "//", "**"})
 _WORDS = {"True": True, "False": False, "None": None}
+MAX_NESTING = 64  # of tuples and lists in a value: a const's rank, a spec's nested tuples
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +154,21 @@ class Line:
         self.expect("[")
         dims = []
         while not self.at("]"):
-            dims.append(to_dim(self.value()))
+            dims.append(self._size())
             if not self.at("]"):
                 self.expect(",")
         self.expect("]")
         return TensorType(tuple(dims), dtype)
+
+    def _size(self) -> Dim:
+        """One dim of a type: a static one is a size from 0 to MAX_DIM - 1. Never a tuple, so
+        a leading ``(`` opens an expression: ``(b+1)**2``."""
+        raw = self._atom()
+        dim = to_dim(raw)
+        if isinstance(dim, int) and not 0 <= dim < MAX_DIM:
+            text = raw.text if isinstance(raw, (Ident, Expr)) else str(raw)
+            self.error(f"dimension {text!r} is {dim}, not a size from 0 to 2**62 - 1")
+        return dim
 
     def params(self) -> tuple:
         """``(%a: f32[4], %b: i64[])``."""
@@ -205,13 +216,15 @@ class Line:
 
     # -- values ---------------------------------------------------------------------------
 
-    def value(self):
+    def value(self, depth: int = 0):
         """A tuple ``(a, b)``, a list ``[a, b]`` or an atom (number, word, dim expression)."""
         if self.at("(") or self.at("["):
+            if depth == MAX_NESTING:
+                self.error(f"values nested deeper than {MAX_NESTING}")
             close = ")" if self.take().text == "(" else "]"
             items, trailing = [], False
             while not self.at(close):
-                items.append(self.value())
+                items.append(self.value(depth + 1))
                 trailing = self.at(",")
                 if not self.at(close):
                     self.expect(",")
@@ -246,8 +259,7 @@ class Line:
         first = toks[0]
         if len(toks) == 1:
             if first.kind == "number":
-                is_float = any(c in first.text for c in ".eE")
-                return float(first.text) if is_float else int(first.text)
+                return self._number(first.text, negative=False)
             if first.kind == "string":
                 return json.loads(first.text)
             if first.kind == "name":
@@ -255,10 +267,20 @@ class Line:
             if first.kind == "ident":
                 return _WORDS.get(first.text, Ident(first.text))
         if len(toks) == 2 and first.text == "-" and toks[1].kind == "number":
-            return -self._classify(toks[1:])
+            return self._number(toks[1].text, negative=True)
         if any(t.kind in ("string", "name") for t in toks):
             self.error("expected a value")
         return Expr(self.text[first.start:toks[-1].end])
+
+    def _number(self, text: str, negative: bool):
+        """A float, or an int in int64's range (a const of int64 min prints as -2**63)."""
+        if any(c in text for c in ".eE"):
+            return -float(text) if negative else float(text)
+        value = int(text) if len(text) <= 19 else MAX_LITERAL + 1
+        value = -value if negative else value
+        if not -MAX_LITERAL <= value < MAX_LITERAL:
+            self.error(f"the integer {'-' * negative}{text[:25]} does not fit int64")
+        return value
 
 
 # -- converting parsed values to typed ones ---------------------------------------------------

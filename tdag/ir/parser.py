@@ -32,8 +32,10 @@ from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.record import REGISTRY
 from tdag.ir.symbols import Dim, parse_dim, product, shape_is_static
 from tdag.ir.types import Origin, TensorKind
+from tdag.ir.verify import verify
 
 _KINDS = {k.value: k for k in TensorKind}
+MAX_BLOCK_DEPTH = 64  # nested if / loop blocks: deeper is a hostile file, not a model
 
 
 # -- converting parsed values to typed ones ---------------------------------------------------
@@ -217,7 +219,7 @@ class _Parser:
             line = Line(i + 1, raw.rstrip("\r"))
             if line.tokens:
                 self.lines.append(line)
-        self.pos = 0
+        self.pos = self.depth = 0
 
     def next(self, what: str) -> Line:
         if self.pos == len(self.lines):
@@ -287,12 +289,16 @@ class _Parser:
         """Steps up to ``return``; the caller reads the closing line."""
         header.expect("{")
         header.done()
+        if self.depth == MAX_BLOCK_DEPTH:
+            header.error(f"blocks nested deeper than {MAX_BLOCK_DEPTH}")
+        self.depth += 1
         steps = []
         while True:
             line = self.next(f"'return' of the {what} block")
             with line.guard():
                 if line.at("return"):
                     line.take()
+                    self.depth -= 1
                     return Block(inputs, tuple(steps), line.names())
                 steps.append(self.step(line))
 
@@ -372,7 +378,13 @@ def _assemble(graphs: dict, state: dict, main: Block | None) -> Program:
 
 
 def parse(text: str) -> Program:
-    """Parse a Program (or a single ``tdag`` section) from its text form."""
+    """Parse a Program (or a single ``tdag`` section) from its text form.
+
+    The text is a file like any other: what it describes must verify (a dangling name, a
+    node whose declared type is not the one its op gives, a call of a missing TDAG raise
+    ``InvalidModelError``), so every Program handed on is one the passes can trust."""
     if not isinstance(text, str):
         raise FileFormatError(f"parse() takes text (str), got {type(text).__name__}")
-    return _Parser(text).program()
+    prog = _Parser(text).program()
+    verify(prog)
+    return prog

@@ -24,7 +24,11 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
+import shutil
+import stat
+import time
 
 import safetensors
 import safetensors.torch
@@ -37,6 +41,12 @@ from tdag.ir.printer import format_program
 from tdag.ir.program import Program
 from tdag.ir.symbols import shape_is_static
 from tdag.ir.types import DType
+from tdag.ir.verify import verify
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so stale temporary folders are left alone there
+    fcntl = None
 
 MAGIC = "tdag"
 VERSION = "1"
@@ -117,9 +127,13 @@ def _checksum(metadata: dict, tensors: dict) -> str:
 def save(prog: Program, path: str | os.PathLike) -> None:
     """Write ``prog`` and its weights to ``path`` atomically (all or nothing).
 
-    The file is written to a temporary file in the same directory and renamed over ``path``,
-    so a crash mid-save leaves the old file as it was.
+    The file is written inside a private folder ``.{name}.{hex}.tmp`` next to ``path`` and
+    renamed over ``path``, so a crash mid-save leaves the old file as it was. A folder, not a
+    temporary file, because safetensors itself writes to a temporary file beside its target:
+    whatever a killed save leaves lies in that one folder, which the next save to ``path``
+    removes (see ``_remove_stale``).
     """
+    started = time.time()
     if not isinstance(prog, Program):
         raise TypeError(f"save() takes a tdag.Program, got {type(prog).__name__}")
     table = _TensorTable()
@@ -127,18 +141,89 @@ def save(prog: Program, path: str | os.PathLike) -> None:
                 _WEIGHTS: json.dumps(_weight_map(prog, table), sort_keys=True)}
     metadata[_SHA] = _checksum(metadata, table.tensors)
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
-    # O_EXCL: never clobber another file; mode 0o666 lets the umask decide, as open() does
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    directory, name = os.path.split(os.path.abspath(path))
+    _remove_stale(directory, name, started)
+    with _scratch_folder(directory, name) as scratch:
+        written = os.path.join(scratch, name)
+        mode = _new_file_mode(written)
+        safetensors.torch.save_file(table.tensors, written, metadata=metadata)
+        os.chmod(written, mode)
+        _fsync(written)
+        os.replace(written, path)
+
+
+@contextlib.contextmanager
+def _scratch_folder(directory: str, name: str):
+    """A new folder for one save, locked until it is removed again.
+
+    The lock (flock) marks the save as alive: the kernel drops it when the process ends,
+    however it ends (kill -9 included), and it holds across processes, containers sharing a
+    volume and NFS clients. A writer's pid in the name would not: pids are reused and mean
+    nothing in another pid namespace or on another host.
+    """
+    scratch = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
     try:
-        safetensors.torch.save_file(table.tensors, tmp, metadata=metadata)
-        _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        os.mkdir(scratch)  # fails rather than share a folder with another save
+    except FileNotFoundError as exc:  # name the folder the caller gave, not the scratch one
+        raise FileNotFoundError(exc.errno, exc.strerror, directory) from None
+    fd = None
+    try:
+        if fcntl is not None:
+            fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+            with contextlib.suppress(OSError):  # a filesystem without locks: unprotected
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
+def _new_file_mode(path: str) -> int:
+    """Create ``path`` as open() would (0o666 less the umask) and return its mode, to give
+    the saved file: safetensors creates its file 0o600 whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        return stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(directory: str, name: str, started: float) -> None:
+    """Remove what interrupted saves to ``name`` left in ``directory`` (each up to the size
+    of the model): ``.{name}.{hex}.tmp`` folders (plain files from earlier tdag versions)
+    older than this save that no live save holds locked."""
+    if fcntl is None:
+        return
+    pattern = re.compile(rf"\.{re.escape(name)}\.[0-9a-f]{{16}}\.tmp")
+    try:
+        with os.scandir(directory) as entries:
+            candidates = [e.path for e in entries if pattern.fullmatch(e.name)]
+    except OSError:
+        return  # an unlistable folder: the save itself will say what is wrong
+    for candidate in candidates:
+        _remove_if_stale(candidate, started)
+
+
+def _remove_if_stale(path: str, started: float) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return  # gone meanwhile (its save finished), or a link: not ours to follow
+    try:
+        info = os.fstat(fd)
+        # younger than this save: its writer may not have taken the lock yet
+        if info.st_mtime >= started:
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError while its writer lives
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(path)
+        elif stat.S_ISREG(info.st_mode):
+            os.unlink(path)
+    except OSError:
+        pass  # locked, or not ours to remove: leave it
+    finally:
+        os.close(fd)
 
 
 def _fsync(path: str) -> None:
@@ -210,7 +295,8 @@ def _attach_all(path: str, prog: Program, mapping: dict, tensors: dict) -> Progr
 
 
 def load(path: str | os.PathLike) -> Program:
-    """Read a Program saved with ``save``; a damaged file raises FileFormatError."""
+    """Read a Program saved with ``save``; a damaged file raises FileFormatError, and so does
+    one whose program ``verify`` rejects (a checksum catches damage, not a forged file)."""
     path = os.fspath(path)
     metadata, tensors = _read(path)
     for key in (_TEXT, _WEIGHTS, _SHA):
@@ -220,7 +306,7 @@ def load(path: str | os.PathLike) -> Program:
         raise FileFormatError(f"{path}: checksum mismatch: the file is damaged")
     try:
         mapping = json.loads(metadata[_WEIGHTS])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than json parses
         raise FileFormatError(f"{path}: damaged weight table") from None
     if not isinstance(mapping, dict):
         raise FileFormatError(f"{path}: damaged weight table")
@@ -228,7 +314,14 @@ def load(path: str | os.PathLike) -> Program:
         prog = parse(metadata[_TEXT])
     except FileFormatError as exc:
         raise FileFormatError(f"{path}: {exc.args[0]}") from None
+    except TdagError as exc:  # parse verifies what it read
+        raise FileFormatError(f"{path}: the program in the file is malformed: {exc}") from None
     try:
-        return _attach_all(path, prog, mapping, tensors)
+        prog = _attach_all(path, prog, mapping, tensors)
     except (AttributeError, TypeError):  # a weight table of the wrong shape
         raise FileFormatError(f"{path}: damaged weight table") from None
+    try:
+        verify(prog)
+    except TdagError as exc:
+        raise FileFormatError(f"{path}: the program in the file is malformed: {exc}") from None
+    return prog

@@ -75,6 +75,12 @@ def _check_node(node, in_types, where: str) -> None:
     except ShapeError as exc:
         raise InvalidModelError(f"{where}: {exc.args[0]}", node=node.name,
                                 origin=node.origin) from None
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+        # a spec a pass would never build (a list where a tuple of ints belongs, say) reaches
+        # here only from a file or hand-written text; say so instead of escaping
+        raise InvalidModelError(f"{where}: {node.op.value} spec {node.spec} is malformed "
+                                f"({type(exc).__name__}: {exc})", node=node.name,
+                                origin=node.origin) from None
     if not expected.same_as(node.type):
         raise InvalidModelError(f"{where}: {node.op.value} gives {expected} but the node "
                                 f"says {node.type}", node=node.name, origin=node.origin)

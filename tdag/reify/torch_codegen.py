@@ -115,8 +115,9 @@ class Code:
         return dims_equal(a, b)
 
     @staticmethod
-    def literal(value) -> str:
-        return literal(value)
+    def literal(value, dtype: DType | None = None) -> str:
+        """A scalar as an exact Python literal; see ``tdag.deinops.codegen.literal``."""
+        return literal(value, dtype)
 
 
 def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
@@ -156,9 +157,7 @@ def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
     literals = [None] * len(names)
     for i, n in enumerate(names):
         if accepts_literal(node, i):
-            value = scalar(ctx, n)
-            if value is not None:
-                literals[i] = _typed_literal(value, ctx.type(n).dtype)
+            literals[i] = operand_literal(ctx, n)
     tensors = [i for i in range(len(names)) if literals[i] is None and
                not (node.op is Op.where and i == 0)]
     if not tensors and names:  # keep one real tensor so the result has the right shape and dtype
@@ -181,12 +180,30 @@ def accepts_literal(node: Node, position: int) -> bool:
     return not (node.op is Op.where and position == 0)  # torch.where needs a bool tensor
 
 
-def _typed_literal(value: float, dtype: DType) -> str:
+def operand_literal(ctx: Context, name: str) -> str | None:
+    """The exact value of ``name`` as a Python literal when it is one constant broadcast, else
+    None. Exact, not ``scalar``'s shortest decimal (kept for matching eps values): float32's
+    lowest prints as -3.4028235e+38, which as a Python float lies past float32's range, so
+    torch refuses it; its exact value, -3.4028234663852886e+38, round-trips."""
+    if scalar(ctx, name) is None:
+        return None
+    casts, cur = [], name
+    while (node := ctx.producer(cur)) is not None:  # the path scalar() walked
+        if node.op is Op.cast:
+            casts.append(node.type.dtype.torch)
+        cur = node.inputs[0]
+    value = ctx.weight(cur).value.reshape(-1)[0]
+    for dtype in reversed(casts):  # nearest the const first
+        value = value.to(dtype)
+    return _typed_literal(value.item(), ctx.type(name).dtype)
+
+
+def _typed_literal(value, dtype: DType) -> str:
     if dtype is DType.bool:
         return literal(bool(value))
     if not dtype.is_float:
         return literal(int(value))
-    return literal(float(value))
+    return literal(float(value), dtype)
 
 
 def _unexpand(node: Node, ctx: Context, scope: Scope, exprs, used, literals) -> None:

@@ -158,9 +158,9 @@ def _clamp_eval(spec: Clamp, xs, resolve):
 
 
 def _clamp_torch(node, a, code):
-    lo, hi = node.spec.lo, node.spec.hi
-    return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo)}, " \
-           f"{'None' if hi is None else literal(hi)})"
+    lo, hi, dtype = node.spec.lo, node.spec.hi, node.type.dtype
+    return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo, dtype)}, " \
+           f"{'None' if hi is None else literal(hi, dtype)})"
 
 
 def _clamp_onnx(node, ins, g, cx):

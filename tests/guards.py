@@ -1,0 +1,43 @@
+"""Helpers the tests share: a deadline that turns a hang into a failure, and a run of an ONNX
+model on onnxruntime after the full checker."""
+from __future__ import annotations
+
+import contextlib
+import signal
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+
+class Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Raise Hang if the block runs past ``seconds`` (a guard far above the expected time,
+    not a timing assertion)."""
+    def expire(signum, frame):
+        raise Hang(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_onnx(model: onnx.ModelProto, *args: torch.Tensor):
+    """The outputs of ``model`` on onnxruntime's CPU provider: a tensor, or a tuple."""
+    onnx.checker.check_model(model, full_check=True)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    outs = [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
+    return outs[0] if len(outs) == 1 else tuple(outs)
