@@ -32,12 +32,15 @@ def deadline(seconds: int):
 
 
 def run_onnx(model: onnx.ModelProto, *args: torch.Tensor):
-    """The outputs of ``model`` on onnxruntime's CPU provider: a tensor, or a tuple."""
+    """The outputs of ``model`` on onnxruntime's CPU provider (a tensor, or a tuple) for
+    ``args`` given in the order of the graph's inputs."""
     onnx.checker.check_model(model, full_check=True)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
+    # inputs with a default (a program's state) come after the required ones
+    inputs = session.get_inputs() + session.get_overridable_initializers()
+    feeds = {i.name: a.numpy() for i, a in zip(inputs, args)}
     outs = [torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds)]
     return outs[0] if len(outs) == 1 else tuple(outs)

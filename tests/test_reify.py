@@ -305,7 +305,22 @@ def test_state_is_a_buffer_the_module_updates():
     x = torch.tensor([[1.0, 2.0]])
     assert_close(module(x), tdag.run(prog, x))
     assert module.total.item() == 15.0
-    assert_close(run_onnx(to_onnx(prog), x), tdag.run(prog, x))
+    # ONNX holds no state: it is an input (its initializer the default) carried through the
+    # loop and returned after the outputs as total.next
+    model = to_onnx(prog)
+    assert [o.name for o in model.graph.output][-1] == "total.next"
+    y, total = run_onnx(model, x)
+    assert_close(y, tdag.run(prog, x))
+    assert total.item() == 15.0
+    assert run_onnx(model, x, total)[1].item() == 30.0  # fed back, carried on
+
+
+def test_state_written_by_a_call_is_an_onnx_output():
+    prog = test_program.accumulator_program()
+    x = torch.tensor([[1.0, 2.0]])
+    y, total = run_onnx(to_onnx(prog), x)
+    assert_close(y, x)
+    assert total.item() == 3.0
 
 
 # -- from_torch round trips ---------------------------------------------------------------------

@@ -183,7 +183,8 @@ def _loop_types(prog: Program, loop: Loop, env, args) -> tuple[TensorType, ...]:
     if len(scanned) != loop.scanned:
         raise InvalidModelError(f"loop: {loop.scanned} scanned outputs declared, "
                                 f"{len(scanned)} produced")
-    # a while loop's trip count is unknown: name it after the loop's first output, so two
-    # loops (or a user's own `n`) never share the symbol
-    count = loop.count if loop.count is not None else symbol(trips_name(loop))
+    # a loop with a condition may stop before its count: its trip count is known only at run
+    # time, a fresh symbol named after the loop's first output, so two loops (or a user's own
+    # `n`) never share it
+    count = loop.count if loop.cond is None else symbol(trips_name(loop))
     return tuple(carried) + tuple(t.with_shape((as_dim(count),) + t.shape) for t in scanned)

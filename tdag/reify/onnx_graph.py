@@ -207,6 +207,7 @@ def prune(graph: onnx.GraphProto) -> None:
         if not removed:
             break
         graphs = _graphs(graph)  # a dropped If or Loop takes its subgraphs with it
+    read.update(i.name for i in graph.input)  # an initializer that is an input's default
     keep = [t for t in graph.initializer if t.name in read]
     del graph.initializer[:]
     graph.initializer.extend(keep)

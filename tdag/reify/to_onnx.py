@@ -5,6 +5,12 @@ Each TDAG call is inlined; If and Loop controllers become ONNX If and Loop with 
 Symbolic dimensions become named dynamic axes (``dim_param``) and are read at run time with
 ``Shape`` where an op needs their value. Parameters and buffers are initializers under their
 own names.
+
+ONNX models hold no state, so the Program's state dict is threaded through explicitly: each
+state tensor is a graph input whose initializer is its default (a caller may pass the value
+from an earlier run, or leave it out), and each one the program writes is returned after the
+outputs as ``<name>.next``. Inside a Loop, the state its body writes is carried from one
+iteration to the next; inside an If, it is an output of both branches.
 """
 from __future__ import annotations
 
@@ -61,9 +67,17 @@ class _Exporter:
             g.symbols.bind(v.name, v.type.shape)
         for name, w in self.prog.state.items():
             env[name] = self.weight(("state", name), name, w)
-        outs = self.block(g, main, env)
-        out_types = block_types(self.prog, main)
-        out_names = [g.names(name) for name in main.outputs]
+        written = sorted(_writes(main, self.prog.state))
+        # only a program that writes its state takes it as inputs: one that only reads it
+        # keeps plain initializers, which onnxruntime may fold
+        state_inputs = [value_info(env[name], w.type) for name, w in self.prog.state.items()
+                        if written]
+        outs, after = self.block(g, main, env)
+        outs += [after[name] for name in written]
+        out_types = list(block_types(self.prog, main)) + \
+            [self.prog.state[name].type for name in written]
+        out_names = [g.names(name) for name in main.outputs] + \
+            [g.names(f"{name}.next") for name in written]
         # the node computing an output writes it under the output's name; an Identity (a
         # copy in onnxruntime) only where that is not possible: an input or weight returned
         # as is, or one value returned twice
@@ -74,7 +88,7 @@ class _Exporter:
                 renames[src] = dst
             else:
                 g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
-        graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs],
+        graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs] + state_inputs,
                         [value_info(n, t) for n, t in zip(out_names, out_types)])
         rename(graph, renames)
         prune(graph)
@@ -93,7 +107,9 @@ class _Exporter:
 
     # -- controllers --------------------------------------------------------------------------
 
-    def block(self, g: GraphBuilder, block: Block, env: dict) -> list[str]:
+    def block(self, g: GraphBuilder, block: Block, env: dict) -> tuple[list[str], dict]:
+        """The ONNX names of ``block``'s outputs, and the environment after it (where the
+        state it wrote stands)."""
         env = dict(env)
         for step in block.steps:
             args = [env[n] for n in step.inputs]
@@ -104,7 +120,7 @@ class _Exporter:
             else:
                 outs = self.loop(g, step, env, args)
             env.update(zip(step.outputs, outs))
-        return [env[n] for n in block.outputs]
+        return [env[n] for n in block.outputs], env
 
     def call(self, g: GraphBuilder, graph: TDAG, gname: str, args) -> list[str]:
         saved = g.symbols
@@ -117,41 +133,61 @@ class _Exporter:
             g.symbols = saved
 
     def subgraph(self, g: GraphBuilder, block: Block, env: dict, inputs, first: list,
-                 extra=()) -> onnx.GraphProto:
+                 extra=(), state=(), carried=0) -> onnx.GraphProto:
         """A subgraph running ``block`` on ``inputs`` (outer names, or the subgraph's own
-        inputs ``first``); ``extra`` bool outputs go before the block's outputs."""
+        inputs ``first``); ``extra`` bool outputs go before the block's outputs, and the final
+        values of the ``state`` it writes after the first ``carried`` of them."""
         sub = g.child()
         inner = dict(env)
         inner.update((v.name, name) for v, name in zip(block.inputs, inputs))
         for v, name in zip(block.inputs, inputs):
             sub.symbols.bind(name, v.type.shape)
-        outs = list(extra) + self.block(sub, block, inner)
-        types = [TensorType((), DType.bool)] * len(extra) + list(block_types(self.prog, block))
+        results, after = self.block(sub, block, inner)
+        types = list(block_types(self.prog, block))
+        results[carried:carried] = [after[s] for s in state]
+        types[carried:carried] = [self.prog.state[s].type for s in state]
+        outs = list(extra) + results
+        types = [TensorType((), DType.bool)] * len(extra) + types
         names = [sub.node("Identity", [o], hint="sub_out") for o in outs]
         infos = [helper.make_tensor_value_info(n, ONNX_DTYPE[t.dtype], None)
                  for n, t in zip(names, types)]
         return sub.graph(g.names("body"), first, infos)
 
     def branch(self, g: GraphBuilder, step: If, env: dict, args) -> list[str]:
-        graphs = [self.subgraph(g, b, env, args, []) for b in (step.then_branch, step.else_branch)]
-        outs = g.node("If", [env[step.cond]], outputs=len(step.outputs), hint="if",
+        state = sorted(_writes(step.then_branch, self.prog.state) |
+                       _writes(step.else_branch, self.prog.state))
+        n = len(step.outputs)
+        graphs = [self.subgraph(g, b, env, args, [], state=state, carried=n)
+                  for b in (step.then_branch, step.else_branch)]
+        outs = g.node("If", [env[step.cond]], outputs=n + len(state), hint="if",
                       then_branch=graphs[0], else_branch=graphs[1])
-        return [outs] if isinstance(outs, str) else outs
+        outs = [outs] if isinstance(outs, str) else outs
+        env.update(zip(state, outs[n:]))
+        return outs[:n]
 
     def loop(self, g: GraphBuilder, step: Loop, env: dict, args) -> list[str]:
         it, cond_in = g.names("iter"), g.names("cond_in")
+        state = sorted(_writes(step.body, self.prog.state))
         carried = [g.names(f"carry_{v.name}") for v in step.body.inputs[1:]]
+        held = [g.names(f"carry_{name}") for name in state]  # the state the body writes
+        types = [v.type for v in step.body.inputs[1:]] + [self.prog.state[s].type for s in state]
         first = [helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
                  helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, [])]
-        first += [helper.make_tensor_value_info(c, ONNX_DTYPE[v.type.dtype], None)
-                  for c, v in zip(carried, step.body.inputs[1:])]
+        first += [helper.make_tensor_value_info(c, ONNX_DTYPE[t.dtype], None)
+                  for c, t in zip(carried + held, types)]
         extra = [] if step.cond is not None else [cond_in]
-        body = self.subgraph(g, step.body, env, [it] + carried, first, extra)
+        inner = {**env, **dict(zip(state, held))}
+        body = self.subgraph(g, step.body, inner, [it] + carried, first, extra, state,
+                             len(carried))
         count = g.scalar_dim(step.count) if step.count is not None else ""
         cond = env[step.cond] if step.cond is not None else ""
-        n_out = len(step.inputs) + step.scanned
-        outs = g.node("Loop", [count, cond] + list(args), outputs=n_out, hint="loop", body=body)
-        return [outs] if isinstance(outs, str) else outs
+        n_out = len(step.inputs) + len(state) + step.scanned
+        outs = g.node("Loop", [count, cond] + list(args) + [env[s] for s in state],
+                      outputs=n_out, hint="loop", body=body)
+        outs = [outs] if isinstance(outs, str) else outs
+        n = len(step.inputs)
+        env.update(zip(state, outs[n:n + len(state)]))
+        return outs[:n] + outs[n + len(state):]
 
 
 class _GraphEmitter:
@@ -211,6 +247,18 @@ class _GraphEmitter:
             if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
+
+
+def _writes(block: Block, state) -> set[str]:
+    """The state names ``block`` writes, in any step, branch or loop body within it."""
+    written = set()
+    for step in block.steps:
+        written.update(n for n in step.outputs if n in state)
+        if isinstance(step, If):
+            written |= _writes(step.then_branch, state) | _writes(step.else_branch, state)
+        elif isinstance(step, Loop):
+            written |= _writes(step.body, state)
+    return written
 
 
 def _typed(value: float, dtype: DType):
