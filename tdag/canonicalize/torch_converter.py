@@ -14,6 +14,7 @@ from tdag.canonicalize import aten
 from tdag.canonicalize.aten.registry import is_inplace
 from tdag.canonicalize.torch_inplace import inplace_safe
 from tdag.canonicalize.torch_names import origin_of
+from tdag.canonicalize.torch_recurrent import RECURRENT
 from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import TdagError, UnsupportedOpError
@@ -21,8 +22,9 @@ from tdag.ir.graph import TDAG
 from tdag.ir.symbols import shapes_equal
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 
-# the higher-order ops that become controllers (torch_control); the walker leaves them alone
-CONTROL = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop}
+# the higher-order ops and the recurrent modules (tdag::recurrent) that become controllers
+# (torch_control); the walker leaves them alone
+CONTROL = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop, RECURRENT}
 
 
 class _Missing:

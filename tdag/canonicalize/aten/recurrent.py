@@ -1,6 +1,9 @@
 """Recurrent ATen ops (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``), unrolled over time.
 
-A TDAG has no loops, so the sequence length must be static; the input projection of every
+``from_torch`` captures ``nn.RNN``/``GRU``/``LSTM`` modules as loops instead
+(``torch_recurrent``); these entries serve graphs that already hold the ATen ops (an
+ExportedProgram or .pt2 made without tdag). A TDAG has no loops, so the sequence length must
+be static; the input projection of every
 step is one matmul over the whole sequence, and only the recurrent projection is per step.
 torch's own decomposition unrolls the same way but takes seconds on a small model.
 """
@@ -12,7 +15,7 @@ from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 
 
-def _lstm_cell(gates, h, c):
+def lstm_cell(gates, h, c):
     i, f, g, o = ops.chunk(gates, 4, -1)
     c = ops.add(ops.mul(ops.sigmoid(f), c), ops.mul(ops.sigmoid(i), ops.tanh(g)))
     return ops.mul(ops.sigmoid(o), ops.tanh(c)), c
@@ -27,9 +30,9 @@ def _run(x, h0, c0, weights, cell_kind, reverse):
     for t in steps:
         xt = ops.select(projected, 0, t)
         if cell_kind == "lstm":
-            h, c = _lstm_cell(ops.add(xt, ops.linear(h, w_hh, b_hh)), h, c)
+            h, c = lstm_cell(ops.add(xt, ops.linear(h, w_hh, b_hh)), h, c)
         elif cell_kind == "gru":
-            h = _gru_cell(xt, ops.linear(h, w_hh, b_hh), h)
+            h = gru_cell(xt, ops.linear(h, w_hh, b_hh), h)
         else:
             pre = ops.add(xt, ops.linear(h, w_hh, b_hh))
             h = ops.tanh(pre) if cell_kind == "rnn_tanh" else ops.relu(pre)
@@ -37,7 +40,7 @@ def _run(x, h0, c0, weights, cell_kind, reverse):
     return ops.stack([outs[t] for t in range(x.shape[0])], 0), h, c
 
 
-def _gru_cell(xt, ht, h):
+def gru_cell(xt, ht, h):
     x_r, x_z, x_n = ops.chunk(xt, 3, -1)
     h_r, h_z, h_n = ops.chunk(ht, 3, -1)
     r, z = ops.sigmoid(ops.add(x_r, h_r)), ops.sigmoid(ops.add(x_z, h_z))
