@@ -18,9 +18,10 @@ from tdag.canonicalize.onnx_values import Known, Param, free_names
 from tdag.canonicalize.segments import Boundary
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import is_static
+from tdag.deinops.builder import Tensor
+from tdag.ir.symbols import is_static, symbol
 from tdag.ir.types import DType, TensorType
-from tdag.ir.verify import block_types
+from tdag.ir.verify import block_types, trips_name
 
 CONTROL_OPS = ("If", "Loop")  # the ops onnx_import hands to this module
 
@@ -58,32 +59,47 @@ def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
 
 
 def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
-    """Loop(M, cond, v...) with body (i, cond_in, v...) -> (cond_out, v..., scans...)."""
+    """Loop(M, cond, v...) with body (i, cond_in, v...) -> (cond_out, v..., scans...).
+
+    A trip count computed from data becomes part of the condition: the loop runs while
+    ``i < M`` (and the body's condition, where the node has one), M passed to the body."""
     body = next(a.g for a in node.attribute if a.name == "body")
     carried = list(node.input[2:])
     _check_loop_arity(node, body, len(carried))
     count = importer.read(node.input[0]) if node.input[0] else None
-    if count is not None and not (isinstance(count, Known)):
-        raise UnsupportedOpError("Loop: the trip count must be known at import time")
+    trips = None  # the key of a run-time trip count
+    if count is not None and not isinstance(count, Known):
+        trips, count = f"{_base(node)}__trips", None
+        with importer.builder.active():
+            m = ops.reshape(ops.cast(importer._as_tensor(importer.read(node.input[0])),
+                                     DType.i64))
+            importer.env[trips] = m
     count = count.dims()[0] if count is not None else None
     if is_static(count) and count < 0:
         raise UnsupportedOpError(f"Loop: the negative trip count {count}")
+    if count is None and trips is None and not node.input[1]:
+        raise UnsupportedOpError("Loop: neither a trip count nor a condition (an endless loop)")
     key = None
-    if node.input[1]:
-        key = f"{node.output[0]}__cond"
+    if node.input[1] or trips:
+        key = f"{_base(node)}__cond"
         with importer.builder.active():
-            value = importer._as_tensor(importer.read(node.input[1]))
-            importer.env[key] = ops.reshape(ops.cast(value, DType.bool))
+            value = ops.lt(ops.full((), 0, DType.i64), importer.env[trips]) if trips else None
+            if node.input[1]:
+                given = ops.reshape(ops.cast(importer._as_tensor(importer.read(node.input[1])),
+                                             DType.bool))
+                value = given if value is None else ops.logical_and(value, given)
+            importer.env[key] = value
     with importer.builder.active():
         for name in carried:  # shape values and initializers become tensors of the block
             if isinstance(importer.env.get(name), (Known, Param)):
                 importer.env[name] = importer._as_tensor(importer.read(name))
+    hook = _trip_condition(body, trips, bool(node.input[1])) if trips else None
     blocks, passed = _bodies(importer, node, index, [body], {key, *carried} - {None},
-                             loop_carried=carried)
+                             loop_carried=carried, extra=[trips] if trips else [], hook=hook)
     n_scan = len(body.output) - 1 - len(carried)
     outs = [importer.names(o) if o else importer.names(f"{node.name}_unused_{i}")
             for i, o in enumerate(node.output)]
-    extra = [importer.names(f"{node.output[0]}__pass_{f}") for f in passed]
+    extra = [importer.names(f"{_base(node)}__pass_{f}") for f in passed]
     step = Loop(tuple(importer.env[n].name for n in carried) +
                 tuple(importer.env[f].name for f in passed), blocks[0],
                 tuple(outs[:len(carried)] + extra + outs[len(carried):]), count,
@@ -143,12 +159,15 @@ def _inline(importer, node, branch: onnx.GraphProto) -> None:
         importer.check_declared(out, importer.env[out])
 
 
-def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
-    """Close the segment, then convert each subgraph into a Block."""
-    importer.close(importer.live_after(index, keep))
+def _bodies(importer, node, index, graphs, keep: set, loop_carried=None, extra=(),
+            hook=None):
+    """Close the segment, then convert each subgraph into a Block. ``extra`` names values
+    the importer made that the bodies read too; ``hook`` (given a body's importer) makes
+    a loop body's condition in place of the plain bool scalar."""
+    importer.close(importer.live_after(index, keep | set(extra)))
     free = sorted(set().union(*[free_names(g) for g in graphs]))
-    passed = [f for f in free if isinstance(importer.env.get(f), Boundary)]
-    outer = {f: importer.env[f] for f in free if f in importer.env}
+    passed = [f for f in free if isinstance(importer.env.get(f), Boundary)] + list(extra)
+    outer = {f: importer.env[f] for f in [*free, *extra] if f in importer.env}
     blocks = []
     for k, graph in enumerate(graphs):
         prefix = importer.shared.graph_name(f"{importer.prefix}_{node.op_type.lower()}{k}")
@@ -159,10 +178,14 @@ def _bodies(importer, node, index, graphs, keep: set, loop_carried=None):
             inputs = _loop_inputs(importer, graph, loop_carried, env)
             inputs += [outer[f] for f in passed]
         sub = type(importer)(graph, importer.shared, prefix, env)  # a nested importer
-        block = sub.sub_block(inputs, bool_first=loop_carried is not None and bool(node.input[1]))
+        if hook is not None:
+            sub.graph_outputs_hook = hook(sub)
+        block = sub.sub_block(inputs, bool_first=loop_carried is not None and hook is None and
+                              bool(node.input[1]))
         if loop_carried is not None:  # the passed-through outer values go out unchanged
             out, split = block.outputs, 1 + len(loop_carried)
-            first = 0 if node.input[1] else 1  # no initial condition: no keep_going output
+            # no initial condition (and no run-time count): no keep_going output
+            first = 0 if node.input[1] or hook is not None else 1
             block = Block(block.inputs, block.steps, out[first:split] +
                           tuple(outer[f].name for f in passed) + out[split:])
         blocks.append(block)
@@ -193,8 +216,9 @@ def _append(importer, node, step, types, skip: int = 0, drop: int = 0) -> None:
     if isinstance(step, Loop):
         offset = 1 if step.cond is not None else 0
         carried_types = types[offset:offset + len(step.inputs)]
-        scans = [TensorType((step.count if step.count is not None else _no_count(),
-                             *t.shape), t.dtype) for t in types[offset + len(step.inputs):]]
+        # as verify types them: a loop with a condition may stop before its count
+        trips = step.count if step.cond is None else symbol(trips_name(step))
+        scans = [TensorType((trips, *t.shape), t.dtype) for t in types[offset + len(step.inputs):]]
         types = list(carried_types) + scans
     importer.steps.append(step)
     names = list(step.outputs[:skip]) + list(step.outputs[skip + drop:])
@@ -205,6 +229,26 @@ def _append(importer, node, step, types, skip: int = 0, drop: int = 0) -> None:
             importer.check_declared(out, importer.env[out])
 
 
-def _no_count():
-    raise UnsupportedOpError("Loop: scan outputs of a loop without a trip count")
+def _base(node: onnx.NodeProto) -> str:
+    """A stem for the names the importer makes for a node: its first named output."""
+    return next((o for o in node.output if o), node.name or node.op_type)
+
+
+def _trip_condition(body: onnx.GraphProto, trips: str, with_cond: bool):
+    """The hook that makes a loop body's condition ``i + 1 < M`` (and the body's own
+    condition where the node has one): M is a trip count computed from data."""
+    def make(sub):
+        def hook(name: str) -> None:
+            value = sub.read(name)
+            with sub.builder.active():
+                i = sub.read(body.input[0].name)
+                keep = ops.lt(ops.add(i, ops.full((), 1, DType.i64)), sub.read(trips))
+                if with_cond:
+                    if not isinstance(value, (Tensor, Known)):
+                        return  # not computed: the failure is reported already
+                    own = ops.reshape(ops.cast(sub._as_tensor(value), DType.bool))
+                    keep = ops.logical_and(keep, own)
+                sub.env[name] = keep
+        return hook
+    return make
 

@@ -42,6 +42,7 @@ from tdag.canonicalize.onnx_load import (
     tensor_of,
 )
 from tdag.canonicalize.onnx_ops import OPS
+from tdag.canonicalize.onnx_recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
 from tdag.canonicalize.segments import Boundary
 from tdag.deinops.builder import Builder, Tensor
@@ -54,7 +55,8 @@ from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
 from tdag.ir.verify import verify
 from tdag.refine.dataflow import prune
 
-CONTROLLERS = {"If": convert_if, "Loop": convert_loop}
+CONTROLLERS = {"If": convert_if, "Loop": convert_loop,
+               **{op: convert_recurrent for op in RECURRENT_OPS}}
 
 
 def from_onnx(model_or_path) -> Program:
