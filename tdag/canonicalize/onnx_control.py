@@ -23,7 +23,7 @@ from tdag.ir.symbols import is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name
 
-CONTROL_OPS = ("If", "Loop")  # the ops onnx_import hands to this module
+CONTROL_OPS = ("If", "Loop", "Scan")  # the ops onnx_import hands to this module
 
 
 def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
@@ -41,8 +41,10 @@ def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
     key = f"{node.output[0]}__cond"  # the bool scalar the controller reads
     with importer.builder.active():
         importer.env[key] = ops.reshape(ops.cast(importer._as_tensor(cond), DType.bool))
+    before = len(importer.problems)
     blocks, passed = _bodies(importer, node, index, [branches["then_branch"],
                                                       branches["else_branch"]], {key})
+    _bodies_imported(importer, node, before)
     types = [_types(importer, b) for b in blocks]
     for k, (a, b) in enumerate(zip(*types)):
         if a.dtype is not b.dtype:
@@ -94,8 +96,10 @@ def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
             if isinstance(importer.env.get(name), (Known, Param)):
                 importer.env[name] = importer._as_tensor(importer.read(name))
     hook = _trip_condition(body, trips, bool(node.input[1])) if trips else None
+    before = len(importer.problems)
     blocks, passed = _bodies(importer, node, index, [body], {key, *carried} - {None},
                              loop_carried=carried, extra=[trips] if trips else [], hook=hook)
+    _bodies_imported(importer, node, before)
     n_scan = len(body.output) - 1 - len(carried)
     outs = [importer.names(o) if o else importer.names(f"{node.name}_unused_{i}")
             for i, o in enumerate(node.output)]
@@ -229,6 +233,13 @@ def _append(importer, node, step, types, skip: int = 0, drop: int = 0) -> None:
             importer.check_declared(out, importer.env[out])
 
 
+def _bodies_imported(importer, node, before: int) -> None:
+    """A body with a node tdag could not convert (listed already) has holes: the
+    controller is not built, and the report names it too."""
+    if len(importer.problems) > before:
+        raise UnsupportedOpError(f"{node.op_type}: its body holds the unsupported uses listed")
+
+
 def _base(node: onnx.NodeProto) -> str:
     """A stem for the names the importer makes for a node: its first named output."""
     return next((o for o in node.output if o), node.name or node.op_type)
@@ -252,3 +263,132 @@ def _trip_condition(body: onnx.GraphProto, trips: str, with_cond: bool):
         return hook
     return make
 
+
+
+def convert_scan(importer, node: onnx.NodeProto, index: int) -> None:
+    """Scan(state..., scan_in...) with body (state..., elements...) -> (state...,
+    scan_out...) as a Loop over the scan axis: the body reads element ``i`` of each scan
+    input by a gather (``-1-i`` reversed), and the stacked outputs are moved to their axis
+    (put back in order where reversed) after the loop. Scan-8's leading batch axis is
+    taken where it is 1."""
+    body = next(a.g for a in node.attribute if a.name == "body")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    n_in = attrs["num_scan_inputs"]
+    names, legacy = list(node.input), importer.opset < 9
+    if legacy:
+        if names[0]:
+            raise UnsupportedOpError("Scan: the sequence_lens of opset 8")
+        names = names[1:]
+    n_state, n_out = len(names) - n_in, len(body.output) - (len(names) - n_in)
+    if n_state < 0 or len(body.input) != len(names) or len(node.output) != len(body.output):
+        raise InvalidModelError(f"Scan: {len(names)} inputs of which {n_in} scanned, but the "
+                                f"body takes {len(body.input)} and returns "
+                                f"{len(body.output)} for {len(node.output)} outputs")
+    legacy_dirs = attrs.get("directions") if legacy else None
+    in_axes = [1] * n_in if legacy else list(attrs.get("scan_input_axes") or [0] * n_in)
+    in_dirs = list(legacy_dirs or attrs.get("scan_input_directions") or [0] * n_in)
+    out_axes = list(attrs.get("scan_output_axes") or [0] * n_out)
+    out_dirs = list(attrs.get("scan_output_directions") or [0] * n_out)
+    base = _base(node)
+    with importer.builder.active():
+        values = [importer._as_tensor(importer.read(n)) for n in names]
+        if legacy:  # [batch, ...] with batch 1: the body's per-sample values
+            values = [_unbatch(v) for v in values]
+            in_axes = [0] * n_in
+        in_axes = [_axis(a, v.ndim) for a, v in zip(in_axes, values[n_state:])]
+        keys = [f"{base}__scan{k}" for k in range(len(values))]
+        for key, value in zip(keys, values):
+            importer.env[key] = value
+    count = values[n_state].shape[in_axes[0]] if n_in else None
+    if count is None:
+        raise UnsupportedOpError("Scan: no scan inputs (the trip count is unknown)")
+    for v, a in zip(values[n_state:], in_axes):
+        if is_static(count) and is_static(v.shape[a]) and v.shape[a] != count:
+            raise InvalidModelError(f"Scan: scan inputs of lengths {count} and {v.shape[a]}")
+    loop, types = _scan_loop(importer, node, index, body, keys, n_state, in_axes, in_dirs,
+                             count)
+    importer.steps.append(loop)
+    _check_carried(importer, node, keys[:n_state], types[:n_state])
+    n_pass = len(loop.inputs) - n_state
+    outs = list(zip(loop.outputs[:n_state], types[:n_state])) + \
+        [(name, TensorType((count, *t.shape), t.dtype))
+         for name, t in zip(loop.outputs[n_state + n_pass:], types[n_state:])]
+    with importer.builder.active():
+        for k, (out, (name, t)) in enumerate(zip(node.output, outs)):
+            importer.env[f"{base}__done{k}"] = Boundary(name, t)
+            value = importer.read(f"{base}__done{k}")
+            if k >= n_state:
+                value = _place(value, out_axes[k - n_state], out_dirs[k - n_state])
+            if legacy:
+                value = ops.unsqueeze(value, 0)
+            if out:
+                importer.env[out] = value
+                importer.check_declared(out, value)
+
+
+def _unbatch(value):
+    if value.ndim == 0 or value.shape[0] != 1:
+        raise UnsupportedOpError(f"Scan (opset 8): a batch axis of {value.type.shape[:1]} "
+                                 "(tdag takes a batch of 1)")
+    return ops.select(value, 0, 0)
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise InvalidModelError(f"Scan: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _place(stacked, axis: int, reverse: int):
+    """A stacked scan output (steps on axis 0) in ONNX's place: reversed, then moved."""
+    if reverse:
+        stacked = ops.gather(stacked, ops.sub(-1, ops.iota(stacked.shape[0])), 0)
+    return ops.movedim(stacked, 0, _axis(axis, stacked.ndim))
+
+
+def _scan_loop(importer, node, index, body, keys, n_state, in_axes, in_dirs, count):
+    """Close the segment, make the Loop's body from the Scan's, and return the Loop with
+    its body's output types (states, then one step of each scan output)."""
+    importer.close(importer.live_after(index, set(keys)))
+    free = sorted(free_names(body))
+    passed = [f for f in free if isinstance(importer.env.get(f), Boundary)]
+    base = _base(node)
+    env = {f: importer.env[f] for f in free if f in importer.env}
+    i_key = f"{base}__i"
+    env[i_key] = Boundary(importer.names(i_key), TensorType((), DType.i64))
+    states = []
+    for inner, key in zip(body.input[:n_state], keys[:n_state]):
+        env[inner.name] = Boundary(importer.names(inner.name), importer.env[key].type)
+        states.append(env[inner.name])
+    scans = []
+    for key in keys[n_state:]:
+        env[key] = Boundary(importer.names(f"{key}_in"), importer.env[key].type)
+        scans.append(env[key])
+    prefix = importer.shared.graph_name(f"{importer.prefix}_scan")
+    sub = type(importer)(body, importer.shared, prefix, env)  # a nested importer
+    with sub.builder.active():
+        i = sub.read(i_key)
+        for inner, key, axis, reverse in zip(body.input[n_state:], keys[n_state:], in_axes,
+                                             in_dirs):
+            step = ops.sub(ops.neg(i), 1) if reverse else i  # -1-i wraps to the end
+            # a one-element index, then squeezed: the gather evaluator cannot make a 0-d
+            # result (a scalar element of a 1-d scan input)
+            picked = ops.gather(sub.read(key), ops.reshape(step, 1), axis, wrap=bool(reverse))
+            sub.env[inner.name] = ops.squeeze(picked, axis)
+    inputs = [env[i_key], *states, *scans, *[importer.env[f] for f in passed]]
+    before = len(importer.problems)
+    block = sub.sub_block(inputs)
+    _bodies_imported(importer, node, before)
+    through = tuple(v.name for v in inputs[1 + n_state:])
+    block = Block(block.inputs, block.steps,
+                  block.outputs[:n_state] + through + block.outputs[n_state:])
+    n_out = len(body.output) - n_state
+    outs = tuple(importer.names(o) if o else importer.names(f"{base}__unused{k}")
+                 for k, o in enumerate(node.output[:n_state])) + \
+        tuple(importer.names(f"{base}__pass{k}") for k in range(len(through))) + \
+        tuple(importer.names(f"{base}__stack{k}") for k in range(n_out))
+    loop = Loop(tuple(importer.env[k].name for k in keys) +
+                tuple(importer.env[f].name for f in passed), block, outs, count,
+                scanned=n_out)
+    types = _types(importer, block)
+    return loop, list(types[:n_state]) + list(types[n_state + len(through):])

@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
 from tdag import ops
-from tdag.canonicalize.onnx_control import convert_if, convert_loop
+from tdag.canonicalize.onnx_control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx_load import (
     declared_clash,
     dense_of_sparse,
@@ -55,7 +55,7 @@ from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
 from tdag.ir.verify import verify
 from tdag.refine.dataflow import prune
 
-CONTROLLERS = {"If": convert_if, "Loop": convert_loop,
+CONTROLLERS = {"If": convert_if, "Loop": convert_loop, "Scan": convert_scan,
                **{op: convert_recurrent for op in RECURRENT_OPS}}
 
 
