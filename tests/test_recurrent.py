@@ -9,6 +9,7 @@ import torch.nn as nn
 from guards import run_onnx
 
 import tdag
+import tdag.lower
 from tdag.errors import UnsupportedOpError
 from tdag.ir.program import Loop
 
@@ -128,3 +129,37 @@ class Packed(nn.Module):
 def test_packed_sequences_are_refused():
     with pytest.raises(UnsupportedOpError, match="PackedSequence"):
         tdag.from_torch(Packed().eval(), (torch.randn(5, 3, 4),))
+
+
+def test_lstm_loops_lower_to_the_fused_kernel_and_gru_loops_stay_loops():
+    torch.manual_seed(0)
+    lstm = Wrapped(nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True)).eval()
+    lstm_prog = _capture(lstm, 5)
+    lowered = tdag.lower.lower(lstm_prog)
+    tdag.verify(lowered)
+    # c_n is read (Wrapped returns it), which the kernel does not give: those loops stay
+    assert any(isinstance(s, Loop) for s in lowered.main.steps)
+    tagger = _Tagger().eval()
+    prog = tdag.from_torch(tagger, (torch.randint(0, 20, (2, 5)),),
+                           dynamic_shapes=({1: SEQ},))
+    lowered = tdag.lower.lower(prog)
+    assert not any(isinstance(s, Loop) for s in lowered.main.steps)
+    assert sum(n.op.value == "lstm" for g in lowered.graphs.values() for n in g.nodes) >= 1
+    assert "torch.lstm(" in tdag.to_torch(prog).code
+    tokens = torch.randint(0, 20, (2, 11))
+    with torch.no_grad():
+        _close((tdag.to_torch(prog)(tokens),), (tagger(tokens),))
+        _close((run_onnx(tdag.to_onnx(prog), tokens),), (tagger(tokens),))
+    gru = Wrapped(nn.GRU(4, 6)).eval()
+    assert any(isinstance(s, Loop) for s in tdag.lower.lower(_capture(gru, 5)).main.steps)
+
+
+class _Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 4)
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(12, 3)
+
+    def forward(self, tokens):
+        return self.out(self.lstm(self.embed(tokens))[0])

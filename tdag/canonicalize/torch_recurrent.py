@@ -12,6 +12,7 @@ as the sequence is long, a symbol when the length is dynamic.
 from __future__ import annotations
 
 import contextlib
+import operator
 import types
 from typing import Iterator, List
 
@@ -124,42 +125,48 @@ def convert_recurrent(seg, node) -> None:
             hx = [seg.read(seg.tensor(seg.value(h))) for h in node.args[1]]
             starts = [[ops.select(h, 0, layer * directions + d) for h in hx]
                       for d in range(directions)]
-        bounds = seg.close([x] + [s for d in starts for s in d])
-        xb, states = bounds[0], bounds[1:]
+            # the reverse direction runs forwards over the reversed sequence: every loop
+            # body is then the same cell, and lowering needs to know only the forward one
+            xs = [x, _flip(x, 1)] if bidirectional else [x]
+        bounds = seg.close(xs + [s for d in starts for s in d])
+        xbs, states = bounds[:directions], bounds[directions:]
         outs = []
         for d in range(directions):
             cell = layer * directions + d
             own = weights[per * cell:per * (cell + 1)]
             carried = states[d * len(hx):(d + 1) * len(hx)]
-            seq, last = _loop(seg, node, mode, has_biases, own, xb, carried, d == 1)
+            seq, last = _loop(seg, node, mode, has_biases, own, xbs[d], carried)
             outs.append(seq)
             for k, h in enumerate(last):
                 finals[k].append(h)
         with seg.builder.active(), seg.builder.scope(origin):
-            pieces = [seg.read(outs[0])] + [_flip(seg.read(o)) for o in outs[1:]]
+            pieces = [seg.read(outs[0])] + [_flip(seg.read(o), 0) for o in outs[1:]]
             x = ops.transpose(ops.concat(pieces, -1) if bidirectional else pieces[0], 0, 1)
     with seg.builder.active(), seg.builder.scope(origin):
         out = x if batch_first else ops.transpose(x, 0, 1)
-        result = [out] + [ops.stack([seg.read(h) for h in hs], 0) for hs in finals]
+        # final states nobody reads stay unread: a later segment reading them would keep
+        # the loop from lowering to a kernel that does not return them
+        read = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
+        result = [out] + [ops.stack([seg.read(h) for h in hs], 0) if k + 1 in read else None
+                          for k, hs in enumerate(finals)]
     seg.env[node] = tuple(result)
 
 
-def _flip(x: Tensor) -> Tensor:
-    """``x`` with its first (time) axis reversed: a reverse direction's loop scans from the
-    last step to the first."""
-    last = ops.sub(ops.size_tensor(x, (0,), "i64"), 1)
-    return ops.gather(x, ops.sub(last, ops.iota(x.shape[0], "i64", x.builder)), 0, wrap=False)
+def _flip(x: Tensor, axis: int) -> Tensor:
+    """``x`` with its time ``axis`` reversed (the reverse direction's input and output)."""
+    last = ops.sub(ops.size_tensor(x, (axis,), "i64"), 1)
+    return ops.gather(x, ops.sub(last, ops.iota(x.shape[axis], "i64", x.builder)), axis,
+                      wrap=False)
 
 
-def _loop(seg, node, mode: str, has_biases: bool, weights, x: Boundary, states,
-          reverse: bool):
+def _loop(seg, node, mode: str, has_biases: bool, weights, x: Boundary, states):
     """One layer in one direction: a Loop over the time axis of ``x`` [B, T, I] carrying
     ``states`` (h, and c for an LSTM), scanning h. Returns the scanned Boundary [T, B, H] and
     the final states. ``x`` is carried batch first, as the states are: passes that move the
     batch axis (strip_batch) need every carried value to hold it at one place."""
     name = seg.graph_name(f"{seg.prefix}{node.name}_cell")
     seg.graphs[name] = _cell_graph(seg, node, mode, has_biases, weights, x.type,
-                                   [s.type for s in states], reverse)
+                                   [s.type for s in states])
     prefix = f"{seg.prefix}{node.name}_"
     index = Value(seg.block_name(prefix + "t"), TensorType((), DType.i64))
     ins = [Value(seg.block_name(f"{prefix}h{k}"), s.type) for k, s in enumerate(states)]
@@ -181,17 +188,15 @@ def _loop(seg, node, mode: str, has_biases: bool, weights, x: Boundary, states,
         [Boundary(f, s.type) for f, s in zip(finals, states)]
 
 
-def _cell_graph(seg, node, mode, has_biases, weights, x_type, state_types, reverse) -> TDAG:
+def _cell_graph(seg, node, mode, has_biases, weights, x_type, state_types) -> TDAG:
     """The cell's TDAG: ``(t, h[, c], x) -> (h'[, c'], h')``, reading step ``t`` of ``x``
-    (step ``T-1-t`` running in reverse) and the cell's weights under their own names."""
+    and the cell's weights under their own names."""
     b = Builder()
     with b.active(), b.scope(seg._origin(node)):
         t = b.input("t", TensorType((), DType.i64))
         states = [b.input(f"h{k}", s) for k, s in enumerate(state_types)]
         x = b.input("x", x_type)
         w = [b.weight(v.name, v.kind, v.value, v.type) for v in weights]
-        if reverse:
-            t = ops.sub(ops.sub(ops.size_tensor(x, (1,), "i64"), 1), t)
         xt = ops.gather(x, t, 1, wrap=False)
         w_ih, w_hh = w[0], w[1]
         b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)

@@ -17,6 +17,7 @@ from tdag.lower import (
     softmax,
 )
 from tdag.lower.passes import Pass, rule_pass, run_passes
+from tdag.lower.recurrent_loop import lower_recurrent_loops
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
 from tdag.refine.simplify import PassManager
 
@@ -34,11 +35,13 @@ PASSES: dict[str, Pass] = {
     "attention": rule_pass(*attention.RULES),
     "movement": rule_pass(*movement.RULES),
     "recurrent": rule_pass(*recurrent.RULES),
+    # Program level: a Loop running an LSTM cell (from_torch's nn.LSTM) -> a kernel call
+    "recurrent_loops": lower_recurrent_loops,
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
 DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
-           "attention", "movement", "fuse", "recurrent")
+           "attention", "movement", "fuse", "recurrent", "recurrent_loops")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

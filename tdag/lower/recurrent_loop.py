@@ -1,0 +1,172 @@
+"""A Loop whose body is one LSTM cell -> a Call of the fused ``lstm`` kernel.
+
+``from_torch`` turns ``nn.LSTM`` into one Loop per layer and direction (``torch_recurrent``);
+run step by step, that is a dozen small kernels per time step. This Program-level pass
+recognises the loop by data flow, after the per-TDAG passes have lowered the cell:
+
+    loop(h0, c0, x[B, T, I], count=T, scanned=1) body(t, h, c, x):
+        G = einsum(gather(x, t, axis=1), w_ih, b_ih) + einsum(h, w_hh, b_hh)
+        c' = sigmoid(G[f]) * c + sigmoid(G[i]) * tanh(G[g]);  h' = sigmoid(G[o]) * tanh(c')
+        -> (h', c', x, h')
+
+and replaces it by a Call of a TDAG running ``lstm(x^T, w_ih, w_hh, b_ih, b_hh, h0, c0)``
+over the (symbolic) length. A loop whose final cell state is read stays a loop: the kernel
+returns the hidden states only. A loop that does not match stays a loop too.
+"""
+from __future__ import annotations
+
+from tdag import ops
+from tdag.deinops.builder import Builder
+from tdag.deinops.kernels.sequence import Lstm
+from tdag.ir.graph import TDAG
+from tdag.ir.op import Op
+from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.rewrite import Context
+from tdag.ir.symbols import dims_equal, is_static
+from tdag.lower.match import producer_is
+from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
+
+
+def lower_recurrent_loops(prog: Program) -> tuple[Program, bool]:
+    """The pass: every LSTM-cell loop of every block becomes a kernel call."""
+    graphs = dict(prog.graphs)
+    main, changed = _block(prog.main, graphs, prog)
+    if not changed:
+        return prog, False
+    return Program(_reachable(graphs, main), main, prog.state), True
+
+
+def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
+    steps, changed = [], False
+    for k, step in enumerate(block.steps):
+        if isinstance(step, If):
+            then, a = _block(step.then_branch, graphs, prog)
+            other, b = _block(step.else_branch, graphs, prog)
+            step, changed = If(step.cond, step.inputs, then, other, step.outputs), \
+                changed or a or b
+        elif isinstance(step, Loop):
+            call = _as_kernel(step, graphs, _read_after(block, k, prog))
+            if call is None:
+                body, a = _block(step.body, graphs, prog)
+                step, changed = Loop(step.inputs, body, step.outputs, step.count, step.cond,
+                                     step.scanned), changed or a
+            else:
+                step, changed = call, True
+        steps.append(step)
+    return Block(block.inputs, tuple(steps), block.outputs), changed
+
+
+def _read_after(block: Block, k: int, prog: Program) -> set:
+    """The names that steps after ``k`` (or the block's outputs, or the state) read."""
+    read = set(block.outputs) | set(prog.state)
+    for step in block.steps[k + 1:]:
+        read.update(step.inputs)
+        if isinstance(step, If):
+            read.add(step.cond)
+        elif isinstance(step, Loop) and step.cond is not None:
+            read.add(step.cond)
+    return read
+
+
+def _as_kernel(loop: Loop, graphs: dict, read: set) -> Call | None:
+    """The Call replacing ``loop``, or None where it is not an LSTM-cell loop."""
+    cell = _cell_of(loop, graphs)
+    if cell is None:
+        return None
+    graph, weights = cell
+    h_last, c_last, x_out, seq = loop.outputs
+    if c_last in read or x_out in read:
+        return None  # the kernel gives the hidden states only
+    b = Builder()
+    with b.active():
+        h0, c0, x = (b.input(f"in{k}", v.type) for k, v in
+                     enumerate(loop.body.inputs[1:4]))
+        w = [b.weight(n, graph.weights[n].kind, graph.weights[n].value, graph.weights[n].type)
+             for n in weights]
+        y = b.emit(Op.lstm, Lstm(), ops.transpose(x, 0, 1), *w, h0, c0)
+        outs, names = [], []
+        if h_last in read:
+            outs.append(ops.select(y, 0, -1))
+            names.append(h_last)
+        if seq in read:
+            outs.append(y)
+            names.append(seq)
+    name = _fresh(graphs, "lstm")
+    graphs[name] = b.build(outs)
+    return Call(name, loop.inputs, tuple(names))
+
+
+def _cell_of(loop: Loop, graphs: dict):
+    """``(cell TDAG, [w_ih, w_hh, b_ih, b_hh])`` when ``loop`` runs one LSTM cell over the
+    time axis of its carried ``x``, else None."""
+    body = loop.body
+    if loop.cond is not None or loop.scanned != 1 or loop.count is None or \
+            len(body.inputs) != 4 or len(body.steps) != 1 or not isinstance(body.steps[0], Call):
+        return None
+    call = body.steps[0]
+    t, h, c, x = (v.name for v in body.inputs)
+    if call.inputs != (t, h, c, x) or len(call.outputs) != 3 or \
+            body.outputs != (*call.outputs[:2], x, call.outputs[2]) or \
+            not dims_equal(body.inputs[3].type.shape[1], loop.count):
+        return None
+    graph = graphs[call.graph]
+    weights = _match_cell(graph)
+    return (graph, weights) if weights is not None else None
+
+
+def _match_cell(graph: TDAG):
+    """The weights of ``graph`` when it is ``(t, h, c, x) -> (h', c', h')``, one LSTM step
+    reading ``x`` at ``t`` on axis 1."""
+    t, h, c, x = (v.name for v in graph.inputs)
+    h_out, c_out, again = graph.outputs
+    ctx = Context(graph)
+    found = _hidden(ctx, h_out) if again == h_out else None
+    if found is None or found[1] != c_out:
+        return None
+    cell = _cell(ctx, c_out)
+    hidden = ctx.type(h_out).shape[-1]
+    if cell is None or cell[3] != c or not is_static(hidden):
+        return None
+    gates = _gates(ctx, (cell[0], cell[1], cell[2], found[0]), hidden)
+    pair = producer_is(ctx, gates, Op.add) if gates is not None else None
+    if pair is None:
+        return None
+    for xs, hs in (pair.inputs, pair.inputs[::-1]):
+        xin, rec = producer_is(ctx, xs, Op.einsum), producer_is(ctx, hs, Op.einsum)
+        if xin is None or rec is None or not _linear_form(xin) or not _linear_form(rec) or \
+                rec.inputs[0] != h:
+            continue
+        step = producer_is(ctx, xin.inputs[0], Op.gather)
+        if step is None or step.inputs != (x, t) or step.spec.axis != 1:
+            continue
+        weights = (xin.inputs[1], rec.inputs[1], xin.inputs[2], rec.inputs[2])
+        if all(n in graph.weights for n in weights):
+            return weights
+    return None
+
+
+def _fresh(graphs: dict, hint: str) -> str:
+    name, k = hint, 1
+    while name in graphs:
+        name, k = f"{hint}_{k}", k + 1
+    return name
+
+
+def _reachable(graphs: dict, main: Block) -> dict:
+    """The TDAGs some Call still names (a lowered loop leaves its cell unread)."""
+    called: set = set()
+
+    def visit(block: Block) -> None:
+        for step in block.steps:
+            if isinstance(step, Call):
+                called.add(step.graph)
+            elif isinstance(step, If):
+                visit(step.then_branch)
+                visit(step.else_branch)
+            else:
+                visit(step.body)
+    visit(main)
+    return {k: g for k, g in graphs.items() if k in called}
+
+
+__all__ = ["lower_recurrent_loops"]
