@@ -112,3 +112,46 @@ def test_nested_cond_with_a_dynamic_batch():
             _close(tdag.run(prog, x, flag), want)
             _close(module(x, flag), want)
             _close(session.run(None, dict(zip(names, (x.numpy(), flag.numpy())))), want)
+
+
+class SizeCond(nn.Module):
+    """A branch on a symbolic size: the condition is a SymBool, computed at run time."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cond(x.shape[0] > 4, lambda v: self.a(v).relu(), lambda v: v - 1, (x,))
+
+
+def test_cond_on_a_symbolic_size():
+    torch.manual_seed(0)
+    model = SizeCond().eval()
+    prog = tdag.from_torch(model, (torch.randn(3, 4),),
+                           dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert any(isinstance(s, If) for s in prog.main.steps)
+    _check_everywhere(model, prog, [torch.randn(2, 4), torch.randn(4, 4), torch.randn(7, 4)])
+
+
+class CountedByInts(nn.Module):
+    """A while_loop carrying a Python int, bounded by a symbolic size."""
+
+    def forward(self, x):
+        i, y = while_loop(lambda i, y: i < x.shape[0], lambda i, y: (i + 1, y * 2 + 1), (0, x))
+        return y, i
+
+
+def test_while_loop_carrying_ints_and_symbolic_sizes():
+    model = CountedByInts().eval()
+    prog = tdag.from_torch(model, (torch.randn(3, 4),),
+                           dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert any(isinstance(s, Loop) for s in prog.main.steps)
+    module = tdag.to_torch(prog)
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString())
+    for x in (torch.randn(2, 4), torch.randn(5, 4)):
+        y, i = model(x)
+        want = (y, torch.tensor(i))  # the loop's int is an i64 scalar tensor in tdag
+        _close(tdag.run(prog, x), want)
+        _close(module(x), want)
+        _close(session.run(None, {session.get_inputs()[0].name: x.numpy()}), want)

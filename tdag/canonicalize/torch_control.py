@@ -11,6 +11,8 @@ reads are weights of its own TDAGs, under their state-dict names.
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
@@ -21,6 +23,7 @@ from tdag.canonicalize.torch_converter import (
     CONTROL,
     Converter,
     handled,
+    is_scalar,
     unsupported_error,
     why_unsupported,
 )
@@ -30,6 +33,17 @@ from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 from tdag.refine.dataflow import prune
+
+
+# Python operators on sizes and loop counters that run as scalar tensor ops where their
+# value is known only at run time: a comparison of a symbolic size (a SymBool is no tdag
+# dim), or arithmetic on an int a while_loop carries (an i64[] tensor in the loop)
+_SCALAR_OPS = {
+    operator.lt: ops.lt, operator.le: ops.le, operator.gt: ops.gt, operator.ge: ops.ge,
+    operator.eq: ops.eq, operator.ne: ops.ne, operator.add: ops.add, operator.sub: ops.sub,
+    operator.mul: ops.mul, operator.floordiv: ops.floor_divide, operator.mod: ops.remainder,
+    operator.and_: ops.logical_and, operator.or_: ops.logical_or,
+}
 
 
 def has_control_flow(ep) -> bool:
@@ -103,6 +117,26 @@ def convert_control(ep, names: dict) -> Program:
                                                           value.type)
                 return self.local[key]
             return value
+
+        def _call(self, node) -> None:
+            if node.target in _SCALAR_OPS and is_scalar(node) and self.runtime_scalar(node):
+                args = [self.scalar_tensor(a) for a in node.args]
+                with self.builder.scope(self._origin(node)):
+                    self.env[node] = _SCALAR_OPS[node.target](*args)
+                return
+            super()._call(node)
+
+        def runtime_scalar(self, node) -> bool:
+            """A SymBool, or arithmetic on a value that is a tensor here."""
+            return isinstance(node.meta["val"], torch.SymBool) or any(
+                isinstance(self.env.get(a), (Tensor, Boundary)) for a in node.args
+                if isinstance(a, torch.fx.Node))
+
+        def scalar_tensor(self, arg) -> Tensor:
+            value = self.value(arg)
+            if isinstance(value, Boundary):
+                return self.read(value)
+            return value if isinstance(value, Tensor) else self._as_output(value)
 
         def tensor(self, value) -> Tensor | Boundary:
             """A value as a tensor of the current segment (or a Boundary as it is)."""
@@ -257,8 +291,10 @@ def convert_control(ep, names: dict) -> Program:
             cond_graph, body_graph = self.env[cond_gm].graph, self.env[body_gm].graph
             carried = [self.value(a) for a in carried]
             extra = [self.value(a) for a in extra]
-            if any(not isinstance(v, (Tensor, Boundary, _Lazy)) for v in carried):
-                raise UnsupportedOpError("while_loop: carried values must be tensors")
+            if any(v is None or isinstance(v, (str, torch.dtype, torch.device))
+                   for v in carried):
+                raise UnsupportedOpError("while_loop: carried values must be tensors or "
+                                         "numbers")
             # the initial condition, in the current segment
             phs = [n for n in cond_graph.nodes if n.op == "placeholder"]
             for ph, v in zip(phs, carried + extra):
@@ -301,8 +337,8 @@ def convert_control(ep, names: dict) -> Program:
                           for k in range(len(passed))]
             self.steps.append(Loop(tuple(b.name for b in init) + tuple(p.name for p in passed),
                                    block, tuple(outs + extra_outs), None, c0b.name, 0))
-            self.env[node] = tuple(Boundary(o, self._type(v))
-                                   for o, v in zip(outs, node.meta["val"]))
+            # the carried values keep their types (an int is an i64[] tensor here)
+            self.env[node] = tuple(Boundary(o, b.type) for o, b in zip(outs, init))
 
         # -- the top level ------------------------------------------------------------------
 
@@ -322,6 +358,11 @@ def convert_control(ep, names: dict) -> Program:
                         self.env[node] = b
                     else:
                         self.env[node] = self._scalar(val)
+                elif spec.target in self.written:  # state of a program with control flow
+                    self.problems.append((f"the model writes buffer {spec.target} and has "
+                                          "control flow: tdag carries written buffers as "
+                                          "state only in straight-line models so far",
+                                          Origin(op="placeholder", scope=spec.target)))
                 elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                    InputKind.CONSTANT_TENSOR):
                     w = self._weight(spec, val)  # into a scratch builder, for its value
