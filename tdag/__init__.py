@@ -37,6 +37,7 @@ from tdag.refine import (
                          add_batch,
                          compose,
                          cost,
+                         decode_loop,
                          extract,
                          replace,
                          simplify,
@@ -56,8 +57,8 @@ __all__ = [
     # run, check, read and write
     "load", "parse", "run", "save", "verify",
     # refine
-    "BatchError", "CostReport", "add_batch", "compose", "cost", "extract", "replace",
-    "simplify", "strip_batch",
+    "BatchError", "CostReport", "add_batch", "compose", "cost", "decode_loop", "extract",
+    "replace", "simplify", "strip_batch",
     # reify
     "to_onnx", "to_torch",
     # errors

@@ -18,7 +18,7 @@ from tdag.canonicalize.torch_recurrent import RECURRENT
 from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import TdagError, UnsupportedOpError
-from tdag.ir.graph import TDAG
+from tdag.ir.graph import TDAG, Weight
 from tdag.ir.symbols import shapes_equal
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 
@@ -53,6 +53,12 @@ class Converter:
         self.problems: list[tuple[str, Origin]] = []
         self.origins: dict = {}
         self.graph: TDAG | None = None
+        # buffers the model writes (a KV cache, running statistics): each is state of the
+        # Program, read by the TDAG as an input and written back as an extra output
+        self.written = {s.target for s in ep.graph_signature.output_specs
+                        if s.kind is OutputKind.BUFFER_MUTATION}
+        self.state: dict[str, Weight] = {}
+        self.state_outputs: list[str] = []
 
     # -- the walk -------------------------------------------------------------------------------
 
@@ -133,6 +139,10 @@ class Converter:
         else:
             value, kind = self.ep.constants[target], TensorKind.const
         value = value.detach() if isinstance(value, torch.Tensor) else None
+        if target in self.written:
+            type = self._type(val)
+            self.state[target] = Weight(kind, type, value)
+            return self.builder.input(target, type)
         return self.builder.weight(target, kind, value, self._type(val))
 
     def _get_attr(self, node) -> None:
@@ -235,17 +245,23 @@ class Converter:
 
     def _outputs(self, node) -> list[Tensor]:
         values = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
-        outputs = []
+        outputs, written = [], []
         for spec, value in zip(self.ep.graph_signature.output_specs, values):
             if spec.kind is OutputKind.USER_OUTPUT:
                 result = self._args(value) if isinstance(value, torch.fx.Node) else value
                 if result is not None and not isinstance(result, _Poisoned):
                     outputs.append(self._as_output(result))
+            elif spec.kind is OutputKind.BUFFER_MUTATION and spec.target in self.state:
+                result = self._args(value)
+                if not isinstance(result, _Poisoned):
+                    self.state_outputs.append(spec.target)
+                    written.append(self._as_output(result))
             elif spec.kind is not OutputKind.TOKEN:
                 self.problems.append((f"the model writes {spec.kind.name.lower()} "
-                                      f"{spec.target}: stateful modules are not supported",
+                                      f"{spec.target}: tdag carries written buffers as state, "
+                                      "not inputs or parameters",
                                       Origin(op="output", scope=spec.target or "")))
-        return outputs
+        return outputs + written
 
     def _as_output(self, value) -> Tensor:
         if isinstance(value, Tensor):

@@ -32,7 +32,8 @@ from tdag.errors import (
                          InvalidModelError,
                          TdagError,
 )
-from tdag.ir.program import Program
+from tdag.ir.graph import TDAG
+from tdag.ir.program import Block, Call, Program
 from tdag.refine.dataflow import prune
 
 
@@ -120,4 +121,19 @@ def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
     with converter.builder.active():
         converter.run()
     # drop what no output needs: statistics and indices the table computed for multi-result ops
-    return Program.from_tdag(prune(converter.graph))
+    graph = prune(converter.graph)
+    if not converter.state:
+        return Program.from_tdag(graph)
+    return stateful_program(graph, converter.state, converter.state_outputs)
+
+
+def stateful_program(graph: TDAG, state: dict, written: list[str],
+                     name: str = "main") -> Program:
+    """The Program that calls ``graph`` once with its state: the TDAG reads each state
+    buffer as an input named after it and returns the new values of ``written`` after its
+    own outputs; the call writes them back to the state dict."""
+    user_inputs = tuple(v for v in graph.inputs if v.name not in state)
+    n_user = len(graph.outputs) - len(written)
+    outs = tuple(f"out{i}" for i in range(n_user))
+    call = Call(name, tuple(v.name for v in graph.inputs), outs + tuple(written))
+    return Program({name: graph}, Block(user_inputs, (call,), outs), state)

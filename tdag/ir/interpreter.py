@@ -167,13 +167,22 @@ def _run_loop(prog: Program, loop: Loop, env: dict, carried: list, store: dict,
         for acc, value in zip(scanned, outs[len(carried):]):
             acc.append(value)
         i += 1
-    stacked = [torch.stack(acc) if acc else _empty_scan(loop, j) for j, acc in enumerate(scanned)]
+    stacked = [torch.stack(acc) if acc else _empty_scan(prog, loop, j, bound)
+               for j, acc in enumerate(scanned)]
     return carried + stacked
 
 
-def _empty_scan(loop: Loop, j: int) -> torch.Tensor:
-    out_name = loop.body.outputs[(1 if loop.cond else 0) + len(loop.inputs) + j]
-    raise TdagError(f"loop ran zero iterations: scanned output %{out_name} has no shape")
+def _empty_scan(prog: Program, loop: Loop, j: int, bound: dict) -> torch.Tensor:
+    """A scanned output of a loop that ran no trip: empty, of the type the body declares
+    (a generation that stops at once, a sequence of length 0)."""
+    k = (1 if loop.cond else 0) + len(loop.inputs) + j
+    t = block_types(prog, loop.body)[k]
+    try:
+        shape = [evaluate(d, bound) for d in t.shape]
+    except ShapeError:
+        raise TdagError(f"loop ran zero iterations: scanned output %{loop.body.outputs[k]} "
+                        f"is {t}, a shape that only a trip would decide") from None
+    return torch.empty((0, *shape), dtype=t.dtype.torch)
 
 
 def output_types(prog: Program) -> tuple[TensorType, ...]:

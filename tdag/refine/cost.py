@@ -186,15 +186,32 @@ class Scope:
         return node
 
 
+@dataclass(frozen=True)
+class StepCost:
+    """One controller of the program's top-level block: a loop's figures per trip and in all
+    (a generation's prefill, and its cost per new token), a call's or branch's once."""
+
+    label: str          # "call main", "loop -> gen_prompt_done, ..."
+    trips: Dim          # 1 for a call or an if
+    per_trip: Figures
+    total: Figures
+
+    def subs(self, sizes: dict) -> "StepCost":
+        return StepCost(self.label, _subs(self.trips, sizes), self.per_trip.subs(sizes),
+                        self.total.subs(sizes))
+
+
 @dataclass
 class CostReport:
-    """The result of ``tdag.cost``: totals, and figures per node, op, scope and TDAG."""
+    """The result of ``tdag.cost``: totals, and figures per node, op, scope, TDAG and
+    top-level step."""
 
     total: Figures
     per_node: dict      # (graph name, node name) -> Figures, times the calls of its TDAG
     per_op: dict        # op name -> Figures
     per_graph: dict     # TDAG name -> Figures (all its calls)
     scopes: Scope       # the module-scope tree; ``scopes.total`` covers every node
+    steps: tuple = ()   # StepCost of each controller of the top-level block, in order
 
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
@@ -225,7 +242,7 @@ class CostReport:
                           {k: f.subs(sizes) for k, f in self.per_node.items()},
                           {k: f.subs(sizes) for k, f in self.per_op.items()},
                           {k: f.subs(sizes) for k, f in self.per_graph.items()},
-                          tree(self.scopes))
+                          tree(self.scopes), tuple(s.subs(sizes) for s in self.steps))
 
     def table(self, by: str = "op", depth: int | None = None, **sizes: int) -> str:
         """A readable table ``by`` "op", "scope" (the tree, indented), "graph" or "node";
@@ -256,7 +273,8 @@ def cost(prog: Program | TDAG) -> CostReport:
     per_graph = {name: one_call[name].scaled(calls[name].value()) for name in calls}
     return CostReport(_block_cost(prog.main, 1, one_call), per_node,
                       {k: a.value() for k, a in per_op.items()}, per_graph,
-                      _scope_tree({k: a.value() for k, a in scope_own.items()}))
+                      _scope_tree({k: a.value() for k, a in scope_own.items()}),
+                      tuple(_step_cost(step, one_call) for step in prog.main.steps))
 
 
 def graph_figures(graph: TDAG) -> dict[str, Figures]:
@@ -303,15 +321,30 @@ def _block_cost(block: Block, factor: Dim, one_call: dict) -> Figures:
     """Totals of ``block`` run ``factor`` times, given each TDAG's figures for one call."""
     total = Figures()
     for step in block.steps:
-        if isinstance(step, Call):
-            total = total + one_call[step.graph].scaled(factor)
-        elif isinstance(step, If):
-            a = _block_cost(step.then_branch, factor, one_call)
-            b = _block_cost(step.else_branch, factor, one_call)
-            total = total + Figures(*(_max(x, y) for x, y in zip(a.values(), b.values())))
-        elif isinstance(step, Loop):
-            total = total + _block_cost(step.body, as_dim(factor * _trips(step)), one_call)
+        total = total + _controller_cost(step, factor, one_call)
     return total
+
+
+def _controller_cost(step, factor: Dim, one_call: dict) -> Figures:
+    if isinstance(step, Call):
+        return one_call[step.graph].scaled(factor)
+    if isinstance(step, If):  # the costlier branch, figure by figure
+        a = _block_cost(step.then_branch, factor, one_call)
+        b = _block_cost(step.else_branch, factor, one_call)
+        return Figures(*(_max(x, y) for x, y in zip(a.values(), b.values())))
+    return _block_cost(step.body, as_dim(factor * _trips(step)), one_call)
+
+
+def _step_cost(step, one_call: dict) -> StepCost:
+    if isinstance(step, Loop):
+        per_trip = _block_cost(step.body, 1, one_call)
+        trips = as_dim(_trips(step))
+        return StepCost(f"loop -> {', '.join(step.outputs)}", trips, per_trip,
+                        per_trip.scaled(trips))
+    once = _controller_cost(step, 1, one_call)
+    label = f"call {step.graph}" if isinstance(step, Call) else \
+        f"if -> {', '.join(step.outputs)}"
+    return StepCost(label, 1, once, once)
 
 
 def _max(a: Dim, b: Dim) -> Dim:
@@ -362,10 +395,13 @@ def _rows(report: CostReport, by: str, depth: int | None) -> list:
     if by == "scope":
         return [("  " * (d - 1) + s.name, s.total) for d, s in report.scopes.walk()
                 if (depth is None or d <= depth) and s.path]
+    if by == "step":  # the program's order, not by flops
+        return [(f"{s.label} (x{_fmt(s.trips)})" if s.trips != 1 else s.label, s.total)
+                for s in report.steps]
     table = {"op": report.per_op, "graph": report.per_graph,
              "node": {f"{g}:%{n}": f for (g, n), f in report.per_node.items()}}.get(by)
     if table is None:
-        raise ValueError(f"table: by must be op, scope, graph or node, not {by!r}")
+        raise ValueError(f"table: by must be op, scope, graph, node or step, not {by!r}")
     return sorted(table.items(), key=lambda kv: _sort_key(kv[1].flops), reverse=True)
 
 

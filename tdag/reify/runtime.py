@@ -1,7 +1,12 @@
 """Helpers the generated torch code calls where one torch call does not express an op."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+from tdag.errors import ShapeError, TdagError
+from tdag.ir.interpreter import bind
 
 
 def fold(x: torch.Tensor, axis: int, step: int, dilation: int, length: int) -> torch.Tensor:
@@ -22,3 +27,22 @@ def set_state(module: torch.nn.Module, name: str, value: torch.Tensor) -> None:
     for part in path:
         owner = getattr(owner, part)
     owner._buffers[leaf] = value
+
+
+def stack(values: list, shape: Callable[[], tuple], dtype: torch.dtype,
+          device: torch.device) -> torch.Tensor:
+    """The scanned output of a loop: its trips stacked, or empty when it ran none."""
+    if values:
+        return torch.stack(values)
+    try:
+        return torch.empty((0, *shape()), dtype=dtype, device=device)
+    except NameError:  # a size that only a trip binds
+        raise TdagError("loop ran zero iterations: a scanned output's shape is decided only "
+                        "by a trip") from None
+
+
+def bad_input(module: torch.nn.Module, *tensors) -> None:
+    """Raise the ShapeError that names the input, its type and what was given (the
+    generated guard found a mismatch; the interpreter's check words it)."""
+    bind(module._tdag_inputs, tensors, {}, "reified module")
+    raise ShapeError("reified module: the inputs do not fit the program's input types")

@@ -177,8 +177,9 @@ class _Exporter:
                   for c, t in zip(carried + held, types)]
         extra = [] if step.cond is not None else [cond_in]
         inner = {**env, **dict(zip(state, held))}
+        keep_going = 1 if step.cond is not None else 0  # the body's own first output
         body = self.subgraph(g, step.body, inner, [it] + carried, first, extra, state,
-                             len(carried))
+                             keep_going + len(carried))
         count = g.scalar_dim(step.count) if step.count is not None else ""
         cond = env[step.cond] if step.cond is not None else ""
         n_out = len(step.inputs) + len(state) + step.scanned

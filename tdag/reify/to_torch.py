@@ -19,6 +19,7 @@ from tdag.ir.graph import TDAG, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import is_static, shape_is_static
 from tdag.ir.types import TensorKind
+from tdag.ir.verify import block_types
 from tdag.lower.pipeline import lower as lower_program
 from tdag.reify import runtime
 from tdag.reify.torch_codegen import Scope, dim_expr, graph_source
@@ -82,6 +83,7 @@ class _Builder:
         for name, b in self.root.named_buffers(recurse=False):
             module.register_buffer(name, b, persistent=name not in self._nonpersistent())
         module.register_buffer("_tdag_device", torch.empty(0), persistent=False)
+        module._tdag_inputs = self.prog.main.inputs  # what _rt.bad_input explains against
         return module
 
     def _nonpersistent(self) -> set[str]:
@@ -178,7 +180,7 @@ class _Forward:
         params = [self.scope(v.name) for v in self.prog.main.inputs]
         env = {name: self.state_expr(name) for name in self.prog.state}
         env.update((v.name, p) for v, p in zip(self.prog.main.inputs, params))
-        self.bind(self.prog.main.inputs, params, 1)
+        self.guard(self.prog.main.inputs, params)
         outs = self.block_body(self.prog.main, env, 1)
         self.emit(1, f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
         lines = [line if isinstance(line, str) else line[1] for line in self.lines
@@ -187,6 +189,35 @@ class _Forward:
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
+
+    def guard(self, values, params) -> None:
+        """Check each input against its type before anything runs (rank, dtype, static
+        sizes, one value per symbol), binding the symbols on the way: a module never answers
+        for an input its Program does not describe. One comparison per axis, inline; on a
+        mismatch ``_rt.bad_input`` says which input and why."""
+        bound: set[str] = set()
+        later = []  # composite sizes (2*b), checked once every symbol is bound
+        for value, p in zip(values, params):
+            t = value.type
+            checks = [f"{p}.dim() != {t.rank}", f"{p}.dtype != {t.dtype.torch}"]
+            fresh = []
+            for i, d in enumerate(t.shape):
+                if is_static(d):
+                    checks.append(f"{p}.shape[{i}] != {d}")
+                elif d.is_Symbol and d.name not in bound:
+                    bound.add(d.name)
+                    fresh.append(f"s_{d.name} = {p}.shape[{i}]")
+                else:
+                    later.append((p, i, d))
+            self.emit(1, f"if {' or '.join(checks)}:")
+            self.emit(2, f"_rt.bad_input(self, {', '.join(params)})")
+            for line in fresh:
+                self.emit(1, line)
+        checks = [f"{p}.shape[{i}] != {dim_expr(d)}" for p, i, d in later
+                  if {s.name for s in d.free_symbols} <= bound]
+        if checks:
+            self.emit(1, f"if {' or '.join(checks)}:")
+            self.emit(2, f"_rt.bad_input(self, {', '.join(params)})")
 
     def bind(self, values, exprs, depth: int) -> None:
         seen = set()
@@ -270,7 +301,15 @@ class _Forward:
             self.emit(depth + 1, f"{var}.append({value})")
         if step.cond is not None:
             self.emit(depth + 1, f"{it} += 1")
-        return carried + [f"torch.stack({var})" for var in scans]
+        return carried + [self.stacked(step, j, var, carried) for j, var in enumerate(scans)]
+
+    def stacked(self, step: Loop, j: int, var: str, carried) -> str:
+        """A scanned output: the stack of its trips, or for a loop that ran none an empty
+        tensor of the body's type (its shape computed only then: it may need a symbol that
+        only a trip binds)."""
+        t = block_types(self.prog, step.body)[(1 if step.cond else 0) + len(step.inputs) + j]
+        shape = "".join(f"{dim_expr(d, self.used)}, " for d in t.shape)
+        return f"_rt.stack({var}, lambda: ({shape}), {t.dtype.torch}, {self._device(carried)})"
 
     def _device(self, carried) -> str:
         return f"{carried[0]}.device" if carried else "self._tdag_device.device"
