@@ -11,7 +11,8 @@ from guards import run_onnx
 import tdag
 import tdag.lower
 from tdag.errors import UnsupportedOpError
-from tdag.ir.program import Loop
+from tdag.deinops.kernels.sequence import Lstm
+from tdag.ir.program import Call, Loop
 
 LENGTHS = (3, 9, 40)
 SEQ = torch.export.Dim("seq")
@@ -131,7 +132,7 @@ def test_packed_sequences_are_refused():
         tdag.from_torch(Packed().eval(), (torch.randn(5, 3, 4),))
 
 
-def test_lstm_loops_lower_to_the_fused_kernel_and_gru_loops_stay_loops():
+def test_lstm_loops_lower_to_one_fused_kernel_and_gru_loops_stay_loops():
     torch.manual_seed(0)
     lstm = Wrapped(nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True)).eval()
     lstm_prog = _capture(lstm, 5)
@@ -143,8 +144,10 @@ def test_lstm_loops_lower_to_the_fused_kernel_and_gru_loops_stay_loops():
     prog = tdag.from_torch(tagger, (torch.randint(0, 20, (2, 5)),),
                            dynamic_shapes=({1: SEQ},))
     lowered = tdag.lower.lower(prog)
-    assert not any(isinstance(s, Loop) for s in lowered.main.steps)
-    assert sum(n.op.value == "lstm" for g in lowered.graphs.values() for n in g.nodes) >= 1
+    # the four loops (two layers, two directions) join into torch's one stacked call
+    assert [type(s) for s in lowered.main.steps] == [Call]
+    (kernel,) = [n for g in lowered.graphs.values() for n in g.nodes if n.op.value == "lstm"]
+    assert kernel.spec == Lstm(layers=2, bidirectional=True)
     assert "torch.lstm(" in tdag.to_torch(prog).code
     tokens = torch.randint(0, 20, (2, 11))
     with torch.no_grad():
@@ -163,3 +166,28 @@ class _Tagger(nn.Module):
 
     def forward(self, tokens):
         return self.out(self.lstm(self.embed(tokens))[0])
+
+
+@pytest.mark.parametrize("length", [None, 6])
+def test_a_reverse_lstm_is_one_reverse_kernel(length):
+    """At a static length the time reversal is a const index, at a symbolic one a ramp."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.rnn = nn.LSTM(4, 5, bidirectional=True)
+
+    class Out(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = model.rnn
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+    out = Out().eval()
+    shapes = None if length else ({0: SEQ},)
+    prog = tdag.from_torch(out, (torch.randn(length or 5, 2, 4),), dynamic_shapes=shapes)
+    lowered = tdag.lower.lower(prog)
+    (kernel,) = [n for g in lowered.graphs.values() for n in g.nodes if n.op.value == "lstm"]
+    assert kernel.spec == Lstm(bidirectional=True)
+    x = torch.randn(length or 8, 2, 4)
+    with torch.no_grad():
+        _close((tdag.run(lowered, x),), (out(x),))

@@ -16,6 +16,7 @@ from tdag.lower import (
     resize,
     softmax,
 )
+from tdag.lower.join_calls import join_calls
 from tdag.lower.passes import Pass, rule_pass, run_passes
 from tdag.lower.recurrent_loop import lower_recurrent_loops
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
@@ -37,11 +38,13 @@ PASSES: dict[str, Pass] = {
     "recurrent": rule_pass(*recurrent.RULES),
     # Program level: a Loop running an LSTM cell (from_torch's nn.LSTM) -> a kernel call
     "recurrent_loops": lower_recurrent_loops,
+    # Program level: neighbouring calls as one TDAG, so the passes above see across them
+    "join_calls": join_calls,
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
 DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
-           "attention", "movement", "fuse", "recurrent", "recurrent_loops")
+           "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

@@ -12,17 +12,20 @@ running backwards, the previous) step of one recurrence over the same P and weig
 
 Then layers join, as torch runs them in one call: a forward and a reverse layer over the
 same input, concatenated on the feature axis, are one bidirectional layer; a layer that
-reads the output of another alike (same directions) stacks onto it.
+reads the output of another alike (same directions) stacks onto it. A forward layer run over
+the time-reversed input and reversed back (``from_torch``'s reverse direction, a Loop lowered
+to a kernel) is a reverse layer.
 """
 from __future__ import annotations
 
 from tdag.deinops.kernels.contraction import parse_equation
 from tdag.deinops.kernels.sequence import Lstm, lstm_parts
 from tdag.deinops.movement import Permute
+from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.ir.symbols import dims_equal, is_static
+from tdag.ir.symbols import Dim, dims_equal, is_static, product
 from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
 
@@ -203,8 +206,99 @@ def stack_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.lstm, spec, x, *weights, *h_low, *h_high, *c_low, *c_high))
 
 
+# -- time reversal ----------------------------------------------------------------------------
+
+# the views that carry one scalar to every position of an index (the scalar broadcast)
+_BROADCASTS = (Op.expand, Op.repeat, Op.unsqueeze)
+
+
+def _scalar_dim(ctx: Context, name: str) -> Dim | None:
+    """The size a scalar i64 expression computes, where it is one: an integer const, a sum
+    of ones over a (symbolic) shape (a size read at run time), or sums and broadcasts of
+    those."""
+    weight = ctx.weight(name)
+    if weight is not None:
+        value = weight.value
+        ok = value is not None and value.numel() == 1 and not value.is_floating_point()
+        return int(value.reshape(())) if ok else None
+    node = ctx.producer(name)
+    if node is None:
+        return None
+    if node.op in _BROADCASTS or node.op is Op.cast:
+        return _scalar_dim(ctx, node.inputs[0]) if ctx.type(name).rank == 0 or \
+            node.op is not Op.cast else None
+    if node.op is Op.add:
+        a, b = (_scalar_dim(ctx, n) for n in node.inputs)
+        return a + b if a is not None and b is not None else None
+    if node.op is Op.reduce and node.spec.kind is ReduceKind.sum:
+        one = _scalar_dim(ctx, _broadcast_source(ctx, node.inputs[0]))
+        return product(ctx.type(node.inputs[0]).shape) if one == 1 else None
+    return None
+
+
+def _broadcast_source(ctx: Context, name: str) -> str:
+    node = ctx.producer(name)
+    while node is not None and node.op in _BROADCASTS:
+        name, node = node.inputs[0], ctx.producer(node.inputs[0])
+    return name
+
+
+def _reverses(ctx: Context, index: str, length: Dim) -> bool:
+    """Whether ``index`` is ``length-1, ..., 1, 0``: a const, or ``(n - 1) - iota(n)``."""
+    weight = ctx.weight(index)
+    if weight is not None:
+        value = weight.value
+        return value is not None and is_static(length) and value.dim() == 1 and \
+            value.tolist() == list(range(int(length) - 1, -1, -1))
+    pair = _pair(ctx, index, Op.add)
+    if pair is None:
+        return False
+    for ramp, start in (pair, pair[::-1]):
+        iota = producer_is(ctx, _of(ctx, ramp, Op.neg) or "", Op.iota)
+        if iota is not None and dims_equal(iota.spec.length, length):
+            first = _scalar_dim(ctx, _broadcast_source(ctx, start))
+            return first is not None and dims_equal(first, length - 1)
+    return False
+
+
+def _reversed_input(ctx: Context, x: str):
+    """``x`` [T, B, I] as the time reversal of a value: (that value's name, whether it must
+    be permuted (1, 0, 2) to be [T, B, I]), or None."""
+    perm = producer_is(ctx, x, Op.permute)
+    if perm is not None and perm.spec.perm == (1, 0, 2):
+        flip = producer_is(ctx, perm.inputs[0], Op.gather)
+        if flip is not None and flip.spec.axis == 1 and \
+                _reverses(ctx, flip.inputs[1], ctx.type(x).shape[0]):
+            return flip.inputs[0], True
+    flip = producer_is(ctx, x, Op.gather)
+    if flip is not None and flip.spec.axis == 0 and \
+            _reverses(ctx, flip.inputs[1], ctx.type(x).shape[0]):
+        return flip.inputs[0], False
+    return None
+
+
+def reversal_rule(node: Node, ctx: Context):
+    """reverse_time(lstm(reverse_time(x))) -> lstm[reverse](x)"""
+    if node.spec.axis != 0:
+        return NoMatch("not a gather on the time axis")
+    inner = _lstm_of(ctx, node.inputs[0])
+    if inner is None or inner.spec != Lstm():
+        return NoMatch("not over a single-use one-layer forward lstm")
+    if not _reverses(ctx, node.inputs[1], node.type.shape[0]):
+        return NoMatch("the index does not reverse the time axis")
+    source = _reversed_input(ctx, inner.inputs[0])
+    if source is None:
+        return NoMatch("the lstm does not read a time-reversed input")
+    x, permute = source
+    emit = ctx.emitter(node)
+    if permute:
+        x = emit(Op.permute, Permute((1, 0, 2)), x)
+    return emit.finish(emit(Op.lstm, Lstm(reverse=True), x, *inner.inputs[1:]))
+
+
 RULES = (
     Rule(Op.concat, lstm_rule),           # concat(h_0 .. h_{T-1}) of unrolled steps -> lstm(x)
     Rule(Op.concat, bidirectional_rule),  # concat(lstm(x), lstm[reverse](x), 2) -> lstm[bi](x)
     Rule(Op.lstm, stack_rule),            # lstm(lstm(x, cells A), cells B) -> lstm(x, A + B)
+    Rule(Op.gather, reversal_rule),       # flip(lstm(flip(x))) -> lstm[reverse](x)
 )

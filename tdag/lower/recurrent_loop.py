@@ -15,14 +15,15 @@ returns the hidden states only. A loop that does not match stays a loop too.
 """
 from __future__ import annotations
 
-from tdag import ops
 from tdag.deinops.builder import Builder
+from tdag.deinops.core import select, transpose
 from tdag.deinops.kernels.sequence import Lstm
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
+from tdag.lower.join_calls import called_graphs
 from tdag.lower.match import producer_is
 from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
 
@@ -33,7 +34,8 @@ def lower_recurrent_loops(prog: Program) -> tuple[Program, bool]:
     main, changed = _block(prog.main, graphs, prog)
     if not changed:
         return prog, False
-    return Program(_reachable(graphs, main), main, prog.state), True
+    called = called_graphs(main)
+    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state), True
 
 
 def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
@@ -83,10 +85,10 @@ def _as_kernel(loop: Loop, graphs: dict, read: set) -> Call | None:
                      enumerate(loop.body.inputs[1:4]))
         w = [b.weight(n, graph.weights[n].kind, graph.weights[n].value, graph.weights[n].type)
              for n in weights]
-        y = b.emit(Op.lstm, Lstm(), ops.transpose(x, 0, 1), *w, h0, c0)
+        y = b.emit(Op.lstm, Lstm(), transpose(x, 0, 1), *w, h0, c0)
         outs, names = [], []
         if h_last in read:
-            outs.append(ops.select(y, 0, -1))
+            outs.append(select(y, 0, -1))
             names.append(h_last)
         if seq in read:
             outs.append(y)
@@ -150,23 +152,6 @@ def _fresh(graphs: dict, hint: str) -> str:
     while name in graphs:
         name, k = f"{hint}_{k}", k + 1
     return name
-
-
-def _reachable(graphs: dict, main: Block) -> dict:
-    """The TDAGs some Call still names (a lowered loop leaves its cell unread)."""
-    called: set = set()
-
-    def visit(block: Block) -> None:
-        for step in block.steps:
-            if isinstance(step, Call):
-                called.add(step.graph)
-            elif isinstance(step, If):
-                visit(step.then_branch)
-                visit(step.else_branch)
-            else:
-                visit(step.body)
-    visit(main)
-    return {k: g for k, g in graphs.items() if k in called}
 
 
 __all__ = ["lower_recurrent_loops"]
