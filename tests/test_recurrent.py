@@ -191,3 +191,24 @@ def test_a_reverse_lstm_is_one_reverse_kernel(length):
     x = torch.randn(length or 8, 2, 4)
     with torch.no_grad():
         _close((tdag.run(lowered, x),), (out(x),))
+
+
+def test_an_lstm_without_biases_is_fused_too():
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, num_layers=2, bias=False).eval()
+    prog = tdag.from_torch(_First(model), (torch.randn(5, 2, 4),), dynamic_shapes=({0: SEQ},))
+    module = tdag.to_torch(prog)
+    assert "torch.lstm(" in module.code
+    x = torch.randn(12, 2, 4)
+    with torch.no_grad():
+        _close((module(x),), (model(x)[0],))
+        _close((run_onnx(tdag.to_onnx(prog), x),), (model(x)[0],))
+
+
+class _First(nn.Module):
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x):
+        return self.rnn(x)[0]

@@ -15,8 +15,11 @@ returns the hidden states only. A loop that does not match stays a loop too.
 """
 from __future__ import annotations
 
+import torch
+
 from tdag.deinops.builder import Builder
 from tdag.deinops.core import select, transpose
+from tdag.deinops.kernels.contraction import parse_equation
 from tdag.deinops.kernels.sequence import Lstm
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
@@ -83,7 +86,10 @@ def _as_kernel(loop: Loop, graphs: dict, read: set) -> Call | None:
     with b.active():
         h0, c0, x = (b.input(f"in{k}", v.type) for k, v in
                      enumerate(loop.body.inputs[1:4]))
+        # the kernel always adds biases: zeros where the cell has none
+        gates = graph.weights[weights[0]].type.shape[0]
         w = [b.weight(n, graph.weights[n].kind, graph.weights[n].value, graph.weights[n].type)
+             if n is not None else b.const(torch.zeros(gates, dtype=x.dtype.torch))
              for n in weights]
         y = b.emit(Op.lstm, Lstm(), transpose(x, 0, 1), *w, h0, c0)
         outs, names = [], []
@@ -135,16 +141,25 @@ def _match_cell(graph: TDAG):
         return None
     for xs, hs in (pair.inputs, pair.inputs[::-1]):
         xin, rec = producer_is(ctx, xs, Op.einsum), producer_is(ctx, hs, Op.einsum)
-        if xin is None or rec is None or not _linear_form(xin) or not _linear_form(rec) or \
-                rec.inputs[0] != h:
+        if xin is None or rec is None or not _affine(xin) or not _affine(rec) or \
+                rec.inputs[0] != h or len(xin.inputs) != len(rec.inputs):
             continue
         step = producer_is(ctx, xin.inputs[0], Op.gather)
         if step is None or step.inputs != (x, t) or step.spec.axis != 1:
             continue
-        weights = (xin.inputs[1], rec.inputs[1], xin.inputs[2], rec.inputs[2])
-        if all(n in graph.weights for n in weights):
+        biases = (xin.inputs[2], rec.inputs[2]) if len(xin.inputs) == 3 else (None, None)
+        weights = (xin.inputs[1], rec.inputs[1], *biases)
+        if all(n is None or n in graph.weights for n in weights):
             return weights
     return None
+
+
+def _affine(node) -> bool:
+    """x @ w.T, with or without a bias (an LSTM made with ``bias=False`` has none)."""
+    if len(node.inputs) == 2:
+        (la, lb), lo = parse_equation(node.spec.equation)
+        return len(la) == 2 and len(lb) == 2 and la[1] == lb[1] and lo == la[0] + lb[0]
+    return _linear_form(node)
 
 
 def _fresh(graphs: dict, hint: str) -> str:
