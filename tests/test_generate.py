@@ -36,18 +36,23 @@ def _llama():
 class Exported:
     """A model, its transformers export wrapper and the step Program tdag makes of it."""
 
-    def __init__(self, make, batch: int):
+    def __init__(self, make, batch: int, whole_prompt: bool):
         torch.manual_seed(0)
         self.model = make().eval()
         self.model.generation_config.cache_implementation = "static"  # what export wants
         self.batch = batch
         self.wrapper = TorchExportableModuleForDecoderOnlyLM(self.model, batch_size=batch,
                                                              max_cache_len=CACHE)
+        # one token a call, or a dynamic length: then the prefill is one call
+        n = 4 if whole_prompt else 1
+        seq = torch.export.Dim("seq", min=1, max=CACHE - 1)
+        shapes = {"input_ids": {1: seq}, "cache_position": {0: seq}} if whole_prompt else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ep = self.wrapper.export(input_ids=torch.zeros(batch, 1, dtype=torch.long),
-                                     cache_position=torch.tensor([0]))
+            ep = self.wrapper.export(input_ids=torch.zeros(batch, n, dtype=torch.long),
+                                     cache_position=torch.arange(n), dynamic_shapes=shapes)
         self.step = tdag.from_torch(ep)
+        self.whole_prompt = whole_prompt
 
     def generate(self, prompt: torch.Tensor, eos: int | None = None) -> torch.Tensor:
         config = dict(max_new_tokens=NEW, do_sample=False, eos_token_id=eos,
@@ -58,7 +63,8 @@ class Exported:
                                        **config)
 
 
-@pytest.fixture(scope="module", params=[(_gpt2, 1), (_llama, 2)], ids=["gpt2", "llama-batch2"])
+@pytest.fixture(scope="module", params=[(_gpt2, 1, False), (_llama, 2, True)],
+                ids=["gpt2-one-token", "llama-batch2-any-length"])
 def lm(request):
     return Exported(*request.param)
 
@@ -128,26 +134,34 @@ def test_decode_loop_yields_generates_tokens(lm, eos):
 
 
 def test_generation_is_one_program_of_loops_over_one_step(lm):
+    """Prefill over the prompt (a Loop for a one-token step, else one call) and a Loop over
+    the new tokens; the step's nodes appear once per use, never per token."""
     gen = tdag.decode_loop(lm.step, NEW)
     loops = [s for s in gen.main.steps if isinstance(s, tdag.Loop)]
-    assert len(loops) == 2  # prefill over the prompt, decode over the new tokens
-    assert loops[1].count == NEW - 1
+    assert len(loops) == (1 if lm.whole_prompt else 2)
+    assert loops[-1].count == NEW - 1
     assert gen.state.keys() == lm.step.state.keys()
-    assert gen.num_nodes < lm.step.num_nodes + 100  # the step once, not per token
+    assert gen.num_nodes < 2 * lm.step.num_nodes + 100
     model = tdag.to_onnx(gen)
-    assert sum(n.op_type == "Loop" for n in model.graph.node) == 2
+    assert sum(n.op_type == "Loop" for n in model.graph.node) == len(loops)
 
 
 def test_cost_reports_prefill_and_per_token(lm):
     gen = tdag.decode_loop(lm.step, NEW)
     report = tdag.cost(gen)
-    prefill, decode = [s for s in report.steps if s.label.startswith("loop")]
-    step_flops = tdag.cost(lm.step).flops
-    assert decode.trips == NEW - 1
-    assert decode.per_trip.flops > step_flops  # one step and the pick of the next token
-    assert str(prefill.trips).endswith("prompt_len")
-    evaluated = report.evaluate(gen_prompt_len=5)
-    assert evaluated.steps[1].total.flops == 5 * prefill.per_trip.flops
+    decode = report.steps[-2]  # the decode loop, then the join
+    assert decode.label.startswith("loop") and decode.trips == NEW - 1
+    one_token = tdag.cost(lm.step)
+    length = lm.step.main.inputs[0].type.shape[1]
+    if lm.whole_prompt:  # the step's cost is symbolic in the length: one token
+        one_token = one_token.evaluate(**{length.name: 1})
+    assert decode.per_trip.flops > one_token.flops  # a step and the pick of the next token
+    prefill = next(s for s in report.steps if "main" in s.label or "prompt_done" in s.label)
+    sizes = {length.name: 5} if lm.whole_prompt else {"gen_prompt_len": 5}
+    prompt_of_5 = report.evaluate(**sizes)
+    assert prompt_of_5.total.flops == sum(s.total.flops for s in prompt_of_5.steps)
+    if not lm.whole_prompt:
+        assert str(prefill.trips) == "gen_prompt_len"
     assert "(x9)" in report.table(by="step")
 
 
@@ -178,8 +192,8 @@ def test_decode_loop_refuses_another_signature():
 
 def test_reified_module_refuses_inputs_its_program_does_not_describe(lm):
     module = tdag.to_torch(lm.step)
-    with pytest.raises(tdag.ShapeError, match="input %.*should be i64"):
-        module(torch.zeros(lm.batch, 2, dtype=torch.long), torch.tensor([0, 1]))
+    with pytest.raises(tdag.ShapeError, match="input %(input_ids|cache_position) should be i64"):
+        module(torch.zeros(lm.batch, 2, dtype=torch.long), torch.tensor([0, 1, 2]))
     with pytest.raises(tdag.ShapeError, match="should be i64"):
         module(torch.zeros(lm.batch, 1), torch.tensor([0]))
 

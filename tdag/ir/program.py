@@ -67,6 +67,19 @@ class Loop:
 Controller = Union[Call, If, Loop]
 
 
+def state_writes(block: Block, state) -> set[str]:
+    """The names of ``state`` that ``block`` writes, in any step, branch or body within it."""
+    written = set()
+    for step in block.steps:
+        written.update(n for n in step.outputs if n in state)
+        if isinstance(step, If):
+            written |= state_writes(step.then_branch, state) | \
+                state_writes(step.else_branch, state)
+        elif isinstance(step, Loop):
+            written |= state_writes(step.body, state)
+    return written
+
+
 @dataclass(frozen=True)
 class Program:
     """A whole model: named TDAGs, a top-level block of controllers and a state dict.

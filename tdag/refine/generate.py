@@ -2,32 +2,38 @@
 
 A *step* Program is what ``torch.export`` gives for a decoder-only language model with a
 static cache (transformers' ``TorchExportableModuleForDecoderOnlyLM``): inputs
-``(input_ids i64[batch, 1], cache_position i64[1])``, first output the logits
-``[batch, 1, vocab]``, and the cache buffers it writes in its state dict. The generation
+``(input_ids i64[batch, n], cache_position i64[n])``, first output the logits
+``[batch, n, vocab]``, and the cache buffers it writes in its state dict. ``n`` is 1 (the
+step exported with one token) or a symbol (exported with a dynamic length). The generation
 Program runs it as ``model.generate(do_sample=False)`` does:
 
-    prefill:  a Loop over the prompt's positions feeds one token each (the logits of the last
-              one pick the first new token);
+    prefill:  with a symbolic ``n``, one call on the whole prompt; with ``n = 1``, a Loop over
+              the prompt's positions that feeds one token a trip. The logits of the last
+              position pick the first new token;
     decode:   a Loop of ``max_new_tokens - 1`` trips feeds the last token at the next position
               and picks the next one (the argmax of the logits, the first on ties); with an
-              ``eos_token_id`` a finished sequence is padded and the loop stops when all are;
+              ``eos_token_id`` a finished sequence is padded and the loop stops when all are.
+              A symbolic-``n`` step is specialised to ``n = 1`` here (same weights);
     result:   the prompt followed by the new tokens, ``i64[batch, prompt_len + new]``.
 
-The step's own controllers are copied into both loop bodies unchanged: the body's inputs are
-named as the step's inputs, and its state (the cache) is the generation Program's state, so
-every backend carries it from trip to trip (a Python loop over module buffers in torch, loop-
-carried values in one ONNX Loop).
+The step's own controllers are copied into the prefill and the loop bodies unchanged: the
+values they read are named as the step's inputs, and its state (the cache) is the generation
+Program's state, so every backend carries it from trip to trip (module buffers in torch,
+loop-carried values in one ONNX model).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from tdag.deinops import arrays, core
 from tdag.deinops.trace import trace
 from tdag.errors import InvalidModelError
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.symbols import as_dim, is_static, symbol
+from tdag.ir.symbols import Dim, as_dim, is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name, verify
+from tdag.refine.specialize import specialize
 
 
 def decode_loop(step: Program, max_new_tokens: int, eos_token_id: int | None = None,
@@ -37,6 +43,7 @@ def decode_loop(step: Program, max_new_tokens: int, eos_token_id: int | None = N
     ``tdag.run(gen, prompt_ids)`` returns ``prompt_ids`` followed by up to ``max_new_tokens``
     new tokens; finished sequences are padded with ``pad_token_id`` (``eos_token_id`` when
     not given), and generation stops early once every sequence has produced the eos token.
+    ``tdag.cost(gen).steps`` gives the prefill and the cost per new token.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"decode_loop: max_new_tokens must be a positive int, "
@@ -44,13 +51,16 @@ def decode_loop(step: Program, max_new_tokens: int, eos_token_id: int | None = N
     sig = _Signature.of(step)
     names = _Names(step)
     pad = eos_token_id if pad_token_id is None else pad_token_id
-    prompt = Value(names("prompt_ids"), TensorType((sig.batch, names.prompt_len), DType.i64))
-    steps = _prefill(sig, names, prompt) + _decode(sig, names, max_new_tokens, eos_token_id)
+    decode_step, graphs = _decode_step(sig, names)
+    prefill = _prefill if sig.whole_prompt else _prefill_loop
+    prompt, steps = prefill(sig, names, eos_token_id is not None)
+    steps += _decode(sig, decode_step, names, max_new_tokens, eos_token_id, prompt.name)
     loop = steps[-2] if isinstance(steps[-2], Loop) else None
     trips = None if loop is None else loop.count if loop.cond is None else \
         as_dim(symbol(trips_name(loop)))
-    helpers = {**_helpers(sig, names, eos_token_id, pad), **_join_graphs(sig, names, trips)}
-    graphs = {**step.graphs, **{names.graph(k): g for k, g in helpers.items()}}
+    helpers = {**_helpers(sig, names, eos_token_id, pad),
+               **_join_graphs(sig, prompt.type, trips)}
+    graphs.update((names.graph(k), g) for k, g in helpers.items())
     gen = Program(graphs, Block((prompt,), tuple(steps), (names("sequences"),)), step.state)
     verify(gen)
     return gen
@@ -59,11 +69,12 @@ def decode_loop(step: Program, max_new_tokens: int, eos_token_id: int | None = N
 # -- the step's signature -----------------------------------------------------------------------
 
 class _Signature:
-    """What decode_loop reads off a step: its input names, batch size, vocabulary, dtype."""
+    """What decode_loop reads off a step: its input names, batch, length, logits type."""
 
     def __init__(self, step: Program, ids: Value, pos: Value, logits: TensorType):
-        self.step, self.ids, self.pos = step, ids, pos
-        self.batch, self.vocab, self.logits = ids.type.shape[0], logits.shape[2], logits
+        self.step, self.ids, self.pos, self.logits = step, ids, pos, logits
+        self.batch, self.length = ids.type.shape
+        self.whole_prompt = not is_static(self.length)  # prefill in one call
 
     @staticmethod
     def of(step: Program) -> "_Signature":
@@ -74,16 +85,17 @@ class _Signature:
         if len(inputs) != 2:
             raise InvalidModelError(_wanted(f"{len(inputs)} inputs"))
         ids, pos = inputs
-        if ids.type.dtype is not DType.i64 or ids.type.rank != 2 or \
-                pos.type.dtype is not DType.i64 or pos.type.rank != 1:
+        ok = ids.type.dtype is DType.i64 and ids.type.rank == 2 and \
+            pos.type.dtype is DType.i64 and pos.type.rank == 1
+        if not ok or pos.type.shape[0] != ids.type.shape[1]:
             raise InvalidModelError(_wanted(f"inputs ({ids.type}, {pos.type})"))
-        if ids.type.shape[1] != 1 or pos.type.shape[0] != 1:
+        n = ids.type.shape[1]
+        if n != 1 and (is_static(n) or not n.is_Symbol):
             raise InvalidModelError(_wanted(f"inputs ({ids.type}, {pos.type})") +
-                                    "; export the step with one token (input_ids of shape "
-                                    "[batch, 1])")
+                                    "; export the step with one token or a dynamic length")
         outs = block_types(step, step.main)
         if not outs or outs[0].rank != 3 or not outs[0].dtype.is_float or \
-                not is_static(outs[0].shape[2]):
+                outs[0].shape[1] != n or not is_static(outs[0].shape[2]):
             raise InvalidModelError(_wanted(f"first output {outs[0] if outs else 'none'}"))
         if not step.state:
             raise InvalidModelError("decode_loop: the step writes no state, so it cannot "
@@ -92,8 +104,8 @@ class _Signature:
 
 
 def _wanted(got: str) -> str:
-    return ("decode_loop: a step takes (input_ids i64[batch, 1], cache_position i64[1]) and "
-            f"returns logits [batch, 1, vocab] first; this one has {got}")
+    return ("decode_loop: a step takes (input_ids i64[batch, n], cache_position i64[n]) and "
+            f"returns logits [batch, n, vocab] first; this one has {got}")
 
 
 class _Names:
@@ -103,13 +115,11 @@ class _Names:
         taken = set(step.graphs) | set(step.state) | _block_names(step.main)
         self.prefix = next(p for p in (f"gen{k}_" if k else "gen_" for k in range(10**6))
                            if not any(t.startswith(p) for t in taken))
-        self.prompt_len = as_dim(symbol(self("prompt_len")))
 
     def __call__(self, name: str) -> str:
         return self.prefix + name
 
-    def graph(self, name: str) -> str:
-        return self.prefix + name
+    graph = __call__
 
 
 def _block_names(block: Block) -> set[str]:
@@ -123,49 +133,87 @@ def _block_names(block: Block) -> set[str]:
     return names
 
 
+def _decode_step(sig: _Signature, names: _Names) -> tuple[tuple, dict]:
+    """The step's controllers as the decode loop runs them (on one token), and the TDAGs of
+    the generation Program so far: the step's own, plus, for a symbolic-length step, each
+    called TDAG specialised to one token (same weights, no copy of their values)."""
+    graphs = dict(sig.step.graphs)
+    steps = sig.step.main.steps
+    if not sig.whole_prompt:
+        return steps, graphs
+    one = {sig.length.name: 1}
+    renamed = {}
+    for name, graph in sig.step.graphs.items():
+        renamed[name] = names.graph(f"decode_{name}")
+        graphs[renamed[name]] = specialize(graph, one, renamed[name])
+    return tuple(_recalled(s, renamed) for s in steps), graphs
+
+
+def _recalled(step, renamed: dict):
+    """``step`` with its calls (in any branch or body) pointed at ``renamed`` TDAGs."""
+    if isinstance(step, Call):
+        return replace(step, graph=renamed.get(step.graph, step.graph))
+    if isinstance(step, If):
+        return replace(step, then_branch=_reblock(step.then_branch, renamed),
+                       else_branch=_reblock(step.else_branch, renamed))
+    return replace(step, body=_reblock(step.body, renamed))
+
+
+def _reblock(block: Block, renamed: dict) -> Block:
+    return replace(block, steps=tuple(_recalled(s, renamed) for s in block.steps))
+
+
 # -- the helper TDAGs ---------------------------------------------------------------------------
 
 def _helpers(sig: _Signature, names: _Names, eos: int | None, pad: int | None) -> dict:
-    """The small TDAGs around the step: feeding a prompt token, picking the next token,
-    joining the result."""
-    b, p = sig.batch, names.prompt_len
-    ids = (b, p)
-    logits = TensorType(sig.logits.shape, sig.logits.dtype)
+    """The small TDAGs around the step: the prompt's positions, feeding one prompt token,
+    picking the next token, advancing the position."""
+    b = sig.batch
+    last = TensorType((b, 1, sig.logits.shape[2]), sig.logits.dtype)
+    prompt_t = TensorType((b, _prompt_len(sig, names)), DType.i64)
     done_t = TensorType((b,), DType.bool)
+
+    def positions(prompt):  # the prompt's cache positions, and the first free one
+        n = prompt.shape[1]
+        return core.iota(n), core.reshape(core.dim_tensor(as_dim(n)), 1)
 
     def feed(prompt, i):  # token i of the prompt, and its position
         position = core.reshape(i, 1)
         return core.gather(prompt, position, axis=1, wrap=False), position
 
-    def pick(logits, done=None):
-        token = arrays.argmax(core.select(logits, 1, 0), axis=1)  # [b]
+    def start(prompt):  # the carried logits before the first prompt token
+        return core.zeros(last.shape, last.dtype, like=prompt)
+
+    def pick(logits, done=None):  # the argmax at the last position; padding once done
+        token = arrays.argmax(core.select(logits, 1, logits.shape[1] - 1), axis=1)  # [b]
         if eos is None:
             return core.reshape(token, b, 1)
-        if done is not None:  # a finished sequence is padded
+        if done is not None:
             token = core.where(done, core.full(token.shape, pad, "i64", like=token), token)
         finished = core.eq(token, core.full(token.shape, eos, "i64", like=token))
         done = finished if done is None else core.logical_or(done, finished)
         going = core.logical_not(core.reduce(done, "min", axes=(0,)))
         return core.reshape(token, b, 1), done, going
 
-    def start(prompt):  # the carried logits before the first prompt token, and its length
-        zeros = core.zeros(logits.shape, logits.dtype, like=prompt)
-        return zeros, core.reshape(core.dim_tensor(p), 1)
-
     def advance(position):
         return core.add(position, core.full((1,), 1, "i64", like=position))
 
-    graphs = {
-        "feed": trace(feed, TensorType(ids, DType.i64), TensorType((), DType.i64)),
-        "start": trace(start, TensorType(ids, DType.i64)),
-        "pick_first": trace(pick, logits),
-        "advance": trace(advance, TensorType((1,), DType.i64)),
-    }
+    graphs = {"positions": trace(positions, prompt_t),
+              "pick_first": trace(pick, sig.logits if sig.whole_prompt else last),
+              "advance": trace(advance, TensorType((1,), DType.i64))}
+    if not sig.whole_prompt:
+        graphs["feed"] = trace(feed, prompt_t, TensorType((), DType.i64))
+        graphs["start"] = trace(start, prompt_t)
     if eos is not None:
-        graphs["pick"] = trace(pick, logits, done_t)
+        graphs["pick"] = trace(pick, last, done_t)
     else:
-        graphs["pick"] = graphs["pick_first"]
+        graphs["pick"] = trace(pick, last)
     return {k: v.graph for k, v in graphs.items()}
+
+
+def _prompt_len(sig: _Signature, names: _Names) -> Dim:
+    """The prompt's length: the step's own length symbol when it prefills in one call."""
+    return sig.length if sig.whole_prompt else as_dim(symbol(names("prompt_len")))
 
 
 def _call(names: _Names, graph: str, inputs, outputs) -> Call:
@@ -174,49 +222,68 @@ def _call(names: _Names, graph: str, inputs, outputs) -> Call:
 
 # -- the controllers ----------------------------------------------------------------------------
 
-def _prefill(sig: _Signature, names: _Names, prompt: Value) -> list:
-    """Feed the prompt one token a trip; leave its last logits in ``last_logits``."""
+def _prefill(sig: _Signature, names: _Names, with_eos: bool) -> tuple[Value, list]:
+    """One call of the step on the whole prompt (named as the step's ``input_ids``)."""
     n = names
+    prompt = Value(sig.ids.name, sig.ids.type)
+    steps = [_call(n, "positions", (prompt.name,), (sig.pos.name, n("prompt_end"))),
+             *sig.step.main.steps]
+    return prompt, steps + [_call(n, "pick_first", (_logits(sig),), _first_pick(n, with_eos))]
+
+
+def _prefill_loop(sig: _Signature, names: _Names, with_eos: bool) -> tuple[Value, list]:
+    """Feed the prompt one token a trip; the last logits pick the first new token."""
+    n = names
+    prompt = Value(n("prompt_ids"), TensorType((sig.batch, _prompt_len(sig, n)), DType.i64))
     carried_prompt = Value(n("prompt"), prompt.type)
     carried_logits = Value(n("logits"), sig.logits)
-    logits_out = _step_logits(sig)
     body = Block(
         (Value(n("i"), TensorType((), DType.i64)), carried_prompt, carried_logits),
         (_call(n, "feed", (carried_prompt.name, n("i")), (sig.ids.name, sig.pos.name)),
          *sig.step.main.steps),
-        (carried_prompt.name, logits_out))
-    return [
-        _call(n, "start", (prompt.name,), (n("logits0"), n("prompt_end"))),
+        (carried_prompt.name, _logits(sig)))
+    return prompt, [
+        _call(n, "positions", (prompt.name,), (n("prompt_positions"), n("prompt_end"))),
+        _call(n, "start", (prompt.name,), (n("logits0"),)),
         Loop((prompt.name, n("logits0")), body, (n("prompt_done"), n("last_logits")),
-             count=names.prompt_len),
+             count=prompt.type.shape[1]),
+        _call(n, "pick_first", (n("last_logits"),), _first_pick(n, with_eos)),
     ]
 
 
-def _step_logits(sig: _Signature) -> str:
+def _logits(sig: _Signature) -> str:
     return sig.step.main.outputs[0]
 
 
-def _decode(sig: _Signature, names: _Names, max_new: int, eos: int | None) -> list:
-    """Pick the first token, then ``max_new - 1`` trips of feed-and-pick; join the result."""
+def _first_pick(names: _Names, with_eos: bool) -> tuple:
+    """What picking the first token gives: the token, and with an eos whether each sequence
+    is done and whether any goes on."""
+    return (names("token0"),) + ((names("done0"), names("going0")) if with_eos else ())
+
+
+def _decode(sig: _Signature, decode_step: tuple, names: _Names, max_new: int,
+            eos: int | None, prompt: str) -> list:
+    """``max_new - 1`` trips of feed-and-pick after the first token; then the result."""
     n = names
-    with_eos = eos is not None
-    first = (n("token0"),) + ((n("done0"), n("going0")) if with_eos else ())
-    steps = [_call(n, "pick_first", (n("last_logits"),), first)]
     new_tokens = [n("token0")]
+    steps = []
     if max_new > 1:
-        steps.append(_decode_loop(sig, names, max_new - 1, with_eos))
+        steps.append(_decode_loop(sig, decode_step, names, max_new - 1, eos is not None))
         new_tokens.append(n("tokens"))
-    steps.append(_join(names, sig, new_tokens))
-    return steps
+    return steps + [_call(n, "join" if len(new_tokens) == 2 else "join_first",
+                          (prompt, *new_tokens), (n("sequences"),))]
 
 
-def _decode_loop(sig: _Signature, names: _Names, trips: int, with_eos: bool) -> Loop:
+def _decode_loop(sig: _Signature, decode_step: tuple, names: _Names, trips: int,
+                 with_eos: bool) -> Loop:
     n = names
+    one = lambda v: Value(v.name, v.type.with_shape(1 if d == sig.length else d  # noqa: E731
+                                                    for d in v.type.shape))
     done = [Value(n("done"), TensorType((sig.batch,), DType.bool))] if with_eos else []
-    inputs = (Value(n("j"), TensorType((), DType.i64)), sig.ids, sig.pos, *done)
+    inputs = (Value(n("j"), TensorType((), DType.i64)), one(sig.ids), one(sig.pos), *done)
     picked = (n("token"),) + ((n("done_next"), n("going")) if with_eos else ())
-    body_steps = (*sig.step.main.steps,
-                  _call(n, "pick", (_step_logits(sig),) + tuple(v.name for v in done), picked),
+    body_steps = (*decode_step,
+                  _call(n, "pick", (_logits(sig),) + tuple(v.name for v in done), picked),
                   _call(n, "advance", (sig.pos.name,), (n("position_next"),)))
     outputs = ((n("going"),) if with_eos else ()) + \
         (n("token"), n("position_next")) + ((n("done_next"),) if with_eos else ()) + \
@@ -229,16 +296,11 @@ def _decode_loop(sig: _Signature, names: _Names, trips: int, with_eos: bool) -> 
                 cond=n("going0") if with_eos else None, scanned=1)
 
 
-def _join(names: _Names, sig: _Signature, new_tokens: list) -> Call:
-    return _call(names, "join" if len(new_tokens) == 2 else "join_first",
-                 (names("prompt_ids"), *new_tokens), (names("sequences"),))
-
-
-def _join_graphs(sig: _Signature, names: _Names, trips) -> dict:
+def _join_graphs(sig: _Signature, prompt_t: TensorType, trips) -> dict:
     """The TDAG that concatenates the prompt, the first token and the ``trips`` stacked
     others (or the first alone)."""
-    b, p = sig.batch, names.prompt_len
-    prompt_t, token_t = TensorType((b, p), DType.i64), TensorType((b, 1), DType.i64)
+    b = sig.batch
+    token_t = TensorType((b, 1), DType.i64)
 
     def join(prompt, first, stacked):  # stacked: [trips, b, 1]
         rest = core.reshape(core.permute(stacked, 1, 0, 2), b, stacked.shape[0])

@@ -19,7 +19,7 @@ from onnx import helper
 
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import Block, Call, If, Loop, Program, state_writes
 from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.types import DType, TensorKind, TensorType
@@ -67,7 +67,7 @@ class _Exporter:
             g.symbols.bind(v.name, v.type.shape)
         for name, w in self.prog.state.items():
             env[name] = self.weight(("state", name), name, w)
-        written = sorted(_writes(main, self.prog.state))
+        written = sorted(state_writes(main, self.prog.state))
         # only a program that writes its state takes it as inputs: one that only reads it
         # keeps plain initializers, which onnxruntime may fold
         state_inputs = [value_info(env[name], w.type) for name, w in self.prog.state.items()
@@ -154,8 +154,8 @@ class _Exporter:
         return sub.graph(g.names("body"), first, infos)
 
     def branch(self, g: GraphBuilder, step: If, env: dict, args) -> list[str]:
-        state = sorted(_writes(step.then_branch, self.prog.state) |
-                       _writes(step.else_branch, self.prog.state))
+        state = sorted(state_writes(step.then_branch, self.prog.state) |
+                       state_writes(step.else_branch, self.prog.state))
         n = len(step.outputs)
         graphs = [self.subgraph(g, b, env, args, [], state=state, carried=n)
                   for b in (step.then_branch, step.else_branch)]
@@ -167,7 +167,7 @@ class _Exporter:
 
     def loop(self, g: GraphBuilder, step: Loop, env: dict, args) -> list[str]:
         it, cond_in = g.names("iter"), g.names("cond_in")
-        state = sorted(_writes(step.body, self.prog.state))
+        state = sorted(state_writes(step.body, self.prog.state))
         carried = [g.names(f"carry_{v.name}") for v in step.body.inputs[1:]]
         held = [g.names(f"carry_{name}") for name in state]  # the state the body writes
         types = [v.type for v in step.body.inputs[1:]] + [self.prog.state[s].type for s in state]
@@ -248,18 +248,6 @@ class _GraphEmitter:
             if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
-
-
-def _writes(block: Block, state) -> set[str]:
-    """The state names ``block`` writes, in any step, branch or loop body within it."""
-    written = set()
-    for step in block.steps:
-        written.update(n for n in step.outputs if n in state)
-        if isinstance(step, If):
-            written |= _writes(step.then_branch, state) | _writes(step.else_branch, state)
-        elif isinstance(step, Loop):
-            written |= _writes(step.body, state)
-    return written
 
 
 def _typed(value: float, dtype: DType):

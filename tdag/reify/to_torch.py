@@ -16,7 +16,7 @@ from torch import nn
 
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG, Weight
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import Block, Call, If, Loop, Program, state_writes
 from tdag.ir.symbols import is_static, shape_is_static
 from tdag.ir.types import TensorKind
 from tdag.ir.verify import block_types
@@ -233,8 +233,11 @@ class _Forward:
             if isinstance(step, Call):
                 outs = self.call(step, args, depth)
             elif isinstance(step, If):
+                self.read_state_fresh(step.then_branch, env)
+                self.read_state_fresh(step.else_branch, env)
                 outs = self.branch(step, env, args, depth)
             elif isinstance(step, Loop):
+                self.read_state_fresh(step.body, env)
                 outs = self.loop(step, env, args, depth)
             else:
                 raise UnsupportedOpError(f"unknown controller {type(step).__name__}")
@@ -243,6 +246,13 @@ class _Forward:
                 if name in self.prog.state:
                     self.emit(depth, f"_rt.set_state(self, {name!r}, {var})")
         return [env[n] for n in block.outputs]
+
+    def read_state_fresh(self, block: Block, env: dict) -> None:
+        """State that a loop body or a branch writes is read from its buffer, in the block
+        and after it: the code of a body runs many times, and a local variable from before
+        the loop would hand every trip the state as it was before the first."""
+        for name in state_writes(block, self.prog.state):
+            env[name] = self.state_expr(name)
 
     def call(self, step: Call, args, depth: int) -> list[str]:
         outs = [self.scope.fresh(o) for o in step.outputs]
