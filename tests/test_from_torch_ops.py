@@ -139,3 +139,47 @@ def test_chunked_linear_cross_entropy(reduction):
     check(lambda i, lw, t, lb, cw: F.linear_cross_entropy(
         i, lw, t, linear_bias=lb, weight=cw, reduction=reduction, ignore_index=2,
         options=options), x, w, target, b, class_weight)
+
+
+# -- writes along one axis (a KV cache update): compared along that axis only -------------------
+
+def _put(x, pos, v):
+    x = x.clone()
+    x[:, :, pos] = v
+    return x
+
+
+def _put_last(x, pos, v):
+    x = x.clone()
+    x[..., pos] = v
+    return x
+
+
+WRITES_ALONG_ONE_AXIS = {
+    "kv-cache": (_put, lambda: (torch.randn(1, 2, 8, 4), torch.tensor([3]),
+                                torch.randn(1, 2, 1, 4))),
+    "several": (_put, lambda: (torch.randn(2, 3, 8, 4), torch.tensor([0, 5, 2]),
+                               torch.randn(2, 3, 3, 4))),
+    "negative": (_put, lambda: (torch.randn(1, 2, 8, 4), torch.tensor([-1, -8]),
+                                torch.randn(1, 2, 2, 4))),
+    "duplicates-last-wins": (_put, lambda: (torch.randn(1, 1, 5, 2), torch.tensor([1, 1, 4]),
+                                            torch.randn(1, 1, 3, 2))),
+    "broadcast-value": (_put_last, lambda: (torch.randn(3, 6), torch.tensor([2, 4]),
+                                            torch.tensor(7.0))),
+    "index_copy": (lambda x, pos, v: x.index_copy(2, pos, v),
+                   lambda: (torch.randn(1, 2, 8, 4), torch.tensor([6, 1]),
+                            torch.randn(1, 2, 2, 4))),
+}
+
+
+@pytest.mark.parametrize("name", WRITES_ALONG_ONE_AXIS)
+def test_write_along_one_axis(name):
+    fn, args = WRITES_ALONG_ONE_AXIS[name]
+    check(fn, *args())
+
+
+def test_kv_cache_write_costs_the_cache_not_its_square():
+    """A one-token write into a cache of n positions: O(n) work, not O(n * numel)."""
+    cache, pos, v = torch.randn(1, 2, 512, 16), torch.tensor([3]), torch.randn(1, 2, 1, 16)
+    prog = from_torch(Fn(_put).eval(), (cache, pos, v))
+    assert tdag.cost(prog).flops < 10 * cache.numel()

@@ -98,8 +98,39 @@ def index_put(x, indices, values, accumulate=False):
         mask = ops.reshape(masks[0], tuple(masks[0].shape) + (1,) * (x.ndim - masks[0].ndim))
         value = ops.reshape(values, ())
         return ops.where(mask, ops.add(x, value) if accumulate else value, x)
+    axis = _one_axis(x, indices)
+    if axis is not None and not accumulate:
+        return _put_along(x, axis, indices[axis], values)
     positions = indexing.index(positions_of(x), indices)
     return write(x, positions, values, "sum" if accumulate else "replace")
+
+
+def _one_axis(x, indices) -> int | None:
+    """The axis of ``x[:, ..., idx] = v`` (one 1-D integer index, whole slices elsewhere: a
+    KV-cache update), else None."""
+    given = [a for a, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        return None
+    idx = indices[given[0]]
+    return given[0] if idx.ndim == 1 and idx.dtype is not DType.bool else None
+
+
+def _put_along(x, axis: int, idx, values):
+    """``x[..., idx, ...] = values`` compared along that axis only (O(len(idx) * x.shape[axis])
+    plus one pass over x), not element by element: the last write to a position wins."""
+    idx = indexing.wrap(ops.cast(idx, DType.i64), x, axis)
+    length = x.shape[axis]
+    shape = list(x.shape)
+    shape[axis] = idx.shape[0]
+    values = ops.broadcast_to(ops.cast(values, x.dtype), tuple(shape))
+    hit = ops.eq(ops.unsqueeze(idx, 1), ops.unsqueeze(ops.iota(length, "i64", x.builder), 0))
+    order = ops.unsqueeze(ops.iota(idx.shape[0], "i64", x.builder), 1)
+    last = ops.amax(ops.where(hit, order, -1), 0)                       # [length]
+    picked = ops.gather(values, ops.maximum(last, 0), axis, wrap=False)  # shaped like x
+    along = [1] * x.ndim
+    along[axis] = length
+    touched = ops.reshape(ops.ge(last, 0), tuple(along))
+    return ops.where(touched, picked, x)
 
 
 def _one_value(values):
