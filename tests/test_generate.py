@@ -165,10 +165,17 @@ def test_cost_reports_prefill_and_per_token(lm):
     assert "(x9)" in report.table(by="step")
 
 
-def test_extract_pulls_the_step_out_again(lm):
+def test_extract_pulls_a_layer_of_the_step_out_of_the_generation(lm):
+    """The step's TDAG is in the generation Program as it was (its weights shared, not
+    copied): a layer extracted from it is the layer extracted from the step."""
     gen = tdag.decode_loop(lm.step, NEW)
-    graph = gen.graphs[lm.step.main.steps[0].graph]
-    assert graph is lm.step.graphs[lm.step.main.steps[0].graph]  # shared, not copied
+    name = lm.step.main.steps[0].graph
+    assert gen.graphs[name] is lm.step.graphs[name]
+    scope = "model.transformer.h.0" if "gpt2" in type(lm.model).__name__.lower() else \
+        "model.model.layers.0"
+    layer = tdag.extract(gen, scope=scope, graph=name)
+    assert str(layer) == str(tdag.extract(lm.step, scope=scope))
+    tdag.verify(layer)
 
 
 # -- what decode_loop refuses -----------------------------------------------------------------
