@@ -67,17 +67,58 @@ class Loop:
 Controller = Union[Call, If, Loop]
 
 
+# -- walking blocks ------------------------------------------------------------------------------
+
+def nested_blocks(step: Controller) -> tuple[Block, ...]:
+    """The blocks inside a controller: an If's two branches, a Loop's body, none for a Call."""
+    if isinstance(step, If):
+        return step.then_branch, step.else_branch
+    if isinstance(step, Loop):
+        return (step.body,)
+    return ()
+
+
+def with_blocks(step: Controller, blocks) -> Controller:
+    """``step`` with its nested blocks (in ``nested_blocks`` order) replaced."""
+    if isinstance(step, If):
+        then, other = blocks
+        return replace(step, then_branch=then, else_branch=other)
+    if isinstance(step, Loop):
+        (body,) = blocks
+        return replace(step, body=body)
+    return step
+
+
+def all_steps(block: Block):
+    """Every controller of ``block`` and of the blocks nested in it, depth first."""
+    for step in block.steps:
+        yield step
+        for inner in nested_blocks(step):
+            yield from all_steps(inner)
+
+
+def step_reads(step: Controller) -> set[str]:
+    """The names a controller reads from its block: its inputs and its condition."""
+    cond = getattr(step, "cond", None)
+    return set(step.inputs) | ({cond} if cond is not None else set())
+
+
+def read_after(block: Block, k: int, state) -> set[str]:
+    """The names that the steps after step ``k``, the block's outputs or the state read."""
+    read = set(block.outputs) | set(state)
+    for step in block.steps[k + 1:]:
+        read |= step_reads(step)
+    return read
+
+
+def called_graphs(block: Block) -> set[str]:
+    """The names of the TDAGs that some Call in ``block`` (at any depth) runs."""
+    return {s.graph for s in all_steps(block) if isinstance(s, Call)}
+
+
 def state_writes(block: Block, state) -> set[str]:
     """The names of ``state`` that ``block`` writes, in any step, branch or body within it."""
-    written = set()
-    for step in block.steps:
-        written.update(n for n in step.outputs if n in state)
-        if isinstance(step, If):
-            written |= state_writes(step.then_branch, state) | \
-                state_writes(step.else_branch, state)
-        elif isinstance(step, Loop):
-            written |= state_writes(step.body, state)
-    return written
+    return {n for s in all_steps(block) for n in s.outputs if n in state}
 
 
 @dataclass(frozen=True)

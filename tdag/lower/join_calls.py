@@ -9,7 +9,15 @@ call at run time. Joining neighbours gives the per-TDAG passes the whole straigh
 from __future__ import annotations
 
 from tdag.ir.graph import TDAG, Value
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import (
+    Block,
+    Call,
+    Program,
+    called_graphs,
+    nested_blocks,
+    read_after,
+    with_blocks,
+)
 from tdag.refine.dataflow import Names, all_names, prune, renamed
 from tdag.refine.extract import merge_weights
 
@@ -28,17 +36,12 @@ def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
     steps: list = []
     changed = False
     for k, step in enumerate(block.steps):
-        if isinstance(step, If):
-            then, a = _block(step.then_branch, graphs, prog)
-            other, b = _block(step.else_branch, graphs, prog)
-            step, changed = If(step.cond, step.inputs, then, other, step.outputs), \
-                changed or a or b
-        elif isinstance(step, Loop):
-            body, a = _block(step.body, graphs, prog)
-            step, changed = Loop(step.inputs, body, step.outputs, step.count, step.cond,
-                                 step.scanned), changed or a
+        if nested_blocks(step):
+            inner = [_block(b, graphs, prog) for b in nested_blocks(step)]
+            step = with_blocks(step, [b for b, _ in inner])
+            changed = changed or any(c for _, c in inner)
         elif steps and isinstance(steps[-1], Call) and _joinable(steps[-1], step, prog):
-            steps[-1] = _join(steps[-1], step, graphs, _read_after(block, k, prog))
+            steps[-1] = _join(steps[-1], step, graphs, read_after(block, k, prog.state))
             changed = True
             continue
         steps.append(step)
@@ -48,16 +51,6 @@ def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
 def _joinable(a: Call, b: Call, prog: Program) -> bool:
     # a state written by the first call is read by the second from the store, not by name
     return not any(o in prog.state for o in a.outputs)
-
-
-def _read_after(block: Block, k: int, prog: Program) -> set:
-    """The names that steps after ``k``, the block's outputs or the state read."""
-    read = set(block.outputs) | set(prog.state)
-    for step in block.steps[k + 1:]:
-        read.update(step.inputs)
-        if isinstance(step, (If, Loop)) and step.cond is not None:
-            read.add(step.cond)
-    return read
 
 
 def _join(a: Call, b: Call, graphs: dict, read: set) -> Call:
@@ -96,17 +89,4 @@ def _graph_name(graphs: dict, first: str) -> str:
     return name
 
 
-def called_graphs(block: Block) -> set:
-    """The names of the TDAGs some Call in ``block`` (at any depth) runs."""
-    called: set = set()
-    for step in block.steps:
-        if isinstance(step, Call):
-            called.add(step.graph)
-        elif isinstance(step, If):
-            called |= called_graphs(step.then_branch) | called_graphs(step.else_branch)
-        else:
-            called |= called_graphs(step.body)
-    return called
-
-
-__all__ = ["called_graphs", "join_calls"]
+__all__ = ["join_calls"]

@@ -23,10 +23,18 @@ from tdag.deinops.kernels.contraction import parse_equation
 from tdag.deinops.kernels.sequence import Lstm
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import (
+    Block,
+    Call,
+    Loop,
+    Program,
+    called_graphs,
+    nested_blocks,
+    read_after,
+    with_blocks,
+)
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.join_calls import called_graphs
 from tdag.lower.match import producer_is
 from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
 
@@ -44,33 +52,16 @@ def lower_recurrent_loops(prog: Program) -> tuple[Program, bool]:
 def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
     steps, changed = [], False
     for k, step in enumerate(block.steps):
-        if isinstance(step, If):
-            then, a = _block(step.then_branch, graphs, prog)
-            other, b = _block(step.else_branch, graphs, prog)
-            step, changed = If(step.cond, step.inputs, then, other, step.outputs), \
-                changed or a or b
-        elif isinstance(step, Loop):
-            call = _as_kernel(step, graphs, _read_after(block, k, prog))
-            if call is None:
-                body, a = _block(step.body, graphs, prog)
-                step, changed = Loop(step.inputs, body, step.outputs, step.count, step.cond,
-                                     step.scanned), changed or a
-            else:
-                step, changed = call, True
+        call = _as_kernel(step, graphs, read_after(block, k, prog.state)) \
+            if isinstance(step, Loop) else None
+        if call is not None:
+            step, changed = call, True
+        elif nested_blocks(step):
+            inner = [_block(b, graphs, prog) for b in nested_blocks(step)]
+            step = with_blocks(step, [b for b, _ in inner])
+            changed = changed or any(c for _, c in inner)
         steps.append(step)
     return Block(block.inputs, tuple(steps), block.outputs), changed
-
-
-def _read_after(block: Block, k: int, prog: Program) -> set:
-    """The names that steps after ``k`` (or the block's outputs, or the state) read."""
-    read = set(block.outputs) | set(prog.state)
-    for step in block.steps[k + 1:]:
-        read.update(step.inputs)
-        if isinstance(step, If):
-            read.add(step.cond)
-        elif isinstance(step, Loop) and step.cond is not None:
-            read.add(step.cond)
-    return read
 
 
 def _as_kernel(loop: Loop, graphs: dict, read: set) -> Call | None:

@@ -29,7 +29,7 @@ from tdag.deinops import arrays, core
 from tdag.deinops.trace import trace
 from tdag.errors import InvalidModelError
 from tdag.ir.graph import Value
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import Block, Call, Loop, Program, all_steps, nested_blocks, with_blocks
 from tdag.ir.symbols import Dim, as_dim, is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name, verify
@@ -124,12 +124,9 @@ class _Names:
 
 def _block_names(block: Block) -> set[str]:
     names = {v.name for v in block.inputs} | set(block.outputs)
-    for step in block.steps:
+    for step in all_steps(block):
         names |= set(step.outputs)
-        if isinstance(step, If):
-            names |= _block_names(step.then_branch) | _block_names(step.else_branch)
-        elif isinstance(step, Loop):
-            names |= _block_names(step.body)
+        names |= {v.name for b in nested_blocks(step) for v in b.inputs}
     return names
 
 
@@ -153,10 +150,7 @@ def _recalled(step, renamed: dict):
     """``step`` with its calls (in any branch or body) pointed at ``renamed`` TDAGs."""
     if isinstance(step, Call):
         return replace(step, graph=renamed.get(step.graph, step.graph))
-    if isinstance(step, If):
-        return replace(step, then_branch=_reblock(step.then_branch, renamed),
-                       else_branch=_reblock(step.else_branch, renamed))
-    return replace(step, body=_reblock(step.body, renamed))
+    return with_blocks(step, [_reblock(b, renamed) for b in nested_blocks(step)])
 
 
 def _reblock(block: Block, renamed: dict) -> Block:
