@@ -25,6 +25,7 @@ from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
                                    Unsqueeze)
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.runtime import Arange, NonZero
 from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.symbols import as_dim, evaluate
 from tdag.ir.types import DType, TensorType
@@ -491,6 +492,20 @@ for _kind in (ReduceKind.sum, ReduceKind.prod):  # identities over an empty axis
              f"{_kind.value}-empty-{_dt.value}")
 
 
+# -- sizes data decides -----------------------------------------------------------------------
+
+for _shape in [(6,), (2, 3), ("b", 3), (0, 2), (3, 0)]:
+    for _dt in (DType.bool, DType.f32, DType.i64):
+        case(Op.nonzero, NonZero("nz"), [In(_shape, _dt, integers(-1, 2) if _dt is not DType.bool
+                                            else None)],
+             lambda s, d, x: np.argwhere(x), f"{_shape}-{_dt.value}")
+for _dt in (DType.i64, DType.i32):
+    case(Op.arange, Arange("n"), [In((), _dt, integers(0, 7))],
+         lambda s, d, x: np.arange(int(x)), f"{_dt.value}", bindings=({}, {}))
+case(Op.arange, Arange("n"), [In((), DType.i64, integers(0, 1))],
+     lambda s, d, x: np.arange(int(x)), "zero")
+
+
 # -- the driver -------------------------------------------------------------------------------
 
 def test_every_primitive_has_cases():
@@ -533,6 +548,9 @@ def test_primitive(c: Case):
     for dims in c.bindings:
         arrays = [x.draw(rng, dims) for x in c.ins]
         out = tdag.run(prog, *[torch.from_numpy(np.array(a)) for a in arrays])
+        # a fresh size (one data decides) is bound from the result, as the interpreter does
+        dims = {**dims, **{d.name: out.shape[i] for i, d in enumerate(node.type.shape)
+                           if not isinstance(d, int) and d.is_Symbol and d.name not in dims}}
         # the evaluator agrees with the shape rule, at every batch size
         assert out.dtype == node.type.dtype.torch, c.id
         assert tuple(out.shape) == tuple(evaluate(d, dims) for d in node.type.shape), \

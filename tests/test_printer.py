@@ -21,6 +21,7 @@ from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, S
                                    Unsqueeze)
 from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.record import NoSpec
+from tdag.deinops.runtime import Arange, NonZero
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.op import Op
@@ -134,6 +135,9 @@ def _every_spec_graph() -> TDAG:
         e(Op.cast, Cast(dtype), x)
     e(Op.gather, Gather(1), x, i)
     e(Op.iota, Iota(2 * s + 1, DType.f32))
+    nz = e(Op.nonzero, NonZero("nz"), masks[0])
+    n = e(Op.arange, Arange("n"), e(Op.select, Select(0, 0), e(Op.select, Select(1, 0), nz)))
+    e(Op.slice, Slice((0,), (0,), (symbol("n"),), (1,)), e(Op.add, NoSpec(), n, n))
     return bl.build([w])
 
 
@@ -148,7 +152,7 @@ def test_every_primitive_spec_round_trips():
                     "cast[bf16]", "value=-inf", "sizes=(-1, 2)", "stops=(s-1, 6)",
                     "index=s-1", "iota(length=2*s+1, dtype=f32)", "length=s)",
                     "widths=((0, 0), (b, 1), (2, 0))", "sizes=(Max(2,b), 2*s)",
-                    "f32[b+Mod(s,3),s,6]"):
+                    "f32[b+Mod(s,3),s,6]", 'count="nz"', 'arange(%'):
         assert snippet in text, snippet
 
 

@@ -1,7 +1,8 @@
 """The reference interpreter: runs a Program on torch tensors with each primitive's evaluator.
 
 Symbols are bound from the shapes of the tensors each TDAG receives, so a loop whose carried
-values grow (a KV cache) re-binds them on every iteration.
+values grow (a KV cache) re-binds them on every iteration; a fresh symbol (a size that only
+data decides, ``tdag/deinops/runtime.py``) is bound from the result of the node defining it.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.record import REGISTRY
+from tdag.ir.record import REGISTRY, Trait
 from tdag.ir.symbols import evaluate, format_dim, is_static
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types
@@ -95,8 +96,11 @@ def run_tdag(graph: TDAG, args: Sequence[torch.Tensor], bindings: Mapping | None
                        else "is not defined (a dangling name)")
             raise InvalidModelError(f"{where}: input %{missing} {problem}", node=node.name,
                                     origin=node.origin) from None
+        rec = REGISTRY[node.op]
         try:
-            env[node.name] = REGISTRY[node.op].evaluate(node.spec, args_, resolve)
+            env[node.name] = rec.evaluate(node.spec, args_, resolve)
+            if rec.traits & Trait.FRESH_SIZE:
+                bind_fresh(node, env[node.name], bound)
         except TdagError:
             raise
         except (RuntimeError, IndexError, ValueError) as exc:
@@ -105,6 +109,14 @@ def run_tdag(graph: TDAG, args: Sequence[torch.Tensor], bindings: Mapping | None
         for name in last_use.get(i, ()):
             env.pop(name, None)
     return [env[name] for name in graph.outputs]
+
+
+def bind_fresh(node, result: torch.Tensor, bound: dict) -> None:
+    """Bind the fresh symbols ``node`` defines (``spec.fresh``) from its result's shape, so
+    the specs of later nodes that mention them resolve."""
+    for axis, dim in enumerate(node.type.shape):
+        if not is_static(dim) and dim.is_Symbol and dim.name in node.spec.fresh:
+            bound[dim.name] = int(result.shape[axis])
 
 
 def _last_uses(graph: TDAG) -> dict[int, list[str]]:

@@ -54,6 +54,9 @@ class Op(enum.Enum):
     # indexing and generators
     gather = "gather"
     iota = "iota"
+    # sizes that only data decides: each output has a fresh symbol, bound at run time
+    nonzero = "nonzero"
+    arange = "arange"
     # kernels (placeholders made by tdag.lower): one fast framework call each; their records
     # live in tdag/deinops/kernels
     einsum = "einsum"

@@ -79,6 +79,8 @@ class Trait(enum.Flag):
     COMMUTATIVE = enum.auto()  # op(a, b) == op(b, a)
     SCALAR_OPERAND = enum.auto()  # frameworks take a Python scalar operand and broadcast it
     KERNEL = enum.auto()       # a placeholder for one fused framework call (tdag.lower)
+    FRESH_SIZE = enum.auto()   # data decides a size of its output: a fresh symbol named in
+                               # its spec (``spec.fresh``), bound at run time from the result
 
 
 # resolve: maps a (possibly symbolic) Dim in a spec to an int, given the run's symbol bindings

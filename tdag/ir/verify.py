@@ -2,16 +2,21 @@
 
 It checks names (valid, unique, defined before use: a cycle shows up as a use before its
 definition), ops and specs, every node's type against its op's shape rule, weights against
-their declared types, and the controllers' signatures against the TDAGs they run.
+their declared types, and the controllers' signatures against the TDAGs they run. A fresh
+size symbol (one data decides, ``tdag/deinops/runtime.py``) is defined by exactly one node of
+its TDAG, is no input's size, and appears in no type or spec before that node.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+
+import sympy
 
 from tdag.errors import InvalidModelError, ShapeError
 from tdag.ir.graph import TDAG, valid_name
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.record import REGISTRY
+from tdag.ir.record import REGISTRY, Trait
 from tdag.ir.symbols import as_dim, shape_is_static, symbol
 from tdag.ir.types import DType, TensorType, spec_of
 
@@ -44,7 +49,10 @@ def verify_tdag(graph: TDAG, where: str = "main") -> None:
     for name, weight in graph.weights.items():
         define(name, weight.type)
         _check_weight(name, weight, where)
-    for node in graph.nodes:
+    fresh = _fresh_sizes(graph, where)
+    for i, node in enumerate(graph.nodes):
+        if fresh:
+            _check_fresh_uses(node, i, fresh, where)
         for name in node.inputs:
             if name not in defined:
                 problem = ("used before its definition (a cycle, or nodes out of topological "
@@ -56,6 +64,47 @@ def verify_tdag(graph: TDAG, where: str = "main") -> None:
     for name in graph.outputs:
         if name not in defined:
             raise InvalidModelError(f"{where}: output %{name} is not defined")
+
+
+def _fresh_sizes(graph: TDAG, where: str) -> dict[str, int]:
+    """Each fresh symbol (a size data decides) -> the index of the one node defining it."""
+    found: dict[str, int] = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op in REGISTRY and REGISTRY[node.op].has(Trait.FRESH_SIZE):
+            for name in getattr(node.spec, "fresh", ()):
+                if name in found:
+                    raise InvalidModelError(f"{where}: the fresh size {name} is defined twice "
+                                            f"(by %{graph.nodes[found[name]].name} too)",
+                                            node=node.name, origin=node.origin)
+                found[name] = i
+    if found:
+        for value in graph.inputs:
+            clash = _symbols_of(value.type.shape) & set(found)
+            if clash:
+                raise InvalidModelError(f"{where}: the fresh size {min(clash)} is also the "
+                                        f"size of input %{value.name}")
+    return found
+
+
+def _check_fresh_uses(node, index: int, fresh: dict[str, int], where: str) -> None:
+    """A fresh symbol is used (in a node's type or spec) only after the node defining it."""
+    used = _symbols_of(node.type.shape) | _symbols_of(node.spec)
+    for name in used & set(fresh):
+        if fresh[name] > index or (fresh[name] == index and
+                                   name not in getattr(node.spec, "fresh", ())):
+            raise InvalidModelError(f"{where}: uses the fresh size {name} before the node "
+                                    "that defines it", node=node.name, origin=node.origin)
+
+
+def _symbols_of(value) -> set[str]:
+    """The symbol names in a Dim, a shape or a spec (its fields, nested)."""
+    if isinstance(value, sympy.Expr):
+        return {s.name for s in value.free_symbols}
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_symbols_of(v) for v in value)) if value else set()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _symbols_of(tuple(getattr(value, f.name) for f in dataclasses.fields(value)))
+    return set()
 
 
 def _check_node(node, in_types, where: str) -> None:

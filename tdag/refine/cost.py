@@ -20,7 +20,10 @@ Control flow: a TDAG costs once per call; a Loop multiplies its body by its trip
 (``count``, or for a while loop the symbol the verifier names its scanned length with,
 ``trips_<first output>``); an If
 counts its costlier branch in the Program totals, while per-node, per-scope and per-TDAG
-figures include both branches. Symbolic dims stay symbolic: ``report.evaluate(b=8)``.
+figures include both branches. Symbolic dims stay symbolic: ``report.evaluate(b=8)``. A size
+that only data decides (``nonzero``'s rows) is a fresh symbol in the figures too;
+``report.bounds`` holds its upper bound where its op knows one, and ``report.upper_bound()``
+puts every such size at its bound.
 
 >>> import tdag
 >>> from tdag import ops
@@ -39,7 +42,7 @@ import sympy
 from tdag.ir.graph import TDAG
 from tdag.ir.passes import gc_paused
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.record import REGISTRY
+from tdag.ir.record import REGISTRY, Trait
 from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
 from tdag.ir.verify import trips_name
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
@@ -212,6 +215,8 @@ class CostReport:
     per_graph: dict     # TDAG name -> Figures (all its calls)
     scopes: Scope       # the module-scope tree; ``scopes.total`` covers every node
     steps: tuple = ()   # StepCost of each controller of the top-level block, in order
+    # fresh symbol (a size data decides) -> its upper bound, where its op knows one
+    bounds: dict = field(default_factory=dict)
 
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
@@ -242,7 +247,17 @@ class CostReport:
                           {k: f.subs(sizes) for k, f in self.per_node.items()},
                           {k: f.subs(sizes) for k, f in self.per_op.items()},
                           {k: f.subs(sizes) for k, f in self.per_graph.items()},
-                          tree(self.scopes), tuple(s.subs(sizes) for s in self.steps))
+                          tree(self.scopes), tuple(s.subs(sizes) for s in self.steps),
+                          {k: _subs(v, sizes) for k, v in self.bounds.items() if k not in sizes})
+
+    def upper_bound(self) -> "CostReport":
+        """The report with each bounded fresh size at its bound (``nonzero`` of an n-element
+        tensor: n rows); every figure grows with the sizes, so each is an upper bound. A size
+        with no known bound stays symbolic."""
+        bounds = dict(self.bounds)
+        for _ in range(len(bounds)):  # a bound may mention another fresh size
+            bounds = {k: _subs(v, bounds) for k, v in bounds.items()}
+        return self.evaluate(**bounds)
 
     def table(self, by: str = "op", depth: int | None = None, **sizes: int) -> str:
         """A readable table ``by`` "op", "scope" (the tree, indented), "graph" or "node";
@@ -274,7 +289,20 @@ def cost(prog: Program | TDAG) -> CostReport:
     return CostReport(_block_cost(prog.main, 1, one_call), per_node,
                       {k: a.value() for k, a in per_op.items()}, per_graph,
                       _scope_tree({k: a.value() for k, a in scope_own.items()}),
-                      tuple(_step_cost(step, one_call) for step in prog.main.steps))
+                      tuple(_step_cost(step, one_call) for step in prog.main.steps),
+                      _fresh_bounds(prog.graphs[name] for name in calls))
+
+
+def _fresh_bounds(graphs) -> dict:
+    """Each fresh size's upper bound, from the spec of the node defining it."""
+    bounds = {}
+    for graph in graphs:
+        types = None
+        for node in graph.nodes:
+            if REGISTRY[node.op].has(Trait.FRESH_SIZE):
+                types = types or graph.types()
+                bounds.update(node.spec.bounds(tuple(types[n] for n in node.inputs)))
+    return bounds
 
 
 def graph_figures(graph: TDAG) -> dict[str, Figures]:

@@ -3,7 +3,8 @@ onnxruntime.
 
 Each TDAG call is inlined; If and Loop controllers become ONNX If and Loop with subgraphs.
 Symbolic dimensions become named dynamic axes (``dim_param``) and are read at run time with
-``Shape`` where an op needs their value. Parameters and buffers are initializers under their
+``Shape`` where an op needs their value; a fresh symbol (a size data decides) from the result
+of the node defining it. Parameters and buffers are initializers under their
 own names.
 
 ONNX models hold no state, so the Program's state dict is threaded through explicitly: each
@@ -219,6 +220,8 @@ class _GraphEmitter:
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
             env[node.name] = record(node.op).onnx(node, ins, self.g, self)
+            if has(node.op, Trait.FRESH_SIZE):  # read with Shape of the result where needed
+                self.g.symbols.bind(env[node.name], node.type.shape)
         return [env[n] for n in graph.outputs]
 
     def operands(self, node) -> list:

@@ -4,7 +4,8 @@ One line per live node, written by the emitter in its op's record (``record(op).
 Two peepholes keep the code as short as hand-written torch: a broadcast scalar const
 becomes a Python literal (``x * 0.5``), and an operand of a broadcasting elementwise op
 that is an expand/repeat view reads the unexpanded tensor (torch broadcasts it implicitly).
-Nodes nothing reads are not emitted.
+Nodes nothing reads are not emitted. A fresh symbol (a size data decides) is bound from the
+result of the node defining it, on the line after it: ``s_nz0 = v_4.shape[0]``.
 """
 from __future__ import annotations
 
@@ -135,18 +136,31 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
         if w in live:
             body.append(f"{scope(w)} = {weight_expr(w)}")
     dying = _last_uses(graph, live, {name: used for name, (_, used) in operands.items()})
+    defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
             expr = record(node.op).torch(node, operands[node.name][0], code)
             body.append(f"{scope(node.name)} = {expr}")
+            if has(node.op, Trait.FRESH_SIZE):
+                body.extend(_bind_fresh(node, scope(node.name), defined))
             if dying.get(node.name):
                 body.append(f"del {', '.join(scope(n) for n in dying[node.name])}")
     outs = [scope(o) for o in graph.outputs]
     body.append(f"return ({', '.join(outs)},)")
-    header, free = _bind_symbols(graph, params, code.symbols)
+    header, free = _bind_symbols(graph, params, code.symbols - defined)
     signature = ", ".join(["self"] + params + [f"s_{s}" for s in free])
     lines = [f"def _g_{name}({signature}):"] + ["    " + line for line in header + body]
     return "\n".join(lines), free
+
+
+def _bind_fresh(node: Node, var: str, defined: set) -> list[str]:
+    """``s_nz0 = v.shape[0]``: the fresh symbols ``node`` defines, read from its result."""
+    lines = []
+    for axis, d in enumerate(node.type.shape):
+        if not is_static(d) and d.is_Symbol and d.name in node.spec.fresh:
+            lines.append(f"s_{d.name} = {var}.shape[{axis}]")
+            defined.add(d.name)
+    return lines
 
 
 def _operands(node: Node, ctx: Context, scope: Scope) -> tuple[list[str], set]:
