@@ -6,6 +6,7 @@
     tdag convert model.onnx model.tdag      # .pt2 / .onnx / .tdag  ->  .tdag / .onnx
     tdag extract model.tdag --scope encoder.layer.1 -o block.tdag
     tdag simplify model.tdag -o smaller.tdag
+    tdag rebatch model.onnx -o dynamic.onnx # a file exported at one batch size, made symbolic
     tdag explain model.tdag %42             # why node %42 was or was not lowered
     tdag demo
 
@@ -119,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     extract.add_argument("--scope", required=True)
     command("simplify", "run the simplification passes", True)
     command("strip-batch", "write the per-sample program", True)
+    rebatch = command("rebatch", "give a file exported at one batch size (batch 1: every "
+                      "Reshape's shape baked in) a symbolic batch axis", True)
+    rebatch.add_argument("--name", default="batch",
+                         help="the name of the symbolic batch size (default: batch)")
     explain = command("explain", "say which lowering rules looked at a node, and why they did "
                       "or did not fire")
     explain.add_argument("node", help="a node name, e.g. %%42")
@@ -148,6 +153,9 @@ def _run(args) -> int:
         _write(tdag.simplify(prog), args.output)
     elif args.command == "strip-batch":
         _write(tdag.strip_batch(prog), args.output)
+    elif args.command == "rebatch":
+        # per sample, then a batch axis 0 again: every size that was the batch is symbolic
+        _write(tdag.add_batch(tdag.strip_batch(prog), args.name), args.output)
     elif args.command == "explain":
         print(tdag.lower.explain(prog, args.node, args.graph))
     return 0

@@ -196,13 +196,19 @@ def _ungroup_split(spec: Ungroup, in_type: TensorType, state, batch: Dim) -> tup
         return None
     sizes = list(ungroup_sizes(spec, in_type.shape[spec.axis]))
     suffix: Dim = 1
+    fits = []
     for j in reversed(range(len(sizes))):
         rest = divide(state.inner, suffix)  # the inner part left for sizes[j]
         if rest is not None and divide(sizes[j], as_dim(batch * rest)) is not None:
-            return _split_at(spec.axis, sizes, j, rest, batch)
+            fits.append((not dims_equal(sizes[j], batch), j, rest))
         suffix = as_dim(suffix * sizes[j])
-    raise Mixes(f"splits the axis that holds the batch {format_dim(batch)} across its "
-                "boundary")
+    if not fits:
+        raise Mixes(f"splits the axis that holds the batch {format_dim(batch)} across its "
+                    "boundary")
+    # several parts fit only where the batch is 1 (any size divides by it): the part that is
+    # the batch alone ([7, d] -> [1, 7, d]) gives it back its own axis
+    _, j, rest = min(fits, key=lambda f: f[0])
+    return _split_at(spec.axis, sizes, j, rest, batch)
 
 
 def _split_at(axis: int, sizes: list, j: int, rest: Dim, batch: Dim) -> tuple:

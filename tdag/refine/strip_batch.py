@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tdag.deinops.movement import Permute, Repeat, Unsqueeze
+from tdag.deinops.movement import Permute, Repeat, Squeeze, Unsqueeze
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.batching import Aligned, AxisRule, Batched, Folded, Mixes, OperandRule, Refuse, divide
 from tdag.ir.graph import TDAG, Node, Value
@@ -273,11 +273,24 @@ class _Strip(_Rewriter):
         producer's rule rebuilds it per sample)."""
         rep = self.producer.get(name)
         x = None if rep is None else self.per_sample(rep, target)
+        if x is None and dims_equal(self.batch, 1):
+            x = self.single_sample(name, target, user)
         if x is None:
             raise self.error(user, f"mixes samples: operand %{name} does not depend on the "
                                    f"batch yet has a batch-sized axis {target.axis} that is not "
                                    "a broadcast")
         return x
+
+    def single_sample(self, name: str, target, user: Node) -> str:
+        """A batch of one: a free value is trivially the same for every sample, so its axis
+        of size 1 at the batch's place goes (a Folded axis is its per-sample length)."""
+        if isinstance(target, Folded):
+            return self.env[name]
+        key = (name, "one", target.axis)
+        if key not in self.cache:
+            self.cache[key] = self.emit(user, Op.squeeze, Squeeze((target.axis,)),
+                                        [self.env[name]])
+        return self.cache[key]
 
     def as_free(self, node: Node, states) -> None:
         """Run ``node`` on full-size values: a broadcast over the batch is rebuilt as it was
