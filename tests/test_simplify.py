@@ -210,7 +210,8 @@ def test_rules_are_data_with_their_algebra():
     from tdag.refine import rules
     source = inspect.getsource(rules)
     for rule in rules.RULES:
-        line = next(l for l in source.splitlines() if f"{rule.fn.__name__})," in l)
+        line = next(l for l in source.splitlines() if "Rule(" in l and
+                    f"{rule.fn.__name__})" in l)
         assert "->" in line.split("#", 1)[1], line
 
 

@@ -309,6 +309,8 @@ def _constant_of_shape(ctx, shape):
         known = known_of(value.expand(*dims).clone())
         if known is not None:
             return known
+    if all(is_static(d) for d in dims):  # a weight the file fills: a const, one element big
+        return ctx.const_tensor(value.expand(*dims))
     return ops.full(tuple(dims), value.item(), DType.of(value.dtype))
 
 
@@ -629,3 +631,34 @@ def _cumsum_symbolic(x, axis):
 def _einsum(ctx, *xs):
     equation = ctx.attr("equation").replace(" ", "")
     return ops.einsum(equation, *[ctx.tensor(x) for x in xs])
+
+
+# -- sizes data decides (tdag/deinops/runtime.py) ------------------------------------------------
+
+@register("NonZero")
+def _nonzero(ctx, x):
+    return ops.permute(ops.nonzero(ctx.tensor(x)), (1, 0))  # ONNX: one row per axis
+
+
+@register("Compress")
+def _compress(ctx, x, condition):
+    x, condition = ctx.tensor(x), ctx.tensor(condition)
+    if condition.ndim != 1:
+        raise InvalidModelError(f"Compress: the condition must be 1-d, got {condition.type}")
+    axis = ctx.attr("axis")
+    if axis is None:
+        x, axis = ops.reshape(x, (-1,)), 0
+    axis = _norm(axis, x.ndim)
+    n, length = x.shape[axis], condition.shape[0]
+    if is_static(n) and is_static(length) and length > n:
+        raise InvalidModelError(f"Compress: a condition of {length} for an axis of {n}")
+    if length != n:  # a shorter condition selects among the first elements only
+        x = ops.slice(x, axis, 0, length)
+    return ops.gather(x, ops.flat_nonzero(ops.cast(condition, DType.bool)), axis, wrap=False)
+
+
+@register("Unique")
+def _unique(ctx, x):
+    if ctx.attr("axis") is not None:
+        raise UnsupportedOpError("Unique along an axis (unique rows or slices)")
+    return ops.unique_all(ctx.tensor(x), bool(ctx.attr("sorted", 1)))

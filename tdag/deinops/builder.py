@@ -16,7 +16,7 @@ from tdag.errors import ShapeError, TdagError
 from tdag.ir.graph import TDAG, Node, Value, Weight, valid_name
 from tdag.ir.op import Op
 from tdag.ir.record import REGISTRY, NoSpec
-from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
+from tdag.ir.types import DType, Origin, TensorKind, TensorType, fill_of, spec_of
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("tdag_builder",
                                                                            default=None)
@@ -151,7 +151,9 @@ class Builder:
             tensor = value.detach()
             if dtype is not None:
                 tensor = tensor.to(DType.of(dtype).torch)
-            return self.weight(self.fresh("c"), TensorKind.const, tensor.clone())
+            fill = fill_of(tensor)
+            owned = tensor.clone() if fill is None else fill.clone().expand(tensor.shape)
+            return self.weight(self.fresh("c"), TensorKind.const, owned)
         dtype = DType.of(dtype if dtype is not None else _scalar_dtype(value))
         key = (repr(value), dtype)
         if key not in self._scalar_consts:

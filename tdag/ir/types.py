@@ -128,6 +128,15 @@ def spec_of(value) -> TensorType:
     return TensorType(tuple(value.shape), DType.of(value.dtype))
 
 
+def fill_of(value) -> "torch.Tensor | None":
+    """The single value of a tensor that is one element broadcast to its shape (every stride
+    0: what ``torch.full(()).expand(shape)`` gives, as ONNX's ConstantOfShape fills a
+    weight), else None. Such a weight costs one element of memory until written out."""
+    if value is None or value.numel() <= 1 or any(s != 0 for s in value.stride()):
+        return None
+    return value.reshape(-1)[0]
+
+
 def check_dim(value: Dim, what: str) -> Dim:
     dim = as_dim(value)
     if isinstance(dim, int) and dim < 0:

@@ -13,6 +13,7 @@ from tdag.deinops.movement import Permute, Slice, Squeeze, Unsqueeze, ungroup_si
 from tdag.errors import ShapeError
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
+from tdag.ir.record import Trait, has, ops_with
 from tdag.ir.rewrite import Alias, Context, NoMatch, Replace, Rule, RuleSet
 from tdag.ir.rewrite import rewrite as sweep
 from tdag.ir.symbols import dims_equal, is_static
@@ -191,6 +192,29 @@ def _where_same(node, ctx):
     return Alias(a) if a == b else NoMatch("the branches differ")
 
 
+def _sink_repeat(node, ctx):
+    """Pointwise math on broadcast operands runs on the operands before the broadcast: the
+    work shrinks to the small tensor, and a framework that broadcasts implicitly (ONNX,
+    torch) never materialises the repeat (BatchNorm's per-channel terms, a mask's fill)."""
+    sources = [ctx.made(name, Op.repeat) for name in node.inputs]
+    if any(s is None for s in sources):
+        return NoMatch("an operand is not a repeat")
+    first = sources[0]
+    shape = ctx.type(first.inputs[0]).shape
+    for s in sources[1:]:
+        other = ctx.type(s.inputs[0]).shape
+        if s.spec != first.spec or len(other) != len(shape) or \
+                not all(dims_equal(a, b) for a, b in zip(other, shape)):
+            return NoMatch("the operands repeat differently")
+    emit = ctx.emitter(node)
+    small = emit(node.op, node.spec, *(s.inputs[0] for s in sources))
+    return emit.finish(emit(Op.repeat, first.spec, small))
+
+
+# every pointwise primitive (not the kernels: lowering made those on purpose)
+_POINTWISE = sorted((op for op in ops_with(Trait.POINTWISE) if not has(op, Trait.KERNEL)),
+                    key=lambda op: op.value)
+
 RULES = [
     Rule(Op.permute, _identity_permute),     # permute(x, identity) -> x
     Rule(Op.permute, _permute_permute),      # permute(permute(x, p), q) -> permute(x, p[q])
@@ -216,6 +240,7 @@ RULES = [
     Rule(Op.pow, _pow_one),                  # x ** 1 -> x
     Rule(Op.neg, _neg_neg),                  # -(-x) -> x
     Rule(Op.where, _where_same),             # where(c, x, x) -> x
+    *[Rule(op, _sink_repeat) for op in _POINTWISE],  # f(repeat(x), repeat(y)) -> repeat(f(x, y))
 ]
 
 

@@ -23,11 +23,19 @@ from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program, state_writes
 from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
-from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.ir.types import DType, TensorKind, TensorType, fill_of
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
-from tdag.reify.onnx_graph import ONNX_DTYPE, GraphBuilder, Symbols, prune, rename, value_info
+from tdag.reify.onnx_graph import (
+    ONNX_DTYPE,
+    GraphBuilder,
+    Symbols,
+    prune,
+    rename,
+    tensor_proto,
+    value_info,
+)
 from tdag.reify.torch_codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
@@ -103,7 +111,13 @@ class _Exporter:
             if weight.value is None:
                 raise ValueError(f"weight %{name} has no value; ONNX needs initializers")
             hint = name if weight.kind is not TensorKind.const else f"const_{name}"
-            self.weights[key] = self.root.initializer(hint, weight.value)
+            fill = fill_of(weight.value) if key[0] != "state" else None
+            if fill is not None:  # as the file had it: onnxruntime folds it once, at load
+                self.weights[key] = self.root.node(
+                    "ConstantOfShape", [self.root.const(list(weight.value.shape))], hint=hint,
+                    value=tensor_proto(f"{hint}_value", fill.reshape(1)))
+            else:
+                self.weights[key] = self.root.initializer(hint, weight.value)
         return self.weights[key]
 
     # -- controllers --------------------------------------------------------------------------
