@@ -46,10 +46,8 @@ def test_stripped_model_run_per_sample_and_stacked_equals_the_batch(name, dynami
 
 
 # the tagger's LSTM is a Loop whose carried state starts unbatched (zeros) and becomes batched
-# in the body: add_batch does not yet widen a loop's carried values
-@pytest.mark.parametrize("name", [pytest.param(
-    n, marks=pytest.mark.xfail(strict=True, reason="add_batch: a loop whose carried state "
-                               "becomes batched")) if n == "tagger" else n for n in MODELS])
+# in the body: add_batch widens it before the loop
+@pytest.mark.parametrize("name", MODELS)
 def test_add_batch_of_strip_batch_runs_like_the_model_at_any_batch(name):
     module, args = model(name)
     prog = from_torch(name)
@@ -274,3 +272,15 @@ def test_a_graph_called_with_different_batch_layouts_is_copied():
     x = torch.randn(3, 3)
     # the transpose moved the batch to axis 1 of the output
     assert close(per_sample(stripped, (x,), out_axis=1), outputs(prog, x))
+
+
+def test_add_batch_through_a_loop_keeps_scanned_values_batch_first():
+    prog = _loop_program()
+    rebatched = add_batch(strip_batch(prog), "n")
+    tdag.verify(rebatched)
+    x = torch.randn(4, 8)
+    final, scanned = outputs(rebatched, x)
+    expected_final, expected_scanned = outputs(prog, x)
+    assert torch.allclose(final, expected_final, atol=1e-6)
+    # the per-step values were stacked in front; add_batch moves the batch back to axis 0
+    assert torch.allclose(scanned, expected_scanned.transpose(0, 1), atol=1e-6)

@@ -39,10 +39,11 @@ from tdag.ir.batching import Aligned, AxisRule, Batched, Folded, Mixes, OperandR
 from tdag.ir.graph import TDAG, Node, Value
 from tdag.ir.op import Op
 from tdag.ir.passes import gc_paused
-from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.program import Block, Call, If, Loop, Program, all_steps, called_graphs
 from tdag.ir.record import record
 from tdag.ir.symbols import Dim, dims_equal, format_dim, free_symbols, is_static, symbol
 from tdag.ir.types import TensorType
+from tdag.ir.verify import block_types
 from tdag.refine.dataflow import Names, all_names, prune
 
 
@@ -429,24 +430,104 @@ def _rewrite_program(prog: Program, states, rewrite_graph, retype, what: str) ->
             made[key] = (new_name, outs)
         return made[key]
 
+    taken = {name for step in all_steps(prog.main) for name in step.outputs}
+    taken |= {v.name for v in prog.main.inputs} | set(prog.graphs) | set(prog.state)
+
+    def fresh(name: str) -> str:
+        k, out = 0, name
+        while out in taken:
+            k += 1
+            out = f"{name}_{k}"
+        taken.add(out)
+        return out
+
+    def adapter(hint: str, in_type: TensorType, steps) -> str:
+        """A new TDAG that applies ``steps`` (``(op, spec)`` pairs) to one value."""
+        name = fresh(hint)
+        graphs[name] = _steps_graph(in_type, steps)
+        return name
+
     def block(blk: Block, arg_states) -> tuple:
         env = {name: None for name in prog.state}
         env.update((v.name, s) for v, s in zip(blk.inputs, arg_states))
         steps = []
         for step in blk.steps:
             args = [env[n] for n in step.inputs]
-            step, outs = _step(step, args, call, block, what)
+            if isinstance(step, Loop) and what == "add_batch":
+                before, step, after, outs = _add_batch_loop(prog, step, args, block, adapter,
+                                                            fresh, retype)
+                steps += before
+            else:
+                step, outs = _step(step, args, call, block, what)
+                after = []
             for name, s in zip(step.outputs, outs):
                 if name in prog.state and s is not None:
                     raise BatchError(f"{what}: writes state %{name} with a batch-dependent "
                                      "value; state is shared by every sample")
                 env[name] = s
             steps.append(step)
+            for extra in after:  # a permute of a stacked value: batch at axis 0 again
+                env[extra.outputs[0]] = env[extra.inputs[0]]
+                steps.append(extra)
         inputs = tuple(Value(v.name, retype(v.type, s)) for v, s in zip(blk.inputs, arg_states))
         return Block(inputs, tuple(steps), blk.outputs), [env[n] for n in blk.outputs]
 
     main, _ = block(prog.main, states)
-    return Program(graphs, main, prog.state)
+    used = called_graphs(main)  # a loop rewritten twice leaves its first try's copies
+    return Program({k: g for k, g in graphs.items() if k in used}, main, prog.state)
+
+
+def _add_batch_loop(prog: Program, step: Loop, given, block, adapter, fresh, retype) -> tuple:
+    """add_batch through a loop: ``(steps before, loop, steps after, output states)``.
+
+    A carried value that starts free (a zero initial state) but that the body makes batched
+    is widened, broadcast over the batch before the loop, and the body rewritten for it; a
+    scanned value is stacked in front of its batch axis, which a permute moves back to 0."""
+    args, offset = list(given), 1 if step.cond is not None else 0
+    while True:  # each round widens at least one carried value, so it ends
+        body, outs = block(step.body, [None, *args])
+        carried = outs[offset:offset + len(args)]
+        widen = {k for k, (a, o) in enumerate(zip(args, carried)) if a is None and o is not None}
+        if not widen:
+            break
+        args = [Batched(0) if k in widen else a for k, a in enumerate(args)]
+    if any(a is not None and c is None for a, c in zip(args, carried)):
+        raise BatchError("add_batch: a loop's body makes a carried batched value free")
+    old_types = block_types(prog, step.body)
+    before, inputs = [], list(step.inputs)
+    for k, (a, g) in enumerate(zip(args, given)):
+        if a is not None and g is None:
+            t = old_types[offset + k]
+            batch = retype(t, Batched(0)).shape[0]
+            graph = adapter("broadcast", t, ((Op.unsqueeze, Unsqueeze((0,))),
+                                              (Op.repeat, Repeat((0,), (batch,)))))
+            inputs[k] = fresh(f"{step.inputs[k]}.batched")
+            before.append(Call(graph, (step.inputs[k],), (inputs[k],)))
+    scanned = outs[offset + len(args):]
+    after, outputs = [], list(step.outputs)
+    for k, s in enumerate(scanned, start=len(args)):
+        if s is None:
+            continue
+        if step.cond is not None:  # the stacked length is a fresh symbol of the loop's own
+            raise BatchError("add_batch: a loop with a condition scans a batched value")
+        t = retype(old_types[offset + k], Batched(0))
+        stacked = t.with_shape((step.count,) + t.shape)
+        perm = (1, 0) + tuple(range(2, stacked.rank))
+        graph = adapter("batch_first", stacked, ((Op.permute, Permute(perm)),))
+        outputs[k] = fresh(f"{step.outputs[k]}.stacked")
+        after.append(Call(graph, (outputs[k],), (step.outputs[k],)))
+    loop = Loop(tuple(inputs), body, tuple(outputs), step.count, step.cond, step.scanned)
+    return before, loop, after, args + [None if s is None else Batched(0) for s in scanned]
+
+
+def _steps_graph(in_type: TensorType, steps) -> TDAG:
+    """A TDAG of one input ``x`` and one output: ``steps`` applied in turn."""
+    nodes, x, t = [], "x", in_type
+    for k, (op, spec) in enumerate(steps):
+        t = record(op).shape(spec, (t,))
+        nodes.append(Node(f"y{k}", op, (x,), spec, t))
+        x = f"y{k}"
+    return TDAG((Value("x", in_type),), {}, nodes, (x,))
 
 
 def _step(step, args, call, block, what: str) -> tuple:
@@ -466,9 +547,6 @@ def _step(step, args, call, block, what: str) -> tuple:
             raise BatchError(f"{what}: a loop changes where its carried values hold the batch")
         scanned = [None if s is None else replace(s, axis=s.axis + 1)
                    for s in outs[offset + len(args):]]
-        if what == "add_batch" and any(s is not None for s in scanned):
-            raise BatchError("add_batch: a loop scans a batched value (it would stack it "
-                             "before the batch axis)")
         return Loop(step.inputs, body, step.outputs, step.count, step.cond, step.scanned), \
             list(args) + scanned
     raise BatchError(f"{what}: unknown controller {type(step).__name__}")
