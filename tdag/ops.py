@@ -9,6 +9,7 @@ from tdag.deinops.arrays import *  # noqa: F401,F403
 from tdag.deinops.core import *  # noqa: F401,F403
 from tdag.deinops.core import abs, pow, round, slice, sum  # noqa: F401  (shadow builtins)
 from tdag.deinops.einops import einsum, rearrange, repeat  # noqa: F401
+from tdag.deinops.masking import *  # noqa: F401,F403
 from tdag.deinops.einops import reduce as einops_reduce
 from tdag.deinops.nn import *  # noqa: F401,F403
 from tdag.deinops.trace import buffer, const, param  # noqa: F401

@@ -335,6 +335,14 @@ CASES = {
     "Resize-linear-sizes": ("Resize", [IMG], dict(mode="linear",
                             coordinate_transformation_mode="pytorch_half_pixel"), 13,
                             {"roi": None, "sc": None, "sz": _i(1, 2, 11, 3)}),
+    # LRN (AlexNet, Inception-v1): an odd and an even window (ONNX centres it differently)
+    "LRN": ("LRN", [_r(2, 7, 3, 3)], dict(size=5, alpha=1e-2, beta=0.75, bias=2.0)),
+    "LRN-even": ("LRN", [_r(1, 6, 4)], dict(size=4, alpha=0.5, beta=0.6)),
+    # Inception-v1's pool: asymmetric pads that count only the real cells
+    "AveragePool-asymmetric": ("AveragePool", [IMG], dict(kernel_shape=[3, 3],
+                               strides=[2, 2], pads=[0, 0, 1, 1])),
+    "AveragePool-asymmetric-ceil": ("AveragePool", [_r(1, 2, 7, 7)], dict(
+        kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=1)),
 }
 
 
@@ -393,10 +401,10 @@ def test_name_sanitising_is_stable():
 # -- (d) errors -------------------------------------------------------------------------------
 
 def test_unsupported_ops_are_listed_together():
-    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="find"),
+    nodes = [helper.make_node("NonMaxSuppression", ["x", "x"], ["nz"], name="find"),
              helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("FusedGemm", ["r", "r"], ["y"], name="fused", domain="com.microsoft"),
-             helper.make_node("Unique", ["x"], ["u"], name="uniq")]
+             helper.make_node("RoiAlign", ["x", "x", "x"], ["u"], name="uniq")]
     model = _graph_model(nodes, [helper.make_tensor_value_info("x", F32, [4])],
                          [helper.make_tensor_value_info("y", F32, None),
                           helper.make_tensor_value_info("nz", I64, None),
@@ -405,8 +413,8 @@ def test_unsupported_ops_are_listed_together():
     with pytest.raises(tdag.UnsupportedOpError) as info:
         tdag.from_onnx(model)
     message = str(info.value)
-    for expected in ("NonZero", "'find'", "FusedGemm", "'fused'", "com.microsoft", "Unique",
-                     "'uniq'"):
+    for expected in ("NonMaxSuppression", "'find'", "FusedGemm", "'fused'", "com.microsoft",
+                     "RoiAlign", "'uniq'"):
         assert expected in message
     assert len(info.value.problems) == 3
 

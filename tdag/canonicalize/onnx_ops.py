@@ -460,6 +460,9 @@ _HUGE = 2 ** 31  # ONNX writes "to the end" as INT64_MAX (and INT32_MAX)
 def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
+    elif ctx.known(starts) is None or ctx.known(ends) is None:  # bounds given at run time
+        return _slice_runtime(ctx, x, starts, ends, ctx.ints(axes, "axes"),
+                              ctx.ints(steps, "steps"))
     else:
         starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
         axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
@@ -477,6 +480,35 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     x = ctx.tensor(x)
     for a, b, e, s in zip(axes, starts, ends, steps):
         x = _slice_axis(x, a, b, e, s)
+    return x
+
+
+def _slice_runtime(ctx, x, starts, ends, axes, steps):
+    """Slice with starts or ends that data decides: each sliced length is a fresh size (an
+    arange of the clamped length), and the slice a gather of start + step * arange."""
+    x = ctx.tensor(x)
+    starts, ends = ctx.tensor(starts), ctx.tensor(ends)
+    count = starts.shape[0]
+    if not is_static(count):
+        raise UnsupportedOpError("Slice: starts of a symbolic length")
+    axes = list(_norm_axes(axes, x.ndim)) if axes else list(range(count))
+    steps = [int(v) for v in steps] if steps else [1] * count
+    if not len(axes) == len(steps) == count or 0 in steps:
+        raise InvalidModelError(f"Slice: axes {axes} and steps {steps} must have one entry per "
+                                "start, steps not 0")
+    for k, (axis, step) in enumerate(zip(axes, steps)):
+        n = ops.size_tensor(x, (axis,), DType.i64)
+        start, end = (ops.cast(ops.select(v, 0, k), DType.i64) for v in (starts, ends))
+        lo, hi = (0, n) if step > 0 else (-1, ops.sub(n, 1))  # ONNX clamps by the step's sign
+        start, end = (ops.clamp(ops.where(ops.lt(v, 0), ops.add(v, n), v), lo, hi)
+                      for v in (start, end))
+        if step > 0:
+            start = ops.maximum(start, 0)
+        length = ops.floor_divide(ops.add(ops.sub(end, start), step - 1 if step > 0
+                                          else step + 1), step)
+        positions = ops.arange_of(ops.maximum(length, 0))
+        index = ops.add(ops.mul(positions, step), start)
+        x = ops.gather(x, index, axis, wrap=False)
     return x
 
 

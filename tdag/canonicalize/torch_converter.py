@@ -202,11 +202,18 @@ class Converter:
         if val is None or isinstance(val, (str, torch.dtype, torch.device)):
             return val
         if is_symbolic(val):
-            if free_unbacked_symbols(val):
+            # a size data decides is known once the node making it (nonzero, unique) has
+            # given it a fresh tdag symbol (see _adopt); a value read with .item() is not
+            unknown = [s for s in free_unbacked_symbols(val) if s.name not in self.symbols.names]
+            if unknown:
                 origin = self._origin(node) if node is not None else Origin()
-                self.problems.append((f"{origin.op}: a data-dependent value (.item(), nonzero) "
-                                      "cannot be a tdag size", origin))
+                self.problems.append((f"{origin.op}: a size read from data with .item() "
+                                      "cannot be a tdag size yet", origin))
                 return _POISONED
+            if isinstance(val, torch.SymBool) and val.node.expr.is_Relational and \
+                    free_unbacked_symbols(val):
+                # torch's range checks of a size (u0 >= 0), read only by _assert_scalar
+                return _Missing(f"the size check {val.node.expr}")
             return self.symbols.dim(val) if isinstance(val, torch.SymInt) else \
                 self.symbols.dim(val.node.expr)
         return val
@@ -224,6 +231,8 @@ class Converter:
         return result
 
     def _fit_one(self, node, result, val: torch.Tensor) -> Tensor:
+        if isinstance(result, Tensor):
+            self._adopt(val, result)
         expected = self._type(val)
         if not isinstance(result, Tensor):
             result = self.builder.const(result, expected.dtype)
@@ -234,6 +243,18 @@ class Converter:
                             f"{expected}: a bug in tdag's entry for it",
                             node=result.name, origin=self.builder.origin)
         return result
+
+    def _adopt(self, val: torch.Tensor, result: Tensor) -> None:
+        """torch's unbacked symbols (u0, u1: sizes data decides) in ``val``'s shape take the
+        names of the fresh symbols tdag gave the same axes of ``result``."""
+        if len(val.shape) != len(result.shape):
+            return
+        for size, dim in zip(val.shape, result.shape):
+            expr = size.node.expr if is_symbolic(size) else None
+            if expr is not None and expr.is_Symbol and free_unbacked_symbols(size) and \
+                    expr.name not in self.symbols.names and not isinstance(dim, int) and \
+                    dim.is_Symbol:
+                self.symbols.adopt(expr, dim.name)
 
     def _type(self, val: torch.Tensor) -> TensorType:
         return TensorType(tuple(self.symbols.dim(d) for d in val.shape), DType.of(val.dtype))

@@ -70,6 +70,12 @@ class SymbolMap:
         self._taken.add(candidate)
         self.names[key] = candidate
 
+    def adopt(self, torch_symbol: sympy.Symbol, name: str) -> None:
+        """Map ``torch_symbol`` (an unbacked one: a size data decides) to the fresh tdag
+        symbol ``name`` that the node computing it defined."""
+        self._taken.add(name)
+        self.names[torch_symbol.name] = name
+
     def dim(self, value) -> Dim:
         """An int, SymInt or torch sympy expression as a tdag Dim."""
         if isinstance(value, bool):

@@ -5,6 +5,7 @@ from tdag.canonicalize.aten import (  # noqa: F401
                                     elementwise,
                                     indexing,
                                     losses,
+                                    masking,
                                     movement,
                                     nn,
                                     pool_indices,

@@ -27,7 +27,9 @@ def wrap(index, x, axis):
 
 @aten("index", "_unsafe_index")
 def index(x, indices):
-    """``x[i0, i1, ...]`` with tensor indices (None: the whole axis), broadcast together."""
+    """``x[i0, i1, ...]`` with tensor indices (None: the whole axis), broadcast together; a
+    boolean index over k axes is the k index columns of its nonzero (a size data decides)."""
+    indices = _masks_as_indices(list(indices))
     axes = [a for a, i in enumerate(indices) if i is not None]
     tensors = [wrap(_i64(indices[a]), x, a) for a in axes]
     if len(axes) == 1:
@@ -43,6 +45,17 @@ def index(x, indices):
         linear = ops.add(ops.mul(linear, ops.size_tensor(x, (first + k,), DType.i64)), t)
     merged = ops.group(x, first, len(axes))
     return ops.gather(merged, linear, first)
+
+
+def _masks_as_indices(indices: list) -> list:
+    out = []
+    for i in indices:
+        if i is not None and i.dtype is DType.bool or i is not None and i.dtype is DType.u8:
+            rows = ops.nonzero(i)
+            out.extend(ops.select(rows, 1, k) for k in range(i.ndim))
+        else:
+            out.append(i)
+    return out
 
 
 @aten("index_select")

@@ -1,0 +1,170 @@
+"""Sizes that only data decides (tdag/deinops/runtime.py): nonzero, masked_select, unique and
+boolean-mask indexing from torch models, and ONNX NonZero / Compress / Unique, each matching
+eager at two inputs whose results have different sizes, through tdag.run, tdag.to_torch and
+tdag.to_onnx on onnxruntime; the fresh symbols in the text form, the verifier and the cost.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import tdag
+from tdag import ops
+from tdag.deinops.builder import Builder
+from tdag.deinops.runtime import NonZero
+from tdag.ir.graph import Node
+from tdag.ir.op import Op
+from tdag.ir.types import DType, TensorType
+
+sys.path.insert(0, os.path.dirname(__file__))
+from guards import run_onnx  # noqa: E402
+
+X1 = torch.tensor([[1.0, -2.0, 1.0], [3.0, -2.0, 0.0]])
+X2 = torch.tensor([[-1.0, 2.0, 5.0], [4.0, 5.0, 6.0]])  # other counts of positives and values
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+MODELS = {
+    "nonzero": lambda x: torch.nonzero(x > 0),
+    "masked_select": lambda x: torch.masked_select(x, x > 0) * 2,
+    "mask_rows": lambda x: x[x.sum(1) > 0] + 1,
+    "mask_elements": lambda x: x[x > 0].sum(0, keepdim=True) + x[x > 0],
+    "unique": lambda x: torch.unique(x, return_inverse=True, return_counts=True),
+    "unique_values": lambda x: torch.unique(x) * 3,
+}
+
+
+def _as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _equal(got, expected, what):
+    got, expected = _as_tuple(got), _as_tuple(expected)
+    assert len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and torch.equal(g, e), (what, g, e)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_model_matches_eager_at_two_sizes(name):
+    fn = MODELS[name]
+    prog = tdag.from_torch(Fn(fn), (X1,))
+    tdag.verify(prog)
+    assert tdag.parse(str(prog)) == prog
+    module, model = tdag.to_torch(prog), tdag.to_onnx(prog)
+    sizes = set()
+    for x in (X1, X2):
+        expected = fn(x)
+        sizes.add(_as_tuple(expected)[0].shape)
+        _equal(tdag.run(prog, x), expected, f"run {name}")
+        _equal(module(x), expected, f"to_torch {name}")
+        _equal(run_onnx(model, x), expected, f"to_onnx {name}")
+    assert len(sizes) == 2, "the two inputs should give results of different sizes"
+
+
+def _nonzero_program():
+    return tdag.trace(lambda x: ops.masked_select(x, ops.gt(x, 0.0)),
+                      tdag.TensorSpec(("n",), "float32"))
+
+
+def test_cost_is_symbolic_and_bounded():
+    report = tdag.cost(_nonzero_program())
+    (count,) = report.bounds
+    assert count in str(report.bytes_written)  # symbolic in the fresh size
+    assert str(report.bounds[count]) == "n"     # at most every element
+    assert count not in str(report.upper_bound().bytes_written)
+    assert report.upper_bound().evaluate(n=10).bytes_written >= \
+        report.evaluate(n=10, **{count: 3}).bytes_written
+
+
+def test_text_form_round_trips_and_names_the_fresh_size():
+    prog = _nonzero_program()
+    text = str(prog)
+    assert 'nonzero(' in text and 'count="' in text
+    assert tdag.parse(text) == prog
+
+
+def test_verify_refuses_a_fresh_size_defined_twice_or_used_before():
+    b = Builder()
+    x = b.input("x", TensorType((4,), DType.bool))
+    b.emit(Op.nonzero, NonZero("k"), x)
+    b.emit(Op.nonzero, NonZero("k"), x)
+    with pytest.raises(tdag.InvalidModelError, match="defined twice"):
+        tdag.verify(b.build([]))
+    graph = _nonzero_program().graph
+    early = Node("early", Op.iota, (), tdag.deinops.indexing.Iota(graph.nodes[-1].type.shape[0]),
+                 TensorType(graph.nodes[-1].type.shape, DType.i64))
+    with pytest.raises(tdag.InvalidModelError, match="before the node"):
+        tdag.verify(graph.replace(nodes=(early,) + graph.nodes))
+
+
+def test_a_negative_size_is_refused_everywhere():
+    prog = tdag.trace(lambda t: ops.arange_of(t), tdag.TensorSpec((), "int64"))
+    t = torch.tensor(-2)
+    with pytest.raises(tdag.TdagError):
+        tdag.run(prog, t)
+    with pytest.raises(RuntimeError):
+        tdag.to_torch(prog)(t)
+    with pytest.raises(Exception, match="ConstantOfShape|shape"):
+        run_onnx(tdag.to_onnx(prog), t)
+    assert torch.equal(tdag.to_torch(prog)(torch.tensor(3)), torch.arange(3))
+
+
+# -- ONNX --------------------------------------------------------------------------------------
+
+def _one_node(op, inputs, outputs, **attrs):
+    node = helper.make_node(op, [i[0] for i in inputs], [o[0] for o in outputs], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+ONNX_CASES = {
+    "NonZero": (_one_node("NonZero", [("x", TensorProto.FLOAT, [2, 3])],
+                          [("y", TensorProto.INT64)]),
+                lambda x: torch.nonzero(x).T, (X1,), (X2,)),
+    "Compress": (_one_node("Compress", [("x", TensorProto.FLOAT, [2, 3]),
+                                        ("c", TensorProto.BOOL, [2])],
+                           [("y", TensorProto.FLOAT)], axis=1),
+                 lambda x, c: x[:, :2][:, c], (X1, torch.tensor([True, False])),
+                 (X2, torch.tensor([True, True]))),
+    "Unique": (_one_node("Unique", [("x", TensorProto.FLOAT, [2, 3])],
+                         [("y", TensorProto.FLOAT), ("i", TensorProto.INT64),
+                          ("inv", TensorProto.INT64), ("n", TensorProto.INT64)], sorted=1),
+               None, (X1,), (X2,)),
+}
+
+
+def _unique_ref(x):
+    values, inverse, counts = torch.unique(x.reshape(-1), return_inverse=True,
+                                           return_counts=True)
+    flat = x.reshape(-1).tolist()
+    first = torch.tensor([flat.index(v) for v in values.tolist()])
+    return values, first, inverse, counts
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_CASES))
+def test_onnx_data_sized_ops(name):
+    model, ref, *inputs = ONNX_CASES[name]
+    ref = ref or _unique_ref
+    prog = tdag.from_onnx(model)
+    tdag.verify(prog)
+    module, reified = tdag.to_torch(prog), tdag.to_onnx(prog)
+    for args in inputs:
+        expected = ref(*args)
+        _equal(tdag.run(prog, *args), expected, f"run {name}")
+        _equal(module(*args), expected, f"to_torch {name}")
+        _equal(run_onnx(reified, *args), expected, f"to_onnx {name}")
