@@ -23,8 +23,8 @@ class LastHidden(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, *args):
-        return self.model(*args).last_hidden_state
+    def forward(self, x):
+        return self.model(x).last_hidden_state
 
 
 def _images(size):
