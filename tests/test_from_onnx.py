@@ -337,13 +337,22 @@ CASES = {
                             {"roi": None, "sc": None, "sz": _i(1, 2, 11, 3)}),
     # LRN (AlexNet, Inception-v1): an odd and an even window (ONNX centres it differently)
     "LRN": ("LRN", [_r(2, 7, 3, 3)], dict(size=5, alpha=1e-2, beta=0.75, bias=2.0)),
-    "LRN-even": ("LRN", [_r(1, 6, 4)], dict(size=4, alpha=0.5, beta=0.6)),
     # Inception-v1's pool: asymmetric pads that count only the real cells
     "AveragePool-asymmetric": ("AveragePool", [IMG], dict(kernel_shape=[3, 3],
                                strides=[2, 2], pads=[0, 0, 1, 1])),
     "AveragePool-asymmetric-ceil": ("AveragePool", [_r(1, 2, 7, 7)], dict(
         kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=1)),
 }
+
+
+def test_lrn_even_window_follows_the_spec():
+    """onnxruntime and onnx's reference evaluator take odd LRN sizes only; the operator's
+    definition covers an even one: channels [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    x, size, alpha, beta, bias = _r(1, 6, 4), 4, 0.5, 0.6, 1.0
+    square_sum = np.stack([(x[:, max(0, c - 1):c + 3] ** 2).sum(1) for c in range(6)], 1)
+    expected = x / (bias + alpha / size * square_sum) ** beta
+    model = _model("LRN", [x], dict(size=size, alpha=alpha, beta=beta))
+    _close(tdag.run(tdag.from_onnx(model), torch.from_numpy(x)), expected)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -143,10 +143,15 @@ def _avg_pool(ctx, x):
     include = ctx.flag("count_include_pad", 0)  # ONNX's default is not torch's
     if any(d != 1 for d in dilations):
         raise UnsupportedOpError("AveragePool: dilations")
+    ceil = ctx.flag("ceil_mode", 0)
     if begins != ends and not include:
-        raise UnsupportedOpError("AveragePool: asymmetric pads without count_include_pad")
+        # the mean of the real cells: windowed sums of x and of a ones mask, padded alike
+        ones = ops.full((1, 1, *x.shape[2:]), 1.0, x.dtype, like=x)
+        sums, counts = (ops.avg_pool(_pre_pad(t, begins, ends)[0], kernel, strides,
+                                     [0] * len(kernel), ceil, True) for t in (x, ones))
+        return ops.div(sums, counts)
     x, padding = _pre_pad(x, begins, ends)
-    return ops.avg_pool(x, kernel, strides, padding, ctx.flag("ceil_mode", 0), include)
+    return ops.avg_pool(x, kernel, strides, padding, ceil, include)
 
 
 @register("GlobalAveragePool")
@@ -179,6 +184,16 @@ def _layer_norm(ctx, x, scale, bias=None):
     y = ops.layer_norm(x, x.shape[axis:], ctx.tensor(scale),
                        ctx.tensor(bias) if bias is not None else None, ctx.attr("epsilon", 1e-5))
     return (y,) + (None,) * (ctx.num_outputs - 1)  # Mean, InvStdDev: not computed
+
+
+@register("LRN")
+def _lrn(ctx, x):
+    size = ctx.attr("size")
+    if type(size) is not int or size < 1:
+        raise InvalidModelError(f"LRN: size must be a positive int, got {size!r}")
+    return ops.local_response_norm(ctx.tensor(x), size, ctx.attr("alpha", 1e-4),
+                                   ctx.attr("beta", 0.75), ctx.attr("bias", 1.0),
+                                   before=(size - 1) // 2)
 
 
 @register("InstanceNormalization")

@@ -36,6 +36,7 @@ __all__ = [
     "softmax", "log_softmax", "logsumexp",
     # norms
     "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
+    "local_response_norm",
     # the rest
     "embedding", "scaled_dot_product_attention", "dropout",
 ]
@@ -234,6 +235,27 @@ def batch_norm(x: Tensor, running_mean, running_var, weight=None, bias=None, eps
     mean, var = channel_view(running_mean, x), channel_view(running_var, x)
     y = core.mul(core.sub(x, mean), core.rsqrt(core.add(var, eps)))
     return _per_channel(y, weight, bias)
+
+
+def local_response_norm(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
+                        k: float = 1.0, before: int | None = None) -> Tensor:
+    """``x / (k + alpha/size * sum of x^2 over a window of channels)^beta`` (AlexNet's LRN).
+
+    The window around channel c starts ``before`` channels earlier: torch's ``size // 2``
+    by default; ONNX's LRN takes ``(size - 1) // 2`` (they differ for an even size). As pad +
+    unfold + reduce-sum over the squares, so the channels past either end count as zero.
+    """
+    if x.ndim < 2 or size < 1:
+        raise ShapeError(f"local_response_norm: needs channels on axis 1 and a size of at "
+                         f"least 1, got {x.type} and {size}")
+    before = size // 2 if before is None else before
+    square = core.mul(x, x)
+    widths = [(0, 0)] * x.ndim
+    widths[1] = (before, size - 1 - before)
+    windows = core.unfold(core.pad(square, widths), 1, size)     # [N, C, ..., size]
+    total = core.sum(windows, x.ndim)
+    scale = core.add(core.mul(total, alpha / size), k)
+    return core.div(x, core.pow(scale, beta))
 
 
 def instance_norm(x: Tensor, running_mean=None, running_var=None, weight=None, bias=None,
