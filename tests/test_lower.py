@@ -197,6 +197,9 @@ POOLS = {
     "max-padded": (lambda x: ops.max_pool(x, 3, stride=2, padding=1), Op.max_pool),
     "max-dilated": (lambda x: ops.max_pool(x, 2, dilation=2), Op.max_pool),
     "avg": (lambda x: ops.avg_pool(x, 3, stride=2, padding=1), Op.avg_pool),
+    # ONNX's default: the mean of the real cells only (a counts table divides the sums)
+    "avg-excluding-pad": (lambda x: ops.avg_pool(x, 3, stride=1, padding=1,
+                                                 count_include_pad=False), Op.avg_pool),
     "adaptive-avg": (lambda x: ops.adaptive_avg_pool(x, 3), Op.avg_pool),
     "global-avg": (lambda x: ops.adaptive_avg_pool(x, 1), Op.avg_pool),
     "global-max": (lambda x: ops.adaptive_max_pool(x, 1), Op.max_pool),

@@ -110,8 +110,9 @@ def is_broadcast_of(ctx: Context, name: str, source: str, kept: tuple) -> bool:
         [a for a in mapping if a is not None] == list(range(len(kept)))
 
 
-def scalar(ctx: Context, name: str) -> float | None:
-    """The value of a constant that is one number broadcast to ``name``'s shape, else None."""
+def scalar(ctx: Context, name: str, single: bool = False) -> float | None:
+    """The value of a constant that is one number broadcast to ``name``'s shape, else None.
+    With ``single``, only a one-element constant counts, not a tensor of equal values."""
     cur = name
     while True:
         node = ctx.producer(cur)
@@ -127,7 +128,7 @@ def scalar(ctx: Context, name: str) -> float | None:
     if weight is None or weight.kind is not TensorKind.const or weight.value is None:
         return None
     value = weight.value
-    if value.numel() == 0 or value.numel() > 65536:
+    if value.numel() == 0 or value.numel() > 65536 or (single and value.numel() > 1):
         return None
     first = value.reshape(-1)[0]
     if value.numel() > 1 and not bool((value == first).all()):

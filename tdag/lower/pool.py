@@ -2,11 +2,17 @@
 
     reduce[max](unfold+(pad?(x, -inf)), kernel axes)            -> max_pool
     reduce[sum](unfold+(pad?(x, 0)), kernel axes) / prod(kernel) -> avg_pool (padding counted)
+    reduce[sum](unfold+(pad(x, 0)), kernel axes) / real cells   -> avg_pool[exclude_pad]
 
 The pooled axes are moved last and the others merged into torch's (N, C) so that the
 kernel sees x[N, C, *S]; the result is reshaped and permuted back.
 """
 from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
 
 from tdag.deinops.kernels.layout import Reshape
 from tdag.deinops.kernels.windows import Pool
@@ -16,8 +22,9 @@ from tdag.deinops.windows import Unfold
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.ir.symbols import product
-from tdag.lower.match import close, producer_is, scalar
+from tdag.ir.symbols import product, shape_is_static
+from tdag.ir.types import TensorKind
+from tdag.lower.match import close, producer_is, scalar, trace_axes
 from tdag.lower.windows import symmetric_padding, windows_of
 
 
@@ -60,10 +67,58 @@ def avg_pool_rule(node: Node, ctx: Context):
             if any(s.dilation != 1 for s in win.unfolds.values()):
                 return NoMatch("avg_pool has no dilation")
             return _emit(node, ctx, win, Op.avg_pool, 0.0, source=total)
+    if node.op is Op.divide:
+        win = _pooled(ctx, node.inputs[0], ReduceKind.sum)
+        if win is not None and _counts_real_cells(ctx, win, node.inputs[1]) and \
+                all(s.dilation == 1 for s in win.unfolds.values()):
+            return _emit(node, ctx, win, Op.avg_pool, 0.0, exclude_pad=True)
     return NoMatch("not a windowed mean")
 
 
-def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None = None):
+def _counts_real_cells(ctx: Context, win, divisor: str) -> bool:
+    """Whether ``divisor`` is a constant table, broadcast over the other axes, holding each
+    window's number of real (unpadded) cells: the divisor of a mean that skips padding."""
+    spatial = sorted(win.unfolds)
+    src, mapping = trace_axes(ctx, divisor)
+    weight = ctx.weight(src)
+    if weight is None or weight.value is None or weight.kind is not TensorKind.const:
+        return False
+    if [m for i, m in enumerate(mapping) if i not in spatial] != \
+            [None] * (len(mapping) - len(spatial)):
+        return False
+    kept = [mapping[a] for a in spatial]
+    source_shape = ctx.type(win.source).shape
+    if not shape_is_static([source_shape[a] for a in spatial]):
+        return False
+    padding = symmetric_padding(win, spatial, len(source_shape))[1]
+    if win.pad is not None and not any(padding):
+        return False  # a pad the kernel cannot take: its cells count, or are not zeros
+    expected = _real_cells(tuple(int(source_shape[a]) for a in spatial),
+                           [win.unfolds[a] for a in spatial], padding)
+    table = weight.value.double()
+    order = [m for m in kept if m is not None]
+    view = table.permute(*order, *[i for i in range(table.dim()) if i not in order]) \
+        if table.dim() == len(order) else None
+    if view is None:
+        return False
+    shape = [expected.shape[i] if m is not None else 1 for i, m in enumerate(kept)]
+    return tuple(view.shape) == tuple(s for s, m in zip(shape, kept) if m is not None) and \
+        bool((view.reshape(shape) == expected).all())
+
+
+def _real_cells(lengths: tuple, specs, padding) -> torch.Tensor:
+    """Each window's count of cells inside the unpadded input, as a table over the windows:
+    a windowed sum of ones, the padding zeros."""
+    ones = torch.ones((1, 1) + lengths, dtype=torch.float64)
+    pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[len(lengths)]
+    kernel = tuple(s.size for s in specs)
+    mean = pool(ones, kernel, tuple(s.step for s in specs), tuple(padding),
+                count_include_pad=True)
+    return (mean * math.prod(kernel)).round()[0, 0]
+
+
+def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None = None,
+          exclude_pad: bool = False):
     spatial = sorted(win.unfolds)
     rank = ctx.type(win.source).rank
     x, padding = symmetric_padding(win, spatial, rank, fill)
@@ -81,7 +136,7 @@ def _emit(node: Node, ctx: Context, win, op: Op, fill: float, source: str | None
     if tuple(lead) != merged:
         x = emit(Op.reshape, Reshape(merged + tuple(shape[len(others):])), x)
     spec = Pool(tuple(s.size for s in specs), tuple(s.step for s in specs), padding,
-                tuple(s.dilation for s in specs))
+                tuple(s.dilation for s in specs), exclude_pad)
     out = emit(op, spec, x)
     windows = ctx.type(out).shape[2:]
     if tuple(lead) != merged:

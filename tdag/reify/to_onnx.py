@@ -249,7 +249,10 @@ class _GraphEmitter:
         for i, n in enumerate(names):
             if node.op is Op.where and i == 0:
                 continue
-            value = scalar(self.ctx, n)
+            # a per-channel vector stays one even when its values agree (a file's filled
+            # BatchNorm terms): onnxruntime folds an initializer of that shape into the Conv
+            # before it, never a scalar
+            value = scalar(self.ctx, n, single=True)
             dtype = self.type(n).dtype
             others = [j for j in range(len(names)) if j != i and not isinstance(out[j], tuple)]
             if value is not None and dtype is not DType.bf16 and \

@@ -23,12 +23,14 @@ from tdag.ir.types import DType, TensorType
 @dataclass(frozen=True, slots=True)
 class Pool:
     """Windowed max or mean over the trailing ``len(kernel)`` axes of ``x[N,C,*S]``.
-    Padding counts as -inf for max and as zeros for avg (count_include_pad)."""
+    Padding counts as -inf for max; for avg as zeros, or with ``exclude_pad`` not at all (the
+    mean of a window's real cells: ONNX's default, torch's count_include_pad=False)."""
 
     kernel: tuple
     stride: tuple
     padding: tuple
     dilation: tuple
+    exclude_pad: bool = False
 
 
 def _pool_shape_rule(op: str):
@@ -59,7 +61,8 @@ def _max_pool_eval(spec: Pool, xs, resolve):
 
 
 def _avg_pool_eval(spec: Pool, xs, resolve):
-    return _AVG_POOL[len(spec.kernel)](xs[0], spec.kernel, spec.stride, spec.padding)
+    return _AVG_POOL[len(spec.kernel)](xs[0], spec.kernel, spec.stride, spec.padding,
+                                       count_include_pad=not spec.exclude_pad)
 
 
 def _pool_cost(spec: Pool, ins, out: TensorType) -> Cost:
@@ -101,8 +104,9 @@ def _avg_pool_torch(node, a, code):
     s = node.spec
     if global_pool(node, code.shape_of(node.inputs[0])):
         return f"{a[0]}.mean({tuple_expr(range(2, node.type.rank))}, keepdim=True)"
+    exclude = ", count_include_pad=False" if s.exclude_pad and any(s.padding) else ""
     return (f"F.avg_pool{NDIM[len(s.kernel)]}({a[0]}, {tuple_expr(s.kernel)}, "
-            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)})")
+            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}{exclude})")
 
 
 def _avg_pool_onnx(node, ins, g, cx):
@@ -110,7 +114,7 @@ def _avg_pool_onnx(node, ins, g, cx):
     if global_pool(node, cx.type(node.inputs[0]).shape):
         return g.node("GlobalAveragePool", ins)
     return g.node("AveragePool", ins, kernel_shape=list(s.kernel), strides=list(s.stride),
-                  pads=list(s.padding) * 2, count_include_pad=1)
+                  pads=list(s.padding) * 2, count_include_pad=0 if s.exclude_pad else 1)
 
 
 primitive(Op.avg_pool, Pool, 1, _pool_shape_rule("avg_pool"), _avg_pool_eval, _pool_cost,
