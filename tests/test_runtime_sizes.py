@@ -168,3 +168,30 @@ def test_onnx_data_sized_ops(name):
         _equal(tdag.run(prog, *args), expected, f"run {name}")
         _equal(module(*args), expected, f"to_torch {name}")
         _equal(run_onnx(reified, *args), expected, f"to_onnx {name}")
+
+
+# -- pinned inputs: from_onnx(model, inputs=...) ------------------------------------------------
+
+def _reduce_model():
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                      helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_pinned_input_is_a_const_the_program_no_longer_takes():
+    model = _reduce_model()
+    with pytest.raises(tdag.UnsupportedOpError, match="axes"):
+        tdag.from_onnx(model)  # the axes decide the output's rank: no type for every value
+    for axes, expected in (([1], X1.sum(1)), ([-2], X1.sum(0))):
+        prog = tdag.from_onnx(model, inputs={"axes": axes})
+        assert [v.name for v in prog.graph.inputs] == ["x"]
+        _equal(tdag.run(prog, X1), expected, "run")
+        _equal(tdag.to_torch(prog)(X1), expected, "to_torch")
+        _equal(run_onnx(tdag.to_onnx(prog), X1), expected, "to_onnx")
+    with pytest.raises(tdag.InvalidModelError, match="'ax' is not an input"):
+        tdag.from_onnx(model, inputs={"ax": [1]})
+    with pytest.raises(tdag.ShapeError, match="declared of shape"):
+        tdag.from_onnx(model, inputs={"axes": [0, 1]})

@@ -28,6 +28,7 @@ import torch
 from onnx import helper, numpy_helper
 
 import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
+import tdag.canonicalize.onnx_ops_more  # noqa: F401,E402  (tensor, norm, loss entries)
 from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx_load import (
@@ -59,8 +60,18 @@ CONTROLLERS = {"If": convert_if, "Loop": convert_loop, "Scan": convert_scan,
                **{op: convert_recurrent for op in RECURRENT_OPS}}
 
 
-def from_onnx(model_or_path) -> Program:
+def from_onnx(model_or_path, inputs: dict | None = None) -> Program:
     """Canonicalize an ONNX model (a path or an ``onnx.ModelProto``) into a tdag Program.
+
+    ``inputs`` pins graph inputs to values (``{"axes": [1]}``): each becomes a const of the
+    Program, which no longer takes it (its other inputs keep their order). Pin an input whose
+    value decides the output's rank or which axes an op touches (the axes of Reduce*,
+    Squeeze and Unsqueeze, Resize's scales or sizes): no tdag type can describe its result
+    for every value. Shapes, pads, repeats, k and bounds given at run time need no pin: they
+    become fresh sizes (tdag/deinops/runtime.py). A pinned Program is specialised: for
+    another value, import again (a cache of Programs keyed by the pinned values is the
+    caller's). Dropping the input rather than guarding it means no run can disagree with
+    the pin, in tdag.run, the torch module or the ONNX model alike.
 
     >>> import onnx, tdag
     >>> from onnx import helper, TensorProto as T
@@ -76,6 +87,7 @@ def from_onnx(model_or_path) -> Program:
     if opset is None:
         raise InvalidModelError("the model imports no version of the default ONNX domain")
     shared = Shared(opset, model.graph)
+    shared.pinned = _pinned(model.graph, inputs or {})
     _precheck(model.graph, shared)
     importer = _Importer(model.graph, shared, "main", {})
     block = importer.main_block()
@@ -96,6 +108,33 @@ def _verified(prog: Program) -> Program:
         raise InvalidModelError(f"the program read from the ONNX model does not verify: "
                                 f"{exc}") from exc
     return prog
+
+
+def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
+    """The pinned inputs as torch tensors of their declared type and shape."""
+    declared = {v.name: v for v in graph.input}
+    for init in graph.initializer:
+        declared.pop(init.name, None)
+    pinned = {}
+    for name, value in values.items():
+        if name not in declared:
+            raise InvalidModelError(f"inputs: {name!r} is not an input of the model "
+                                    f"(its inputs: {sorted(declared)})")
+        proto = declared[name].type
+        if not proto.HasField("tensor_type"):
+            raise UnsupportedOpError(f"inputs: {name!r} is not a tensor input")
+        dtype = dtype_of(proto.tensor_type.elem_type, name)
+        tensor = torch.as_tensor(value).to(dtype.torch)
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in proto.tensor_type.shape.dim]
+        if proto.tensor_type.HasField("shape") and (
+                len(dims) != tensor.ndim or
+                any(d is not None and d != n for d, n in zip(dims, tensor.shape))):
+            raise ShapeError(f"inputs: {name!r} is declared of shape "
+                             f"{[d if d is not None else '?' for d in dims]}, the pinned value "
+                             f"has shape {list(tensor.shape)}")
+        pinned[name] = tensor
+    return pinned
 
 
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
@@ -125,6 +164,7 @@ class Shared:
         self.problems: list = []
         infos = [v for g in all_graphs(graph) for v in list(g.value_info) + list(g.output)]
         self.types = {v.name: v.type for v in infos}
+        self.pinned: dict = {}  # graph inputs pinned to values (from_onnx's ``inputs``)
         self._suffix: dict = {}  # the first free suffix per hint: graphs are only added
 
     def graph_name(self, hint: str) -> str:
@@ -261,6 +301,12 @@ class _Importer:
         for value in self.graph.input:
             if value.name in self.env:  # IR < 4 lists initializers among the inputs
                 continue
+            pinned = self.shared.pinned.get(value.name)
+            if pinned is not None:  # a const, and no longer an input
+                known = known_of(pinned)
+                self.env[value.name] = known if known is not None else \
+                    Param(self.names(value.name), pinned, TensorKind.const)
+                continue
             if not value.type.HasField("tensor_type"):
                 self.problems.append((f"input {value.name}: only tensor inputs are supported",
                                       None))
@@ -306,8 +352,7 @@ class _Importer:
             if name not in self.local:
                 weight_name = value.name if value.name not in self.builder._taken else \
                     self.builder.fresh(value.name + "_")
-                self.local[name] = self.builder.weight(weight_name, TensorKind.parameter,
-                                                       value.value)
+                self.local[name] = self.builder.weight(weight_name, value.kind, value.value)
             return self.local[name]
         return value
 

@@ -605,6 +605,7 @@ _REDUCE = {
     "ReduceL1": (lambda x, a, k: ops.sum(ops.abs(x), a, k), 18),
     "ReduceL2": (lambda x, a, k: ops.sqrt(_sum_square(x, a, k)), 18),
     "ReduceLogSumExp": (ops.logsumexp, 18),
+    "ReduceLogSum": (lambda x, a, k: ops.log(ops.sum(x, a, k)), 18),
 }
 
 
@@ -617,8 +618,31 @@ def _reduce(fn, axes_input_opset):
             if ctx.flag("noop_with_empty_axes", 0):
                 return x
             axes = list(range(x.ndim))
-        return fn(x, _norm_axes(axes, x.ndim), keep)
+        axes = _norm_axes(axes, x.ndim)
+        if any(is_static(x.shape[a]) and x.shape[a] == 0 for a in axes):
+            return _reduce_empty(ctx, x, axes, keep)
+        return fn(x, axes, keep)
     return convert
+
+
+def _reduce_empty(ctx, x, axes, keep):
+    """A reduction over no element is the op's identity (ONNX: -inf for a max, False for a
+    max of bools, ...); torch's amax refuses an empty axis."""
+    op = ctx.node.op_type
+    if op in ("ReduceMax", "ReduceMin"):
+        low = op == "ReduceMax"
+        if x.dtype is DType.bool:
+            value = not low
+        elif x.dtype.is_float:
+            value = -math.inf if low else math.inf
+        else:
+            info = torch.iinfo(x.dtype.torch)
+            value = info.min if low else info.max
+    else:
+        value = {"ReduceProd": 1, "ReduceMean": math.nan, "ReduceLogSumExp": -math.inf,
+                 "ReduceLogSum": -math.inf}.get(op, 0)
+    shape = [1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes]
+    return ops.full(tuple(shape), value, x.dtype)
 
 
 for _name, (_fn, _opset) in _REDUCE.items():

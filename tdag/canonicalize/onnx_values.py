@@ -28,10 +28,12 @@ MAX_TABLE = 2 ** 24  # elements of an index table or constant built while import
 
 @dataclass(frozen=True)
 class Param:
-    """An initializer: each TDAG that reads it holds it under its own name."""
+    """An initializer (or a pinned input, a const): each TDAG that reads it holds it under
+    its own name."""
 
     name: str
     value: torch.Tensor
+    kind: TensorKind = TensorKind.parameter
 
 
 class Known:
