@@ -26,9 +26,9 @@ import sys
 import traceback
 import warnings
 
-import onnx
 
 import tdag
+from tdag.reify import write_onnx
 import tdag.lower
 from tdag.demo import main as demo_main
 from tdag.errors import TdagError
@@ -68,7 +68,7 @@ def _write(prog, path: str) -> None:
     if path.endswith(".tdag"):
         tdag.save(prog, path)
     elif path.endswith(".onnx"):
-        onnx.save(tdag.to_onnx(prog), path)
+        write_onnx(tdag.to_onnx(prog), path)
     else:
         raise TdagError(f"cannot write {path!r}: expected a .tdag or an .onnx file")
     print(f"wrote {path}")

@@ -87,11 +87,18 @@ def load_model(source) -> onnx.ModelProto:
     return _checked(model)
 
 
+# onnx's C++ checker and shape inference take the model serialized, and protobuf serializes
+# at most 2 GiB: a larger model (its weights were external data) is checked as a skeleton
+PROTO_LIMIT = 2**31 - 2**24
+
+
 def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
     step = "inlining its local functions"
     try:
         if model.functions:  # model-local functions become plain nodes
             model = onnx.inliner.inline_local_functions(model)
+        if model.ByteSize() > PROTO_LIMIT:
+            return _checked_skeleton(model)
         # inference first: it fills in the output types the checker insists on (tdag computes
         # shapes itself: data propagation would only risk exponential memory, see above)
         step = "shape inference"
@@ -104,6 +111,31 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as exc:  # onnx's C++ core: RuntimeError, UnicodeDecodeError, ...
         raise InvalidModelError(f"malformed ONNX model: {step} failed with "
                                 f"{type(exc).__name__}: {str(exc).strip()[:500]}") from exc
+
+
+def _checked_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Check and shape-infer a model past protobuf's 2 GiB: the same graph with each large
+    initializer of the main graph turned into a graph input of its type and dims (so its
+    bytes stay out), whose inferred types then go back onto the model itself. Shape
+    inference reads the values of small integer initializers only, which stay in."""
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)
+    graph = skeleton.graph
+    large = [t for t in graph.initializer if t.ByteSize() > 2**20]
+    names = {t.name for t in large}
+    kept = [t for t in graph.initializer if t.name not in names]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    listed = {i.name for i in graph.input}
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in large if t.name not in listed)
+    skeleton = onnx.shape_inference.infer_shapes(skeleton, data_prop=False)
+    onnx.checker.check_model(_with_output_shapes(skeleton))
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(skeleton.graph.value_info)
+    for out, inferred in zip(model.graph.output, skeleton.graph.output):
+        out.CopyFrom(inferred)
+    return model
 
 
 def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -15,6 +15,8 @@ iteration to the next; inside an If, it is an output of both branches.
 """
 from __future__ import annotations
 
+import os
+
 import onnx
 from onnx import helper
 
@@ -268,6 +270,21 @@ class _GraphEmitter:
             if broadcasts_to(trial, node.type.shape):
                 shapes, out[i] = trial, producer.inputs[0]
         return out
+
+
+# protobuf serializes at most 2 GiB: a larger model's weights go to a file beside it
+EXTERNAL_ABOVE = 2**31 - 2**24
+
+
+def write_onnx(model: onnx.ModelProto, path) -> None:
+    """Save ``model`` to ``path``; past 2 GiB its tensors go to ``<name>.data`` in the same
+    folder (ONNX external data, the only form onnxruntime and tdag.from_onnx read back)."""
+    path = os.fspath(path)
+    if model.ByteSize() <= EXTERNAL_ABOVE:
+        onnx.save(model, path)
+        return
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(path) + ".data", size_threshold=1024)
 
 
 def _typed(value: float, dtype: DType):

@@ -1,0 +1,70 @@
+"""Models past protobuf's 2 GiB: their weights live in external data beside the model.
+tdag checks them as a skeleton (onnx's checker and shape inference serialize the model) and
+writes them back with external data, confined to the model's folder.
+
+The default run lowers both thresholds so that a small model takes the same paths; the real
+2.2 GB model is behind ``-m slow``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from guards import run_onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import tdag
+from tdag.canonicalize import onnx_load
+from tdag.reify import write_onnx
+
+# the module, which tdag.reify's function of the same name hides
+to_onnx_module = importlib.import_module("tdag.reify.to_onnx")
+
+
+def _matmul_model(rows: int, cols: int) -> tuple[onnx.ModelProto, np.ndarray]:
+    w = np.random.default_rng(0).random((rows, cols), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, w
+
+
+def _round_trip(tmp_path, model, w, rows):
+    src = tmp_path / "in" / "model.onnx"
+    src.parent.mkdir()
+    onnx.save_model(model, src, save_as_external_data=True, location="model.onnx.data")
+    prog = tdag.from_onnx(src)
+    x = torch.rand(3, rows, generator=torch.Generator().manual_seed(0))
+    expected = torch.relu(x @ torch.from_numpy(w))
+    torch.testing.assert_close(tdag.run(prog, x), expected, rtol=1e-4, atol=1e-3)
+    out = tmp_path / "out" / "model.onnx"
+    out.parent.mkdir()
+    write_onnx(tdag.to_onnx(prog), out)
+    assert sorted(os.listdir(out.parent)) == ["model.onnx", "model.onnx.data"]
+    assert os.path.getsize(out) < 2**20  # the weights went beside it
+    back = onnx.load(out)  # external data read back from the model's folder
+    torch.testing.assert_close(run_onnx(back, x), expected, rtol=1e-4, atol=1e-3)
+    return prog
+
+
+def test_a_model_past_the_limit_is_checked_as_a_skeleton_and_written_with_external_data(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_load, "PROTO_LIMIT", 2**20)
+    monkeypatch.setattr(to_onnx_module, "EXTERNAL_ABOVE", 2**20)
+    model, w = _matmul_model(600, 700)
+    prog = _round_trip(tmp_path, model, w, 600)
+    assert str(prog.graph.output_types[0]) == "f32[b,700]"
+
+
+@pytest.mark.slow
+def test_a_model_over_2_gib_imports_and_re_emits(tmp_path):
+    model, w = _matmul_model(24_000, 24_000)  # 2.3 GB of float32
+    _round_trip(tmp_path, model, w, 24_000)
