@@ -12,8 +12,6 @@ summation order of the matmuls differs from onnxruntime's kernels); integers exa
 """
 from __future__ import annotations
 
-import glob
-import importlib
 import io
 import os
 import sys
@@ -30,6 +28,7 @@ import tdag
 
 sys.path.insert(0, os.path.dirname(__file__))
 from guards import run_onnx  # noqa: E402
+from onnx_cases import node_cases, only_tensors  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 PREFIXES = ("test_loop", "test_if", "test_scan", "test_rnn", "test_simple_rnn", "test_gru",
@@ -45,44 +44,7 @@ EXCLUDED = {
 
 # -- (a) conformance ----------------------------------------------------------------------------
 
-def _from_folders(root: str) -> dict:
-    cases = {}
-    for folder in sorted(glob.glob(os.path.join(root, "test_*"))):
-        name = os.path.basename(folder)
-        if not name.startswith(PREFIXES):
-            continue
-        data = os.path.join(folder, "test_data_set_0")
-        ins, outs = [], []
-        for kind, into in (("input", ins), ("output", outs)):
-            for path in sorted(glob.glob(os.path.join(data, f"{kind}_*.pb")),
-                               key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0])):
-                proto = TensorProto()
-                with open(path, "rb") as f:
-                    proto.ParseFromString(f.read())
-                into.append(numpy_helper.to_array(proto))
-        cases[name] = (onnx.load(os.path.join(folder, "model.onnx")), ins, outs)
-    return cases
-
-
-def _from_generators() -> dict:
-    """The generators that write the case folders (same models, same data): this onnx
-    wheel ships them but not the folders."""
-    from onnx.backend.test.case import node  # noqa: PLC0415  (importing it runs nothing)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for module in ("loop", "if_", "scan", "rnn", "gru", "lstm"):
-            importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    return {c.name: (c.model, *c.data_sets[0]) for c in node._NodeTestCases
-            if c.name.startswith(PREFIXES)}
-
-
-def _conformance() -> dict:
-    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
-    cases = _from_folders(root) if os.path.isdir(root) else {}
-    return cases or _from_generators()
-
-
-CASES = _conformance()
+CASES = node_cases(PREFIXES, modules=("loop", "if_", "scan", "rnn", "gru", "lstm"))
 # its body's x[i:i+1], i the iteration, is a Slice whose bounds are data: its length is a
 # fresh size (tdag/deinops/runtime.py), which a carried value declared f32[1] cannot take
 # (tdag cannot prove i+1 - i == 1 from data)
@@ -92,14 +54,9 @@ RUN = [pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True,
        if n in XFAIL else n for n in sorted(set(CASES) - set(EXCLUDED))]
 
 
-def _only_tensors(model: onnx.ModelProto) -> bool:
-    values = list(model.graph.input) + list(model.graph.output)
-    return all(v.type.HasField("tensor_type") for v in values)
-
-
 def test_the_exclusions_are_exactly_the_non_tensor_cases():
     assert len(CASES) >= 28, sorted(CASES)
-    assert {n for n, (m, _, _) in CASES.items() if not _only_tensors(m)} == set(EXCLUDED)
+    assert {n for n, (m, _, _) in CASES.items() if not only_tensors(m)} == set(EXCLUDED)
 
 
 def _close(actual, expected) -> None:
