@@ -11,6 +11,12 @@ classified per backend:
     WRONG        it ran, and an output differs: a defect (silently wrong)
     crash        another exception (or the per-case time limit): a defect
 
+An input that decides the output's rank or the axes an op touches (the axes of Reduce*,
+Squeeze and Unsqueeze, Resize's scales and sizes, CenterCropPad's shape, CumSum's axis) is
+pinned: ``tdag.from_onnx(model, inputs={name: value})`` makes it a const of the Program, as
+from_onnx documents for such inputs (no tdag type describes the result for every value); the
+Program then takes the case's other inputs. ``--no-pin`` imports every case as it is.
+
 Tolerances: float32/float64 within rtol 1e-4, atol 1e-5; float16 rtol 2e-3, atol 1e-3;
 bfloat16 rtol 1e-2, atol 1e-2 (their precision); float8 kinds rtol 0.13, atol 1e-2 (one
 step of the 3-bit mantissa); integers and bools exactly; NaN where NaN is expected.
@@ -48,6 +54,20 @@ KINDS = ("pass", "unsupported", "WRONG", "crash")
 TOLERANCES = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5), "float16": (2e-3, 1e-3),
               "bfloat16": (1e-2, 1e-2)}
 FLOAT8 = (0.13, 1e-2)
+
+
+# op -> the positions of its inputs that decide the output's rank or the axes it touches
+PINNED = {**{op: (1,) for op in (
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze", "Unsqueeze",
+    "CenterCropPad", "CumSum", "CumProd")}, "Resize": (1, 2, 3)}
+
+
+def pins(model: onnx.ModelProto) -> set:
+    """The graph inputs a case pins: those PINNED names, where a graph input feeds them."""
+    inputs = {v.name for v in model.graph.input} - {i.name for i in model.graph.initializer}
+    return {node.input[i] for node in model.graph.node for i in PINNED.get(node.op_type, ())
+            if i < len(node.input) and node.input[i] in inputs}
 
 
 class CaseTimeout(Exception):
@@ -159,14 +179,18 @@ def _first_line(text: str, width: int = 200) -> str:
     return (lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0])[:width]
 
 
-def run_case(model, inputs, outputs, limit: int) -> dict:
+def run_case(model, inputs, outputs, limit: int, pin: bool = True) -> dict:
     """``{backend: (kind, detail)}`` for one case."""
     result = {}
+    names = [v.name for v in model.graph.input]
+    pinned = pins(model) if pin else set()
+    fixed = {n: to_tensor(a) for n, a in zip(names, inputs) if n in pinned}
+    inputs = [a for n, a in zip(names, inputs) if n not in pinned]
     previous = signal.signal(signal.SIGALRM, _expire)
     try:
         signal.alarm(limit)
         try:
-            prog = tdag.from_onnx(model)
+            prog = tdag.from_onnx(model, inputs=fixed) if fixed else tdag.from_onnx(model)
         except BaseException as error:  # noqa: BLE001  (the class of the failure is the figure)
             if isinstance(error, KeyboardInterrupt):
                 raise
@@ -196,7 +220,7 @@ def run_case(model, inputs, outputs, limit: int) -> dict:
 # -- the sweep ----------------------------------------------------------------------------------
 
 def sweep(ops: set | None = None, names: set | None = None, limit: int = 30,
-          progress: bool = False) -> dict:
+          progress: bool = False, pin: bool = True) -> dict:
     """``{case: {"op": op, backend: [kind, detail]}}`` over the tensor cases (of ``ops`` or
     ``names`` only, where given)."""
     op_names = _op_names()
@@ -210,7 +234,7 @@ def sweep(ops: set | None = None, names: set | None = None, limit: int = 30,
             print(f"  {name}", file=sys.stderr, flush=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            outcome = run_case(model, inputs, outputs, limit)
+            outcome = run_case(model, inputs, outputs, limit, pin)
         results[name] = {"op": op, **{b: list(v) for b, v in outcome.items()}}
     return results
 
@@ -257,12 +281,14 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--verbose", action="store_true",
                         help="list every unsupported case with its reason too")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="import every case as it is (no input pinned)")
     parser.add_argument("--progress", action="store_true", help="name each case as it runs")
     args = parser.parse_args(argv)
     ops = set(args.ops.split(",")) if args.ops else None
     names = set(args.cases.split(",")) if args.cases else None
     start = time.time()
-    results = sweep(ops, names, args.limit, args.progress)
+    results = sweep(ops, names, args.limit, args.progress, not args.no_pin)
     if args.json:
         print(json.dumps({"totals": totals(results), "cases": results}, indent=1))
         return 0

@@ -2,3 +2,4 @@
 (onnx_ops_tensor.py), norms and attention (onnx_ops_norm.py), losses (onnx_ops_loss.py).
 Imported after onnx_ops_nn, so an entry here is the one in force."""
 import tdag.canonicalize.onnx_ops_norm  # noqa: F401
+import tdag.canonicalize.onnx_ops_loss  # noqa: F401
