@@ -195,3 +195,65 @@ def test_a_pinned_input_is_a_const_the_program_no_longer_takes():
         tdag.from_onnx(model, inputs={"ax": [1]})
     with pytest.raises(tdag.ShapeError, match="declared of shape"):
         tdag.from_onnx(model, inputs={"axes": [0, 1]})
+
+
+# -- ONNX shapes, pads, repeats and bounds given at run time (canonicalize/onnx_runtime.py) -----
+
+I64 = TensorProto.INT64
+RUNTIME_SHAPED = {  # model, torch reference, two inputs whose results differ in shape
+    "Reshape": (_one_node("Reshape", [("x", TensorProto.FLOAT, [2, 3]), ("s", I64, [2])],
+                          [("y", TensorProto.FLOAT)]),
+                lambda x, s: x.reshape(*[int(v) or x.shape[i] for i, v in enumerate(s)]),
+                (X1, torch.tensor([3, -1])), (X2, torch.tensor([0, 3]))),
+    "Expand": (_one_node("Expand", [("x", TensorProto.FLOAT, [2, 1]), ("s", I64, [3])],
+                         [("y", TensorProto.FLOAT)]),
+               lambda x, s: x.expand(*[int(v) for v in s]),
+               (X1[:, :1], torch.tensor([3, 2, 4])), (X2[:, :1], torch.tensor([1, 2, 1]))),
+    "Tile": (_one_node("Tile", [("x", TensorProto.FLOAT, [2, 3]), ("r", I64, [2])],
+                       [("y", TensorProto.FLOAT)]),
+             lambda x, r: x.repeat(*[int(v) for v in r]),
+             (X1, torch.tensor([1, 2])), (X2, torch.tensor([3, 0]))),
+    "Pad": (_one_node("Pad", [("x", TensorProto.FLOAT, [2, 3]), ("p", I64, [4])],
+                      [("y", TensorProto.FLOAT)], mode="reflect"),
+            lambda x, p: torch.nn.functional.pad(x[None], (int(p[1]), int(p[3]), int(p[0]),
+                                                          int(p[2])), mode="reflect")[0],
+            (X1, torch.tensor([1, 2, 0, 1])), (X2, torch.tensor([0, -1, 1, 0]))),
+    "Range": (_one_node("Range", [("a", I64, []), ("b", I64, []), ("d", I64, [])],
+                        [("y", I64)]),
+              lambda a, b, d: torch.arange(int(a), int(b), int(d)),
+              (torch.tensor(1), torch.tensor(9), torch.tensor(3)),
+              (torch.tensor(5), torch.tensor(-1), torch.tensor(-2))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME_SHAPED))
+def test_onnx_runtime_shaped_ops(name):
+    model, ref, *inputs = RUNTIME_SHAPED[name]
+    prog = tdag.from_onnx(model)
+    tdag.verify(prog)
+    module, reified = tdag.to_torch(prog), tdag.to_onnx(prog)
+    for args in inputs:
+        expected = ref(*args)
+        _equal(tdag.run(prog, *args), expected, f"run {name}")
+        _equal(module(*args), expected, f"to_torch {name}")
+        _equal(run_onnx(reified, *args), expected, f"to_onnx {name}")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("Reshape", (X1, torch.tensor([4, 1]))),   # 4 elements of 6: never a silent truncation
+    ("Reshape", (X1, torch.tensor([-1, -1]))),
+    ("Expand", (X1[:, :1].expand(2, 3), torch.tensor([2, 2]))),  # 3 does not broadcast to 2
+    ("Range", (torch.tensor(0), torch.tensor(3), torch.tensor(0))),
+])
+def test_a_bad_runtime_shape_raises_everywhere(name, args):
+    model = RUNTIME_SHAPED[name][0]
+    if name == "Expand":  # an input of 3 columns
+        model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3
+        model.graph.input[1].type.tensor_type.shape.dim[0].dim_value = 2
+    prog = tdag.from_onnx(model)
+    with pytest.raises(tdag.TdagError):
+        tdag.run(prog, *args)
+    with pytest.raises(RuntimeError):
+        tdag.to_torch(prog)(*args)
+    with pytest.raises(Exception, match="ConstantOfShape|shape|Shape"):
+        run_onnx(tdag.to_onnx(prog), *args)

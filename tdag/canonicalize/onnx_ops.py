@@ -17,6 +17,7 @@ import torch
 from onnx import numpy_helper
 
 from tdag import ops
+from tdag.canonicalize import onnx_runtime as runtime
 from tdag.canonicalize.onnx_load import dense_of_sparse, dtype_of, tensor_of
 from tdag.canonicalize.onnx_values import (
     MAX_TABLE,
@@ -296,15 +297,17 @@ def _size(ctx, x):
 
 @register("ConstantOfShape")
 def _constant_of_shape(ctx, shape):
-    dims = ctx.ints(shape, "shape")
-    if any(is_static(d) and d < 0 for d in dims):
-        raise InvalidModelError(f"ConstantOfShape: the shape {dims} has a negative size")
     fill = ctx.attrs.get("value")
     value = tensor_of(numpy_helper.to_array(fill)) if fill is not None else torch.tensor(0.0)
     if value.numel() != 1:
         raise InvalidModelError(f"ConstantOfShape: the value must hold one element, not "
                                 f"{value.numel()}")
     value = value.reshape(())
+    if ctx.known(shape) is None:
+        return runtime.constant_of_shape(ctx, shape, value)
+    dims = ctx.ints(shape, "shape")
+    if any(is_static(d) and d < 0 for d in dims):
+        raise InvalidModelError(f"ConstantOfShape: the shape {dims} has a negative size")
     if fits(dims):
         known = known_of(value.expand(*dims).clone())
         if known is not None:
@@ -316,6 +319,8 @@ def _constant_of_shape(ctx, shape):
 
 @register("Range")
 def _range(ctx, start, limit, delta):
+    if not all(_is_constant(ctx, v) for v in (start, limit, delta)):
+        return runtime.range_(ctx, start, limit, delta, ctx.tensor(start).dtype)
     start, limit, delta = (ctx.scalar(v, what) for v, what in
                            ((start, "start"), (limit, "limit"), (delta, "delta")))
     out_type = ctx.importer.types.get(ctx.node.output[0])
@@ -328,13 +333,24 @@ def _range(ctx, start, limit, delta):
     return ops.arange(start, limit, delta, dtype)
 
 
+def _is_constant(ctx, value) -> bool:
+    """Whether a scalar input is known at import time (a Known or a constant weight)."""
+    try:
+        ctx.scalar(value)
+    except UnsupportedOpError:
+        return False
+    return True
+
+
 # -- movement -----------------------------------------------------------------------------------
 
 @register("Reshape")
 def _reshape(ctx, x, shape=None):
+    allow_zero = ctx.flag("allowzero", 0)
+    if ctx.opset >= 5 and ctx.known(shape) is None:
+        return runtime.reshape(ctx, x, shape, allow_zero)
     dims = list(ctx.attr("shape")) if ctx.opset < 5 else ctx.ints(shape, "shape")
     in_shape = list(x.shape)
-    allow_zero = ctx.flag("allowzero", 0)
     _check_reshape(dims, len(in_shape), allow_zero)
     dims = [in_shape[i] if is_static(d) and d == 0 and not allow_zero else d
             for i, d in enumerate(dims)]
@@ -428,6 +444,8 @@ def _concat(ctx, *xs):
 @register("Split")
 def _split(ctx, x, split=None):
     axis = _norm(ctx.attr("axis", 0), len(x.shape))
+    if ctx.opset >= 13 and split is not None and ctx.known(split) is None:
+        return runtime.split(ctx, x, split, axis)
     sizes = ctx.attr("split") if ctx.opset < 13 else ctx.ints(split, "split")
     if not sizes:
         dim, count = x.shape[axis], ctx.attr("num_outputs", ctx.num_outputs)
@@ -460,9 +478,11 @@ _HUGE = 2 ** 31  # ONNX writes "to the end" as INT64_MAX (and INT32_MAX)
 def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
-    elif ctx.known(starts) is None or ctx.known(ends) is None:  # bounds given at run time
-        return _slice_runtime(ctx, x, starts, ends, ctx.ints(axes, "axes"),
-                              ctx.ints(steps, "steps"))
+    elif any(v is not None and ctx.known(v) is None for v in (starts, ends, axes, steps)):
+        known_axes = ctx.known(axes)  # bounds, axes or steps given at run time
+        return runtime.slice_(ctx, x, starts, ends,
+                              [int(a) for a in known_axes.dims()] if known_axes is not None
+                              else axes, steps)
     else:
         starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
         axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
@@ -480,35 +500,6 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     x = ctx.tensor(x)
     for a, b, e, s in zip(axes, starts, ends, steps):
         x = _slice_axis(x, a, b, e, s)
-    return x
-
-
-def _slice_runtime(ctx, x, starts, ends, axes, steps):
-    """Slice with starts or ends that data decides: each sliced length is a fresh size (an
-    arange of the clamped length), and the slice a gather of start + step * arange."""
-    x = ctx.tensor(x)
-    starts, ends = ctx.tensor(starts), ctx.tensor(ends)
-    count = starts.shape[0]
-    if not is_static(count):
-        raise UnsupportedOpError("Slice: starts of a symbolic length")
-    axes = list(_norm_axes(axes, x.ndim)) if axes else list(range(count))
-    steps = [int(v) for v in steps] if steps else [1] * count
-    if not len(axes) == len(steps) == count or 0 in steps:
-        raise InvalidModelError(f"Slice: axes {axes} and steps {steps} must have one entry per "
-                                "start, steps not 0")
-    for k, (axis, step) in enumerate(zip(axes, steps)):
-        n = ops.size_tensor(x, (axis,), DType.i64)
-        start, end = (ops.cast(ops.select(v, 0, k), DType.i64) for v in (starts, ends))
-        lo, hi = (0, n) if step > 0 else (-1, ops.sub(n, 1))  # ONNX clamps by the step's sign
-        start, end = (ops.clamp(ops.where(ops.lt(v, 0), ops.add(v, n), v), lo, hi)
-                      for v in (start, end))
-        if step > 0:
-            start = ops.maximum(start, 0)
-        length = ops.floor_divide(ops.add(ops.sub(end, start), step - 1 if step > 0
-                                          else step + 1), step)
-        positions = ops.arange_of(ops.maximum(length, 0))
-        index = ops.add(ops.mul(positions, step), start)
-        x = ops.gather(x, index, axis, wrap=False)
     return x
 
 
@@ -538,6 +529,8 @@ def _gather(ctx, data, index):
 
 @register("Expand")
 def _expand(ctx, x, shape):
+    if ctx.known(shape) is None:
+        return runtime.expand(ctx, x, shape)
     dims = ctx.ints(shape, "shape")
     out = ops.broadcast_shapes(tuple(x.shape), tuple(dims))
     if isinstance(x, Known) and fits(out):
@@ -547,6 +540,8 @@ def _expand(ctx, x, shape):
 
 @register("Tile")
 def _tile(ctx, x, repeats):
+    if ctx.known(repeats) is None:
+        return runtime.tile(ctx, x, repeats)
     repeats = ctx.ints(repeats, "repeats")
     if len(repeats) != len(x.shape) or any(is_static(r) and r < 0 for r in repeats):
         raise InvalidModelError(f"Tile: repeats {repeats} must be one count >= 0 per axis of "
@@ -560,8 +555,13 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
     if ctx.opset < 11:  # pads and value were attributes
         pads, fill = list(ctx.attr("pads")), ctx.attr("value", 0.0)
     else:
+        fill = value if value is not None else 0
+        if value is not None and _is_constant(ctx, value):
+            fill = ctx.scalar(value, "value")
+        if ctx.known(pads) is None or (axes is not None and ctx.known(axes) is None) or \
+                not isinstance(fill, (int, float)):  # given at run time
+            return _pad_runtime(ctx, x, pads, fill, axes)
         pads = ctx.ints(pads, "pads")
-        fill = ctx.scalar(value, "value") if value is not None else 0
     axes = list(_norm_axes(ctx.ints(axes, "axes"), rank)) if axes is not None \
         else list(range(rank))
     if len(pads) != 2 * len(axes):
@@ -579,6 +579,18 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
     first = next((a for a, w in enumerate(widths) if w != (0, 0)), rank)
     flat = [w for pair in reversed(widths[first:]) for w in pair]
     return ops.torch_pad(x, flat, torch_mode) if flat else x
+
+
+def _pad_runtime(ctx, x, pads, fill, axes):
+    x = ctx.tensor(x)
+    fill = ops.full((), fill, x.dtype, like=x) if isinstance(fill, (int, float)) else \
+        ops.reshape(ops.cast(ctx.tensor(fill), x.dtype), ())
+    known = ctx.known(axes)
+    if axes is None:
+        axes = list(range(x.ndim))
+    elif known is not None:
+        axes = list(_norm_axes(known.dims(), x.ndim))
+    return runtime.pad(ctx, x, pads, fill, axes, ctx.attr("mode", "constant"))
 
 
 @register("Trilu")

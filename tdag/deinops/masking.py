@@ -36,6 +36,36 @@ def size_of(t: Tensor) -> tuple[Tensor, object]:
     return r, r.shape[0]
 
 
+def checked_size(t: Tensor, ok: Tensor) -> Tensor:
+    """``arange_of(t)`` where the bool scalar ``ok`` holds; where it does not, the length is
+    -1 and every runtime refuses it (tdag.run with a TdagError, torch.arange and ONNX's
+    ConstantOfShape with their own): a run-time check that lives in the data flow, so no
+    pass can drop it while the value it guards is used."""
+    return arange_of(ops.where(ok, ops.cast(t, DType.i64), -1))
+
+
+def checked_zero(ok: Tensor) -> Tensor:
+    """An i64 scalar 0 that raises at run time where the bool scalar ``ok`` is false: add it
+    to an index to make a check part of a value whose shape stays static."""
+    return ops.sum(checked_size(ops.full((), 0, DType.i64, like=ok), ok), 0)
+
+
+def broadcast_index(aranges: list, strides: list) -> Tensor:
+    """The row-major offsets of a grid: ``sum_k aranges[k][i_k] * strides[k]`` with one axis
+    per arange (each i64[u_k], a fresh size), so the result reads every arange that defines
+    its shape."""
+    rank = len(aranges)
+    shape = tuple(a.shape[0] for a in aranges)
+    total = None
+    for k, (a, stride) in enumerate(zip(aranges, strides)):
+        term = ops.mul(a, stride)
+        term = ops.unsqueeze(term, tuple(j for j in range(rank) if j != k)) if rank > 1 \
+            else term
+        term = ops.broadcast_to(term, shape)
+        total = term if total is None else ops.add(total, term)
+    return total
+
+
 def flat_nonzero(mask: Tensor) -> Tensor:
     """The row-major positions of a mask's true elements: i64[count]."""
     flat = ops.reshape(mask, (-1,)) if mask.ndim != 1 else mask
@@ -111,6 +141,5 @@ def _count(mask: Tensor, axis: int) -> Tensor:
     return ops.sum(ops.cast(mask, DType.i64), axis)
 
 
-__all__ = ["arange_of", "flat_nonzero", "mask_index", "masked_select", "nonzero", "size_of",
-           "unique",
-           "unique_all"]
+__all__ = ["arange_of", "broadcast_index", "checked_size", "checked_zero", "flat_nonzero",
+           "mask_index", "masked_select", "nonzero", "size_of", "unique", "unique_all"]
