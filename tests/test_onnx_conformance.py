@@ -1,0 +1,59 @@
+"""A fast, fixed subset of ONNX's node conformance sweep (benchmarks/onnx_conformance.py runs
+all 1,855 tensor cases): one or two cases of each op that onnx_ops_tensor.py, onnx_ops_norm.py
+and onnx_ops_loss.py add, each through to_torch and through to_onnx on onnxruntime. None may
+run and differ (WRONG) or raise a non-tdag exception (crash); each named here passes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+from onnx_conformance import BACKENDS, run_case  # noqa: E402
+
+# the generator modules that hold the cases below (importing only these keeps it fast)
+MODULES = ("gatherelements", "gathernd", "scatterelements", "scatternd", "topk", "argmax",
+           "argmin", "hardmax", "cumsum", "cumprod", "trilu", "onehot", "eyelike",
+           "depthtospace", "spacetodepth", "celu", "shrink", "thresholdedrelu", "swish",
+           "isinf", "bitshift", "bitwiseand", "bitwisenot", "hannwindow",
+           "layernormalization", "rmsnormalization", "lpnormalization", "attention",
+           "rotaryembedding", "negativeloglikelihoodloss", "softmax_cross_entropy_loss")
+CASES = [
+    "test_gather_elements_negative_indices", "test_gathernd_example_int32_batch_dim1",
+    "test_scatter_elements_with_reduction_max", "test_scatternd_add",
+    "test_top_k_smallest", "test_argmax_keepdims_random_select_last_index",
+    "test_argmin_no_keepdims_example_select_last_index", "test_hardmax_axis_1",
+    "test_cumsum_1d_reverse_exclusive", "test_cumprod_2d_axis_1", "test_triu_neg",
+    "test_tril_zero", "test_onehot_negative_indices", "test_eyelike_with_dtype",
+    "test_depthtospace_crd_mode_example", "test_spacetodepth_crd_mode_example",
+    "test_celu", "test_shrink_soft", "test_thresholdedrelu", "test_swish", "test_isinf",
+    "test_bitshift_right_int8_negative_shift", "test_bitshift_left_int32_shift_ge_width",
+    "test_bitwise_and_i16_3d", "test_bitwise_not_4d", "test_hannwindow_symmetric",
+    "test_layer_normalization_4d_axis_negative_2", "test_rms_normalization_3d_axis1_epsilon",
+    "test_l2normalization_axis_0", "test_attention_4d_gqa_with_past_and_present",
+    "test_attention_3d_causal", "test_attention_4d_attn_mask_bool",
+    "test_rotary_embedding_interleaved", "test_nllloss_NCd1d2_with_weight_reduction_mean",
+    "test_sce_mean_weight_ii_3d_log_prob",
+]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    from onnx_cases import node_cases  # noqa: PLC0415
+    return node_cases(tuple(CASES), modules=MODULES)
+
+
+def test_every_named_case_exists(cases):
+    assert set(CASES) <= set(cases), sorted(set(CASES) - set(cases))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case_passes_both_ways(cases, name):
+    model, ins, outs = cases[name]
+    result = run_case(model, ins, outs, limit=60)
+    for backend in BACKENDS:
+        kind, detail = result[backend]
+        assert kind == "pass", (backend, kind, detail)
