@@ -332,20 +332,22 @@ def check_per_sample_equals_eager(module, prog, example):
     torch.testing.assert_close(per_sample(stripped, example)[0], expected, rtol=1e-4, atol=1e-5)
 
 
-# the causal mask of transformers' GPT-2 and Llama indexes a table of positions broadcast over
-# the batch with arange(batch): that the gather is the identity per sample needs the index's
-# affine form in the sample index (i * 7 + j, 0 <= j < 7), which the walker does not track yet
-_ARANGE_BATCH = pytest.mark.xfail(strict=True, raises=BatchError, reason="an arange(batch) "
-                                  "gather in the causal mask")
-
-
-@pytest.mark.parametrize("name", ["gpt2", "llama", "whisper_encoder",
-                                  pytest.param("gpt2_no_cache", marks=_ARANGE_BATCH),
-                                  pytest.param("llama_no_cache", marks=_ARANGE_BATCH)])
+# with use_cache=False, the causal mask of transformers' GPT-2 and Llama gathers from positions
+# flattened over the batch at i * 7 + j (i = arange(batch), 0 <= j < 7), wrapped as
+# where(idx < 0, idx + n, idx): the index's affine form in the sample index makes the gather
+# each sample's own rows, and the wrap's bounds drop the n (a sum over the batch)
+@pytest.mark.parametrize("name", ["gpt2", "llama", "whisper_encoder", "gpt2_no_cache",
+                                  "llama_no_cache"])
 def test_transformers_model_with_a_symbolic_batch_strips(name):
     module, args = _hf(name)
     prog = tdag.from_torch(module, args(2), dynamic_batch=True)
     check_per_sample_equals_eager(module, prog, args(3))
+    rebatched = add_batch(strip_batch(prog), "n")
+    tdag.verify(rebatched)
+    example = args(4)
+    with torch.no_grad():
+        torch.testing.assert_close(tdag.run(rebatched, *example), module(*example),
+                                   rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "whisper_encoder", "gpt2_no_cache",

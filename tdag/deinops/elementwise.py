@@ -11,7 +11,17 @@ import torch
 from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import NoSpec, elementwise_cost, primitive, traffic
 from tdag.errors import ShapeError
-from tdag.ir.batching import Aligned
+from tdag.ir.batching import (
+    UNKNOWN,
+    Affine,
+    Aligned,
+    Pick,
+    nonnegative,
+    plus,
+    span,
+    times,
+    union,
+)
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.types import DType
@@ -128,11 +138,15 @@ def _poly(g, t, dtype, coefficients):
     return out
 
 
+def _neg_values(spec, facts, batch) -> Affine:
+    return times(facts[0], -1)  # -(s*i + r) = -s*i + (-r)
+
+
 for _op, (_fn, _float_only, _reason) in _UNARY.items():
     primitive(_op, NoSpec, 1, _unary_shape_rule(_op, _float_only), _unary_evaluator(_fn),
               elementwise_cost, _reason,
               traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
-              batch=Aligned(),
+              batch=Aligned(values=_neg_values if _op is Op.neg else None),
               torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx)
 
 
@@ -161,6 +175,10 @@ def _add_onnx(node, ins, g, cx):
     return g.node("Add", ins)
 
 
+def _add_values(spec, facts, batch) -> Affine:
+    return plus(*facts)  # (s*i + r) + (t*i + q) = (s+t)*i + (r+q)
+
+
 def _multiply_torch(node, a, code):
     return f"{a[0]} & {a[1]}" if node.type.dtype is DType.bool else f"{a[0]} * {a[1]}"
 
@@ -169,18 +187,35 @@ def _multiply_onnx(node, ins, g, cx):
     return g.node("And" if node.type.dtype is DType.bool else "Mul", ins)
 
 
+def _multiply_values(spec, facts, batch) -> Affine | None:
+    """(s*i + r) * k = s*k*i + r*k for a known integer k; the product of two unknowns with
+    a stride is no affine form (None)."""
+    for x, y in (facts, facts[::-1]):
+        k = y.constant
+        if k is not None and isinstance(k, int):
+            return times(x, k)
+    if any(f.stride for f in facts):
+        return None
+    bounds = [f.lo for f in facts] + [f.hi for f in facts]
+    if not all(isinstance(b, int) for b in bounds):
+        return UNKNOWN
+    (a, b), (c, d) = [(f.lo, f.hi) for f in facts]
+    products = (a * c, a * d, b * c, b * d)
+    return Affine(0, min(products), max(products))
+
+
 primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] + xs[1],
           elementwise_cost, "addition; with neg, subtraction; with pad, concat",
           traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
                   | Trait.SCALAR_OPERAND),
-          batch=Aligned(),
+          batch=Aligned(values=_add_values),
           torch=_add_torch, onnx=_add_onnx)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
           traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
                   | Trait.SCALAR_OPERAND),
-          batch=Aligned(),
+          batch=Aligned(values=_multiply_values),
           torch=_multiply_torch, onnx=_multiply_onnx)
 
 
@@ -307,6 +342,16 @@ def _where_torch(node, a, code):
     return f"torch.where({a[0]}, {a[1]}, {a[2]})"
 
 
+def _where_values(spec, facts, batch) -> Affine | Pick | None:
+    """A known condition picks a branch (the other need not exist per sample: the
+    negative-index wrap ``where(i < 0, i + n, i)``); else both branches share a stride."""
+    cond, a, b = facts
+    known = cond.constant
+    if known is not None:
+        return Pick(1 if known else 2)
+    return None if cond.stride else union(a, b)
+
+
 def _where_onnx(node, ins, g, cx):
     if node.type.dtype is DType.bool:  # onnxruntime has no bool Where: c & a | !c & b
         c, a, b = ins
@@ -318,7 +363,7 @@ primitive(Op.where, NoSpec, 3, _where_shape,
           lambda s, xs, r: torch.where(xs[0], xs[1], xs[2]), elementwise_cost,
           "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
-          batch=Aligned(),
+          batch=Aligned(values=_where_values),
           torch=_where_torch, onnx=_where_onnx)
 
 
@@ -358,6 +403,30 @@ _ONNX_COMPARE = {CompareKind.eq: "Equal", CompareKind.lt: "Less", CompareKind.le
                  CompareKind.gt: "Greater", CompareKind.ge: "GreaterOrEqual"}
 
 
+def _decide(kind: CompareKind, lo, hi) -> bool | None:
+    """``d <kind> 0`` for every ``lo <= d <= hi`` (None: a bound unknown), or None."""
+    def le(a, b):  # a <= b provably
+        return a is not None and b is not None and nonnegative(b - a)
+
+    below, above, zero = le(hi, -1), le(1, lo), le(0, lo) and le(hi, 0)
+    facts = {CompareKind.lt: (below, le(0, lo)), CompareKind.le: (le(hi, 0), above),
+             CompareKind.gt: (above, le(hi, 0)), CompareKind.ge: (le(0, lo), below),
+             CompareKind.eq: (zero, below or above), CompareKind.ne: (below or above, zero)}
+    true, false = facts[kind]
+    return True if true else False if false else None
+
+
+def _compare_values(spec: Compare, facts, batch) -> Affine | None:
+    """Decided where the bounds of a - b over every sample allow (an index known >= 0 is
+    not < 0); with equal strides the sample index cancels, so the per-sample compare is
+    exact anyway; with different strides only a decided compare has a per-sample form."""
+    a, b = facts
+    known = _decide(spec.kind, *span(plus(a, times(b, -1)), batch))
+    if known is not None:
+        return Affine(0, int(known), int(known))
+    return Affine(0, 0, 1) if a.stride == b.stride else None
+
+
 def _compare_onnx(node, ins, g, cx):
     if node.spec.kind is CompareKind.ne:
         return g.node("Not", [g.node("Equal", ins)])
@@ -370,7 +439,7 @@ primitive(Op.compare, Compare, 2, _compare_shape,
           lambda s, xs, r: _COMPARE[s.kind](xs[0], xs[1]), elementwise_cost,
           "comparisons make masks; no arithmetic composition yields a bool exactly",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
-          batch=Aligned(),
+          batch=Aligned(values=_compare_values),
           torch=_compare_torch, onnx=_compare_onnx)
 
 
@@ -387,9 +456,23 @@ def _cast_onnx(node, ins, g, cx):
     return g.cast(ins[0], node.spec.dtype)
 
 
+def _cast_values(spec: Cast, facts, batch) -> Affine | None:
+    """Wide integers keep the value; bools and floats keep no stride (a float sum of the
+    per-sample part and s*i rounds otherwise)."""
+    (a,) = facts
+    if spec.dtype in (DType.i64, DType.i32):
+        return a
+    if a.stride:
+        return None
+    if spec.dtype is DType.bool:
+        known = _decide(CompareKind.ne, a.lo, a.hi)
+        return Affine(0, 0, 1) if known is None else Affine(0, int(known), int(known))
+    return UNKNOWN
+
+
 primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           lambda s, xs, r: xs[0].to(s.dtype.torch), lambda s, ins, out: traffic(ins, out),
           "changes the element type; no arithmetic composition does",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE,
-          batch=Aligned(),
+          batch=Aligned(values=_cast_values),
           torch=_cast_torch, onnx=_cast_onnx)

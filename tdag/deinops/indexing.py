@@ -6,12 +6,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from tdag.deinops.codegen import dtype_expr
+from tdag.deinops.movement import Group, Permute, Squeeze
 from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
-from tdag.ir.batching import Aligned, Batched, Mixes, OperandRule
+from tdag.ir.batching import Affine, Aligned, Batched, Folded, Mixes, OperandRule, nonnegative
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import Dim, as_dim
+from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
 from tdag.ir.types import DType, TensorType, check_dim
 
 
@@ -43,10 +44,13 @@ def _gather_cost(spec, ins, out: TensorType) -> Cost:
 _BOTH_BATCHED = "looks up every sample's indices in every sample's table"
 
 
-def _gather_strip(spec: Gather, in_types, states) -> tuple:
+def _gather_strip(spec: Gather, in_types, states, facts) -> tuple:
     """Batched indices pick the same rows for every sample; a table batched off the gathered
-    axis is looked up per sample; one batched on it is gathered across samples."""
+    axis is looked up per sample; one batched on it is gathered across samples, unless the
+    index is the sample's own rows (``_own_rows``)."""
     table, index = states
+    if facts[1].stride:
+        return _own_rows(spec, table, index, facts[1])
     if table is not None and index is not None:
         raise Mixes(_BOTH_BATCHED)
     if index is not None:  # the index axes replace the gathered axis
@@ -60,13 +64,39 @@ def _gather_strip(spec: Gather, in_types, states) -> tuple:
     return spec, replace(table, axis=out)
 
 
+def _own_rows(spec: Gather, table, index, fact: Affine) -> tuple:
+    """A table with the batch folded into the gathered axis (``inner`` rows per sample, as
+    torch flattens positions repeated over the batch), indexed by ``inner * i + j`` with
+    ``0 <= j < inner`` (i the sample index): each sample looks up ``j`` in its own rows."""
+    own = (isinstance(table, Folded) and table.axis == spec.axis
+           and dims_equal(fact.stride, table.inner) and fact.lo is not None
+           and fact.hi is not None and nonnegative(fact.lo)
+           and nonnegative(table.inner - 1 - fact.hi))
+    if not own or not isinstance(index, Batched):
+        raise Mixes("looks up an index computed from the sample index (an arange over the "
+                    "batch) outside the sample's own rows")
+    return spec, Batched(spec.axis + index.axis)
+
+
+def _gather_values(spec: Gather, facts, batch) -> Affine | None:
+    """The table's values (its bounds); the index's stride is _gather_strip's business."""
+    table = facts[0]
+    return None if table.stride else Affine(0, table.lo, table.hi)
+
+
 def _gather_insert(spec: Gather, in_types, batched) -> tuple:
     """A batch axis 0 of the table moves the gathered axis on; one of the indices lands at
-    the gathered axis, where the index axes go."""
+    the gathered axis, where the index axes go. Both batched (each sample looks up its own
+    indices in its own table): the batch folds into the gathered axis, as torch flattens
+    it, and each sample's indices move on by its rows, ``n * i`` (``_own_rows`` read back)."""
     table, index = batched
-    if table and index:
-        raise Mixes(_BOTH_BATCHED)
-    return (Gather(spec.axis + 1), 0) if table else (spec, spec.axis)
+    if not (table and index):
+        return (Gather(spec.axis + 1), 0, None) if table else (spec, spec.axis, None)
+    n = in_types[0].shape[spec.axis]
+    perm = tuple(range(1, spec.axis + 1)) + (0,) + tuple(range(spec.axis + 1,
+                                                               in_types[0].rank + 1))
+    fold = ((Op.permute, Permute(perm)),) if spec.axis else ()
+    return spec, spec.axis, ((fold + ((Op.group, Group(spec.axis, 2)),), 0), ((), n))
 
 
 def _gather_torch(node, a, code):
@@ -83,7 +113,8 @@ def _gather_onnx(node, ins, g, cx):
 
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
-          traits=Trait.PICKS, batch=OperandRule(_gather_strip, _gather_insert),
+          traits=Trait.PICKS,
+          batch=OperandRule(_gather_strip, _gather_insert, values=_gather_values),
           torch=_gather_torch, onnx=_gather_onnx)
 
 
@@ -107,11 +138,31 @@ def _iota_onnx(node, ins, g, cx):
     return out if node.spec.dtype is DType.i64 else g.cast(out, node.spec.dtype)
 
 
+def _iota_values(spec: Iota, facts, batch) -> Affine:
+    """0 .. length-1; an iota over a symbolic batch is the sample index (``_iota_sample``)."""
+    if _counts_samples(spec, batch):
+        return Affine(1, 0, 0)
+    return Affine(0, 0, as_dim(spec.length - 1))
+
+
+def _iota_sample(spec: Iota, target, batch: Dim) -> tuple | None:
+    """Per sample, ``arange(batch)`` is ``i = 1 * i + 0``: the per-sample part is a 0."""
+    if not _counts_samples(spec, batch):
+        return None
+    return ((Op.iota, Iota(1, spec.dtype)), (Op.squeeze, Squeeze((0,))))
+
+
+def _counts_samples(spec: Iota, batch: Dim) -> bool:
+    # only a symbolic length says it counts samples: iota(3) at a static batch of 3 may be
+    # three positions
+    return not is_static(batch) and dims_equal(spec.length, batch)
+
+
 primitive(Op.iota, Iota, 0, _iota_shape,
           lambda s, xs, r: torch.arange(r(s.length), dtype=s.dtype.torch),
           lambda s, ins, out: Cost(0, 0, out.nbytes),
           "0, 1, ..., n-1 for a symbolic n (positions, masks); a const cannot be symbolic",
-          # no operands, so never batched: the walkers copy it (one over a symbolic batch
-          # size is refused as depending on it)
-          traits=Trait.NONE, batch=Aligned(),
+          # no operands, so never batched: the walkers copy it, except an iota over a
+          # symbolic batch, the sample index
+          traits=Trait.NONE, batch=Aligned(values=_iota_values, broadcast=_iota_sample),
           torch=_iota_torch, onnx=_iota_onnx)

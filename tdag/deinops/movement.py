@@ -27,6 +27,7 @@ from tdag.ir.batching import (
     nothing,
     plus1,
     same_axis,
+    same_values,
     shift,
 )
 from tdag.ir.op import Op
@@ -72,7 +73,7 @@ def _permute_onnx(node, ins, g, cx):
 _PERMUTE_BATCH = AxisRule(
     nothing, lambda s, t, p: s.perm.index(p),
     lambda s, t, p: Permute(shift((q for q in s.perm if q != p), p)),
-    lambda s: Permute((0,) + plus1(s.perm)))
+    lambda s: Permute((0,) + plus1(s.perm)), values=same_values)
 
 
 primitive(Op.permute, Permute, 1, _permute_shape,
@@ -131,7 +132,8 @@ _GROUP_BATCH = AxisRule(
     lambda s, t, p: p if p < s.axis else p - s.count + 1,
     lambda s, t, p: Group(s.axis - (p < s.axis), s.count),
     lambda s: Group(s.axis + 1, s.count),
-    mixing="merges the batch axis as an inner factor of a larger axis", along=_group_fold)
+    mixing="merges the batch axis as an inner factor of a larger axis", along=_group_fold,
+    values=same_values)
 
 
 primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
@@ -225,7 +227,8 @@ def _split_at(axis: int, sizes: list, j: int, rest: Dim, batch: Dim) -> tuple:
 _UNGROUP_BATCH = AxisRule(
     lambda s, t: {s.axis}, lambda s, t, p: p if p < s.axis else p + len(s.sizes) - 1,
     lambda s, t, p: Ungroup(s.axis - (p < s.axis), s.sizes),
-    lambda s: Ungroup(s.axis + 1, s.sizes), mixing="splits the batch axis", along=_ungroup_split)
+    lambda s: Ungroup(s.axis + 1, s.sizes), mixing="splits the batch axis", along=_ungroup_split,
+    values=same_values)
 
 
 primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
@@ -270,7 +273,8 @@ def _squeeze_onnx(node, ins, g, cx):
 _SQUEEZE_BATCH = AxisRule(
     lambda s, t: set(s.axes), lambda s, t, p: p - before(s.axes, p),
     lambda s, t, p: Squeeze(shift(s.axes, p)), lambda s: Squeeze(plus1(s.axes)),
-    mixing="squeezes the batch axis away (a static batch of 1: trace with a symbolic batch)")
+    mixing="squeezes the batch axis away (a static batch of 1: trace with a symbolic batch)",
+    values=same_values)
 
 
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
@@ -319,7 +323,7 @@ def _unsqueeze_out(spec: Unsqueeze, in_type: TensorType, p: int) -> int:
 _UNSQUEEZE_BATCH = AxisRule(
     nothing, _unsqueeze_out,
     lambda s, t, p: Unsqueeze(shift(s.axes, _unsqueeze_out(s, t, p))),
-    lambda s: Unsqueeze(plus1(s.axes)))
+    lambda s: Unsqueeze(plus1(s.axes)), values=same_values)
 
 
 primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movement_cost,
@@ -402,7 +406,8 @@ def _slice_drop(spec: Slice, in_type: TensorType, p: int) -> Slice:
 
 _SLICE_BATCH = AxisRule(
     _slice_touched, same_axis, _slice_drop, lambda s: replace(s, axes=plus1(s.axes)),
-    mixing="slices the batch axis (takes some samples)", folded=_slice_folded)
+    mixing="slices the batch axis (takes some samples)", folded=_slice_folded,
+    values=same_values)
 
 
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
@@ -506,7 +511,7 @@ def _select_onnx(node, ins, g, cx):
 _SELECT_BATCH = AxisRule(
     lambda s, t: {s.axis}, lambda s, t, p: p if p < s.axis else p - 1,
     lambda s, t, p: Select(s.axis - (p < s.axis), s.index),
-    lambda s: Select(s.axis + 1, s.index), mixing="selects one sample")
+    lambda s: Select(s.axis + 1, s.index), mixing="selects one sample", values=same_values)
 
 
 primitive(Op.select, Select, 1, _select_shape,
@@ -582,7 +587,7 @@ def _repeat_broadcast(spec: Repeat, target, batch: Dim) -> tuple | None:
 _REPEAT_BATCH = AxisRule(
     lambda s, t: set(s.axes), same_axis, lambda s, t, p: Repeat(shift(s.axes, p), s.sizes),
     lambda s: Repeat(plus1(s.axes), s.sizes), mixing="broadcasts a size-1 batch axis",
-    broadcast=_repeat_broadcast)
+    broadcast=_repeat_broadcast, values=same_values)
 
 
 primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,

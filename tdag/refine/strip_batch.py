@@ -33,16 +33,31 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tdag.deinops.movement import Permute, Repeat, Squeeze, Unsqueeze
+import torch
+
+from tdag.deinops.indexing import Iota
+from tdag.deinops.movement import Permute, Repeat, Select, Squeeze, Ungroup, Unsqueeze
 from tdag.errors import ShapeError, TdagError
-from tdag.ir.batching import Aligned, AxisRule, Batched, Folded, Mixes, OperandRule, Refuse, divide
-from tdag.ir.graph import TDAG, Node, Value
+from tdag.ir.batching import (
+    UNKNOWN,
+    Affine,
+    Aligned,
+    AxisRule,
+    Batched,
+    Folded,
+    Mixes,
+    OperandRule,
+    Pick,
+    Refuse,
+    divide,
+)
+from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.op import Op
 from tdag.ir.passes import gc_paused
 from tdag.ir.program import Block, Call, If, Loop, Program, all_steps, called_graphs
-from tdag.ir.record import record
-from tdag.ir.symbols import Dim, dims_equal, format_dim, free_symbols, is_static, symbol
-from tdag.ir.types import TensorType
+from tdag.ir.record import NoSpec, record
+from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, free_symbols, is_static, symbol
+from tdag.ir.types import DType, TensorKind, TensorType
 from tdag.ir.verify import block_types
 from tdag.refine.dataflow import Names, all_names, prune
 
@@ -128,6 +143,7 @@ class _Rewriter:
         self.names = Names(all_names(graph))
         self.shape_cache: dict = {}
         self.cache: dict = {}
+        self.weights = dict(graph.weights)
 
     def run(self):
         inputs = tuple(Value(v.name, self.new_type(v.type, self.state[v.name]))
@@ -135,15 +151,17 @@ class _Rewriter:
         self.types.update((v.name, v.type) for v in inputs)
         self.types.update((k, w.type) for k, w in self.graph.weights.items())
         for node in self.graph.nodes:
-            states = [self.state.get(n) for n in node.inputs]
-            if all(s is None for s in states):
-                self.state[node.name] = self.free(node)
-            else:
-                self.state[node.name] = self.rewrite(node, states)
+            self.state[node.name] = self.visit(node, [self.state.get(n) for n in node.inputs])
         outputs = tuple(self.env[n] for n in self.graph.outputs)
-        graph = prune(TDAG(inputs, self.graph.weights, self.nodes, outputs))
+        graph = prune(TDAG(inputs, self.weights, self.nodes, outputs))
         self.check(graph)
         return graph, [self.state.get(n) for n in self.graph.outputs]
+
+    def visit(self, node: Node, states) -> object:
+        """Rewrite one node; its output's state."""
+        if all(s is None for s in states):
+            return self.free(node)
+        return self.rewrite(node, states)
 
     def free(self, node: Node) -> object:
         """A node none of whose inputs depends on the batch: copied as it is."""
@@ -168,7 +186,7 @@ class _Rewriter:
     def emit_steps(self, origin: Node, steps, inputs, name: str | None) -> str:
         """Emit a rule's steps (``tdag.ir.batching``) on ``inputs``, the last node named
         ``name``; return the result (the first input where there are no steps)."""
-        x = inputs[0]
+        x = inputs[0] if inputs else None
         for k, (op, spec) in enumerate(steps):
             x = self.emit(origin, op, spec, inputs if k == 0 else [x],
                           name if k == len(steps) - 1 else None)
@@ -199,21 +217,85 @@ class _Rewriter:
 
 
 class _Strip(_Rewriter):
+    """Also tracks each integer value's ``Affine`` (``tdag.ir.batching``): its bounds, and
+    its stride in the sample index where it is computed from ``arange(batch)``."""
+
     pass_name = "strip_batch"
+
+    def __init__(self, graph: TDAG, states, batch: Dim):
+        super().__init__(graph, states, batch)
+        self.facts: dict[str, Affine] = {}
+        for name, w in graph.weights.items():
+            if w.kind is TensorKind.const and w.value is not None and w.value.numel() \
+                    and _integral(w.type.dtype):
+                self.facts[name] = Affine(0, int(w.value.min()), int(w.value.max()))
+        self.deferred: dict[str, BatchError] = {}
 
     def new_type(self, t: TensorType, state) -> TensorType:
         return _strip_type(t, state, self.batch)
 
+    def visit(self, node: Node, states) -> object:
+        """The node by its rule's kind, after its ``values`` hook: a picked operand stands
+        for it; a strided operand needs the hook (the per-sample program holds only the part
+        beside ``stride * i``), and a known result computed from one is built as a constant."""
+        facts = [self.facts.get(n, UNKNOWN) for n in node.inputs]
+        strided = any(f.stride for f in facts)
+        fact = self.values(node, facts, strided)
+        if isinstance(fact, Pick):
+            k = fact.operand
+            self.env[node.name] = self.env[node.inputs[k]]
+            fact, state = facts[k], states[k]
+        elif fact is None:
+            raise self.error(node, "reads the sample index (an arange over the batch) in a "
+                                   "way that has no per-sample form")
+        else:
+            state = super().visit(node, states)
+            if strided and fact.constant is not None:
+                self.env[node.name] = self.constant(node, fact.constant, state)
+                state = replace(state, broadcast=True) if isinstance(state, Batched) else state
+        if fact != UNKNOWN:
+            self.facts[node.name] = fact
+        return state
+
+    def values(self, node: Node, facts, strided: bool):
+        """The node's ``Affine`` (or ``Pick``) by its rule's hook; None where a strided
+        operand has no hook to read it."""
+        rule = record(node.op).batch
+        hook = rule.values if isinstance(rule, (AxisRule, Aligned, OperandRule)) else None
+        if hook is not None and (strided or _integral(node.type.dtype)
+                                 or any(f != UNKNOWN for f in facts)):
+            return hook(node.spec, facts, self.batch)
+        return None if strided else UNKNOWN
+
+    def constant(self, origin: Node, value, state) -> str:
+        """A per-sample value known to be ``value`` everywhere: a scalar const, broadcast."""
+        t = self.new_type(origin.type, state)
+        name = self.names.fresh(f"{origin.name}_known")
+        self.weights[name] = Weight(TensorKind.const, TensorType((), t.dtype),
+                                    torch.tensor(value, dtype=t.dtype.torch))
+        self.types[name] = self.weights[name].type
+        x = name
+        if t.rank:
+            x = self.emit(origin, Op.unsqueeze, Unsqueeze(tuple(range(t.rank))), [x])
+        axes = tuple(a for a, d in enumerate(t.shape) if not (is_static(d) and d == 1))
+        if axes:
+            x = self.emit(origin, Op.repeat, Repeat(axes, tuple(t.shape[a] for a in axes)), [x])
+        return x
+
     def free(self, node: Node) -> object:
         """A free node that broadcasts a value to the batch size (a repeat of a bias, of
-        zeros) is a broadcast over the batch: per sample, its rule's hook drops that axis."""
+        zeros) is a broadcast over the batch: per sample, its rule's hook drops that axis.
+        An iota over the batch is read the same way, but differs per sample: its ``Affine``
+        has a stride."""
         rule = record(node.op).batch
-        if isinstance(rule, AxisRule) and rule.broadcast is not None:
+        if isinstance(rule, (AxisRule, Aligned)) and rule.broadcast is not None:
             for a, size in enumerate(node.type.shape):
                 x = self.per_sample(node, Batched(a)) if dims_equal(size, self.batch) else None
                 if x is not None:
                     self.env[node.name] = x
-                    return Batched(a, broadcast=True)
+                    stride = self.values(node, [self.facts.get(n, UNKNOWN)
+                                                for n in node.inputs], False).stride
+                    return Batched(a, broadcast=not stride)
         return super().free(node)
 
     def per_sample(self, node: Node, target) -> str | None:
@@ -222,10 +304,10 @@ class _Strip(_Rewriter):
         key = (node.name, target)
         if key not in self.cache:
             rule = record(node.op).batch
-            hook = rule.broadcast if isinstance(rule, AxisRule) else None
+            hook = rule.broadcast if isinstance(rule, (AxisRule, Aligned)) else None
             steps = self.call(node, hook, node.spec, target, self.batch)
             self.cache[key] = None if steps is None else \
-                self.emit_steps(node, steps, [self.env[node.inputs[0]]], None)
+                self.emit_steps(node, steps, [self.env[n] for n in node.inputs], None)
         return self.cache[key]
 
     def call(self, node: Node, hook, *args):
@@ -243,6 +325,9 @@ class _Strip(_Rewriter):
             respec = rule.drop if isinstance(state, Batched) else rule.folded
             self.emit(node, node.op, respec(node.spec, in_type, p), [self.env[x]], node.name)
             return replace(state, axis=rule.out_axis(node.spec, in_type, p))
+        if self.facts.get(x, UNKNOWN).stride:
+            raise self.error(node, "works along the batch axis of a value computed from the "
+                                   "sample index (an arange over the batch)")
         done = self.call(node, rule.along, node.spec, in_type, state, self.batch)
         if done is not None:
             steps, out = done
@@ -303,14 +388,18 @@ class _Strip(_Rewriter):
     def materialize(self, name: str, state, user: Node) -> str:
         if state is None:
             return self.env[name]
-        if not _is_broadcast(state) or not is_static(self.batch):
-            raise self.error(user, f"mixes samples or depends on the batch size "
-                                   f"{format_dim(self.batch)}")
+        error = self.error(user, f"mixes samples or depends on the batch size "
+                                 f"{format_dim(self.batch)}")
+        if not _is_broadcast(state):
+            raise error
         key = (name, "full")
         if key not in self.cache:
             x = self.emit(user, Op.unsqueeze, Unsqueeze((state.axis,)), [self.env[name]])
             self.cache[key] = self.emit(user, Op.repeat, Repeat((state.axis,), (self.batch,)),
                                         [x])
+            # at a symbolic batch, the node is refused where it is live in the end (not a
+            # dead branch: the size n of the negative-index wrap where(i < 0, i + n, i))
+            self.deferred[self.cache[key]] = error
         return self.cache[key]
 
     def operands(self, node: Node, rule: OperandRule, states) -> object:
@@ -334,7 +423,8 @@ class _Strip(_Rewriter):
         """The rule's spec and output state; with no batched operand, the node as it is."""
         if all(s is None for s in states):
             return node.spec, None
-        return rule.strip(node.spec, [self.old_types[n] for n in node.inputs], states)
+        return rule.strip(node.spec, [self.old_types[n] for n in node.inputs], states,
+                          [self.facts.get(n, UNKNOWN) for n in node.inputs])
 
     def check(self, graph: TDAG) -> None:
         """A symbolic batch must be gone: a surviving node that still mentions it depends on
@@ -343,8 +433,14 @@ class _Strip(_Rewriter):
             return
         name = self.batch.name
         for node in graph.nodes:
+            if node.name in self.deferred:
+                raise self.deferred[node.name]
             if any(name in free_symbols(d) for d in node.type.shape):
                 raise self.error(node, f"depends on the batch size {name}: {node.type}")
+
+
+def _integral(dtype: DType) -> bool:
+    return dtype in (DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.bool)
 
 
 def _is_broadcast(state) -> bool:
@@ -386,6 +482,20 @@ class _Add(_Rewriter):
         self.emit(node, node.op, node.spec, inputs, node.name)
         return Batched(0)
 
+    def sample_offsets(self, user: Node, like: str, stride: Dim) -> str:
+        """``stride * i`` for the sample index i along axis 0, shaped like ``like``: the rows
+        ``0, stride, 2*stride, ...`` of an iota over ``batch * stride``."""
+        t = self.types[like]
+        x = self.emit(user, Op.iota, Iota(as_dim(self.batch * stride), t.dtype), [])
+        x = self.emit(user, Op.ungroup, Ungroup(0, (self.batch, stride)), [x])
+        x = self.emit(user, Op.select, Select(1, 0), [x])
+        if t.rank > 1:
+            x = self.emit(user, Op.unsqueeze, Unsqueeze(tuple(range(1, t.rank))), [x])
+        axes = tuple(a for a in range(1, t.rank) if not (is_static(t.shape[a]) and t.shape[a] == 1))
+        if axes:
+            x = self.emit(user, Op.repeat, Repeat(axes, tuple(t.shape[a] for a in axes)), [x])
+        return x
+
     def broadcast(self, name: str, user: Node) -> str:
         """A free operand next to a batched one: unsqueeze + repeat over the batch."""
         if name not in self.cache:
@@ -395,11 +505,16 @@ class _Add(_Rewriter):
 
     def operands(self, node: Node, rule: OperandRule, states) -> object:
         try:
-            spec, axis = rule.insert(node.spec, [self.old_types[n] for n in node.inputs],
-                                     [s is not None for s in states])
+            spec, axis, prep = rule.insert(node.spec, [self.old_types[n] for n in node.inputs],
+                                           [s is not None for s in states])
         except Mixes as exc:
             raise self.mixes(node, str(exc)) from None
         inputs = [self.env[n] for n in node.inputs]
+        for k, (steps, stride) in enumerate(prep or ()):
+            inputs[k] = self.emit_steps(node, steps, [inputs[k]], None)
+            if not (is_static(stride) and stride == 0):
+                inputs[k] = self.emit(node, Op.add, NoSpec(),
+                                      [inputs[k], self.sample_offsets(node, inputs[k], stride)])
         if axis == 0:
             self.emit(node, node.op, spec, inputs, node.name)
             return Batched(0)
