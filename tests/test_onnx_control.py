@@ -45,10 +45,9 @@ EXCLUDED = {
 # -- (a) conformance ----------------------------------------------------------------------------
 
 CASES = node_cases(PREFIXES, modules=("loop", "if_", "scan", "rnn", "gru", "lstm"))
-# its body's x[i:i+1], i the iteration, is a Slice whose bounds are data: its length is a
-# fresh size (tdag/deinops/runtime.py), which a carried value declared f32[1] cannot take
-# (tdag cannot prove i+1 - i == 1 from data)
-XFAIL = {"test_loop11": "a carried value sliced with bounds computed from data"}
+# (test_loop11's body slices x[i:i+1], i the iteration: from_onnx sees that the bounds differ
+# by 1, so the slice has the static length 1 its carried value is declared with)
+XFAIL: dict = {}
 RUN = [pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True,
                                                raises=tdag.UnsupportedOpError))
        if n in XFAIL else n for n in sorted(set(CASES) - set(EXCLUDED))]

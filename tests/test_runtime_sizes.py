@@ -257,3 +257,29 @@ def test_a_bad_runtime_shape_raises_everywhere(name, args):
         tdag.to_torch(prog)(*args)
     with pytest.raises(Exception, match="ConstantOfShape|shape|Shape"):
         run_onnx(tdag.to_onnx(prog), *args)
+
+
+def test_a_slice_between_i_and_i_plus_1_has_length_1_and_checks_its_start():
+    nodes = [helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+                 "one", I64, [1], [1])),
+             helper.make_node("Add", ["s", "one"], ["e"]),
+             helper.make_node("Slice", ["x", "s", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [5]),
+        helper.make_tensor_value_info("s", I64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    prog = tdag.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert str(prog.graph.output_types[0]) == "f32[1]"
+    x = torch.arange(5.0)
+    module, reified = tdag.to_torch(prog), tdag.to_onnx(prog)
+    for s in (0, 4, -2):
+        expected = x[s:s + 1] if s != -2 else x[3:4]
+        for run in (lambda *a: tdag.run(prog, *a), module, lambda *a: run_onnx(reified, *a)):
+            _equal(run(x, torch.tensor([s])), expected, f"start {s}")
+    for s in (5, -1, -6):  # clamped by ONNX to another length: refused, never answered
+        with pytest.raises(tdag.TdagError):
+            tdag.run(prog, x, torch.tensor([s]))
+        with pytest.raises(RuntimeError):
+            module(x, torch.tensor([s]))
+        with pytest.raises(Exception, match="ConstantOfShape|shape|Shape"):
+            run_onnx(reified, x, torch.tensor([s]))

@@ -188,6 +188,7 @@ class _Importer:
         self.problems = shared.problems
         self.env = _Env(env)
         self.builder, self.local = Builder(), {}
+        self.offsets: dict = {}  # int tensor name -> (root name, constant): onnx_runtime.py
         self.steps: list = []
         self.last_use = last_uses(graph)
         self.graph_outputs_hook = None
@@ -266,7 +267,7 @@ class _Importer:
             self.steps.append(Call(name, tuple(v.name for v in graph.inputs), names))
             for (key, value), block_name in zip(outs, names):
                 self.env[key] = Boundary(block_name, value.type)
-        self.builder, self.local = Builder(), {}
+        self.builder, self.local, self.offsets = Builder(), {}, {}
 
     # -- graph boundary -------------------------------------------------------------------------
 

@@ -92,8 +92,18 @@ def _binary(fn, fold=None):
     return convert
 
 
-OPS["Add"] = _binary(ops.add, operator.add)
-OPS["Sub"] = _binary(ops.sub, operator.sub)
+def _offset(fn, sign: int):
+    """Add and Sub, noting an integer tensor a constant away from another (a loop counter
+    plus one): a Slice between the two has a constant length."""
+    def convert(ctx, a, b):
+        out = fn(ctx, a, b)
+        runtime.note_offset(ctx, out, a, b, sign)
+        return out
+    return convert
+
+
+OPS["Add"] = _offset(_binary(ops.add, operator.add), 1)
+OPS["Sub"] = _offset(_binary(ops.sub, operator.sub), -1)
 OPS["Mul"] = _binary(ops.mul, operator.mul)
 OPS["And"] = _binary(ops.logical_and)
 OPS["Or"] = _binary(ops.logical_or)
@@ -417,7 +427,9 @@ def _squeeze(ctx, x, axes=None):
     axes = _norm_axes(axes, rank)
     if isinstance(x, Known):
         return Known(np.squeeze(x.values, axes), x.dtype)
-    return ops.squeeze(ctx.tensor(x), axes)
+    out = ops.squeeze(ctx.tensor(x), axes)
+    runtime.keep_offset(ctx, out, x)
+    return out
 
 
 @register("Unsqueeze")
@@ -428,7 +440,9 @@ def _unsqueeze(ctx, x, axes=None):
     axes = tuple(sorted(_norm_axes(axes, len(x.shape) + len(axes))))
     if isinstance(x, Known):
         return Known(np.expand_dims(x.values, axes), x.dtype)
-    return ops.unsqueeze(ctx.tensor(x), axes)
+    out = ops.unsqueeze(ctx.tensor(x), axes)
+    runtime.keep_offset(ctx, out, x)
+    return out
 
 
 @register("Concat")

@@ -14,9 +14,10 @@ The entries in onnx_ops.py call these when ``ctx.known`` of the input is None.
 from __future__ import annotations
 
 from tdag import ops
+from tdag.canonicalize.onnx_values import Known
 from tdag.deinops.builder import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
-from tdag.ir.symbols import is_static
+from tdag.ir.symbols import dims_equal, is_static, product
 from tdag.ir.types import DType
 
 I64 = DType.i64
@@ -250,11 +251,72 @@ def _bounds(n, start, end, step):
     return start, ops.maximum(count, 0)
 
 
+# -- integer tensors that differ by a constant ------------------------------------------------
+
+def note_offset(ctx, out, a, b, sign: int) -> None:
+    """Remember that ``out = a + sign * b`` is an integer tensor a constant away from another
+    (``end = i + 1`` for a loop counter i), element by element: a Slice between the two then
+    has a constant length (``slice_fixed``)."""
+    if not isinstance(out, Tensor) or out.dtype.is_float:
+        return
+    for base, const, factor in ((a, b, sign), (b, a, 1 if sign > 0 else 0)):
+        if factor and isinstance(base, Tensor) and isinstance(const, Known) and const.static:
+            values = {int(v) for v in const.dims()}
+            if len(values) == 1 and dims_equal(product(base.shape), product(out.shape)):
+                root, offset = ctx.importer.offsets.get(base.name, (base.name, 0))
+                ctx.importer.offsets[out.name] = (root, offset + factor * values.pop())
+                return
+
+
+def keep_offset(ctx, out, x) -> None:
+    """``out`` holds ``x``'s elements in the same order (Unsqueeze, Squeeze, Reshape)."""
+    if isinstance(out, Tensor) and isinstance(x, Tensor) and not x.dtype.is_float:
+        ctx.importer.offsets[out.name] = ctx.importer.offsets.get(x.name, (x.name, 0))
+
+
+def _span(ctx, starts, ends) -> int | None:
+    """``ends - starts`` where both are offsets of one tensor, else None."""
+    if not (isinstance(starts, Tensor) and isinstance(ends, Tensor)):
+        return None
+    offsets = ctx.importer.offsets
+    (a, i), (b, j) = (offsets.get(v.name, (v.name, 0)) for v in (starts, ends))
+    return j - i if a == b and j >= i else None
+
+
+def slice_fixed(ctx, x, starts, span: int, axes: list, steps: list) -> Tensor:
+    """A slice ``[s, s + span)`` with s given at run time: ``ceil(span / step)`` elements
+    from ``s``, a static length; a start for which ONNX would clamp (out of the axis) raises
+    at run time (``checked_zero``), where the length would differ."""
+    x, starts = ctx.tensor(x), int_vector(ctx, starts, "starts")
+    for k, (axis, step) in enumerate(zip(axes, steps)):
+        n, start = _size(x, axis), _entry(starts, k)
+        end = ops.add(start, span)
+        inside = _all([ops.ge(start, 0), ops.le(end, n)])
+        from_end = _all([ops.ge(start, ops.neg(n)), ops.lt(end, 0)])
+        first = ops.where(ops.lt(start, 0), ops.add(start, n), start)
+        first = ops.add(first, ops.checked_zero(ops.logical_or(inside, from_end)))
+        length = -(-span // step)
+        index = ops.add(ops.mul(ops.iota(length, I64, x.builder), step), first)
+        x = ops.gather(x, index, axis, wrap=False)
+    return x
+
+
 def slice_(ctx, x, starts, ends, axes, steps) -> Tensor:
     """Slice with any of starts, ends, axes, steps given at run time: each sliced axis a
     fresh size (when the axes are run-time values, every axis is one); the slice is a
     gather of ``start + step * arange``. Starts and ends that differ by a constant (ends =
     starts + 1, as a loop counter gives) keep that constant length (``slice_fixed``)."""
+    span = _span(ctx, starts, ends)
+    known_steps = ctx.known(steps) if steps is not None else None
+    if span is not None and (axes is None or isinstance(axes, list)) and \
+            (steps is None or known_steps is not None and known_steps.static):
+        count = int(ctx.tensor(starts).shape[0]) if ctx.tensor(starts).ndim else 1
+        plan, _ = _axis_plan(ctx, ctx.tensor(x), list(range(count)) if axes is None else axes,
+                             count)
+        step_values = [int(v) for v in known_steps.dims()] if steps is not None \
+            else [1] * count
+        if len(step_values) == count and all(v > 0 for v in step_values):
+            return slice_fixed(ctx, x, starts, span, [a for a, _ in plan], step_values)
     x = ctx.tensor(x)
     starts, ends = int_vector(ctx, starts, "starts"), int_vector(ctx, ends, "ends")
     count = int(starts.shape[0])
