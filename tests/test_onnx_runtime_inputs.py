@@ -3,6 +3,10 @@ ends) arrive at run time, and the ops whose output size data decides (NonZero, C
 Unique), each through tdag.run, tdag.to_torch and tdag.to_onnx on onnxruntime against the
 outputs the case ships.
 
+Inputs of the PINNED ops (their value decides the output's rank or axes) are pinned to the
+case's values with ``tdag.from_onnx(model, inputs=...)`` and dropped from the arguments; every
+other shape-like input is passed at run time (a fresh size).
+
 The cases come from ``onnx.backend.test.case.node``'s generators (this onnx wheel ships them
 but not the case folders). ``PASSING`` is the count this checkout passes, so a regression or a
 newly passing case both show here; run this file as a script for the list of each.
