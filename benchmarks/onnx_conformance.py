@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import json
 import os
 import signal
@@ -161,6 +162,36 @@ def _classify(error: BaseException) -> tuple:
     return "crash", f"{type(error).__name__}: {error}"
 
 
+def _ort_value(array) -> ort.OrtValue:
+    """An onnxruntime value; bfloat16 and float8 (ml_dtypes, which its numpy bridge refuses)
+    from their raw bits."""
+    array = np.ascontiguousarray(array)
+    code = _ONNX_TYPES.get(array.dtype.name)
+    if code is None:
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    bits = array.view(np.uint16 if array.dtype.itemsize == 2 else np.uint8)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, code)
+
+
+def _from_ort(value: ort.OrtValue) -> np.ndarray:
+    kind = value.data_type().removeprefix("tensor(").removesuffix(")")
+    if kind not in _ONNX_TYPES:
+        return value.numpy()
+    import ml_dtypes  # noqa: PLC0415  (onnx's own dependency)
+    dtype = np.dtype(getattr(ml_dtypes, kind))
+    count = int(np.prod(value.shape()))
+    raw = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(value.data_ptr()) \
+        if count else b""
+    return np.frombuffer(bytes(raw), dtype=dtype).reshape(value.shape()).copy()
+
+
+_ONNX_TYPES = {"bfloat16": onnx.TensorProto.BFLOAT16,
+               "float8_e4m3fn": onnx.TensorProto.FLOAT8E4M3FN,
+               "float8_e4m3fnuz": onnx.TensorProto.FLOAT8E4M3FNUZ,
+               "float8_e5m2": onnx.TensorProto.FLOAT8E5M2,
+               "float8_e5m2fnuz": onnx.TensorProto.FLOAT8E5M2FNUZ}
+
+
 def _ort_run(model: onnx.ModelProto, inputs: list) -> list:
     onnx.checker.check_model(model, full_check=True)
     options = ort.SessionOptions()
@@ -168,8 +199,8 @@ def _ort_run(model: onnx.ModelProto, inputs: list) -> list:
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), inputs)}
-    return session.run(None, feeds)
+    feeds = {i.name: _ort_value(a) for i, a in zip(session.get_inputs(), inputs)}
+    return [_from_ort(v) for v in session.run_with_ort_values(None, feeds)]
 
 
 def _first_line(text: str, width: int = 200) -> str:

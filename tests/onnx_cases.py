@@ -48,8 +48,13 @@ def _from_generators(prefixes, modules) -> dict:
         for module in modules or ():
             importlib.import_module(f"onnx.backend.test.case.node.{module}")
     found = node._NodeTestCases
-    return {c.name: (c.model, *c.data_sets[0]) for c in found
+    return {c.name: (c.model, *(_arrays(d) for d in c.data_sets[0])) for c in found
             if not prefixes or c.name.startswith(prefixes)}
+
+
+def _arrays(values: list) -> list:
+    """A data set's values as arrays (some generators hand TensorProtos, e.g. Cast's)."""
+    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
 
 
 def node_cases(prefixes: tuple = (), modules: tuple | None = None) -> dict:
