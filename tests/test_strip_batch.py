@@ -234,6 +234,41 @@ def test_a_broadcast_operand_of_an_operand_rule_is_rebuilt_at_full_size():
     check_strip(prog, (torch.randn(3, 4),))
 
 
+# -- index arithmetic over arange(batch) ------------------------------------------------------
+
+def own_rows(x, shift=0):
+    """Each sample's rows of a table with the batch folded in, by ``i * s + j`` (as
+    transformers' causal masks index positions flattened over the batch)."""
+    b, s, d = x.shape
+    table = ops.reshape(ops.exp(x), (b * s, d))
+    index = ops.unsqueeze(ops.iota(b), 1) * s + ops.unsqueeze(ops.iota(s), 0) + shift
+    return ops.gather(table, index, 0)  # wrapped: where(index < 0, index + b*s, index)
+
+
+def test_a_gather_of_each_samples_own_rows_by_arange_batch_strips_and_rebatches():
+    prog = tdag.trace(own_rows, tdag.TensorSpec(("b", 7, 3)))
+    stripped = check_strip(prog, (torch.randn(3, 7, 3),))
+    # the wrap's branch with b*s (a sum over the batch) is gone with its condition decided
+    assert not [n for n in stripped.graph.nodes if n.op is Op.reduce]
+    x = torch.randn(4, 7, 3)
+    assert close(outputs(add_batch(stripped, "n"), x), (x.exp(),))
+
+
+@pytest.mark.parametrize("fn,reason", [
+    (lambda x: own_rows(x, shift=1), "outside the sample's own rows"),
+    (lambda x: ops.exp(x) + ops.cast(ops.unsqueeze(ops.iota(x.shape[0]), 1), "f32")[:, :, None],
+     "reads the sample index"),
+    (lambda x: x * ops.cast(ops.sum(ops.iota(x.shape[0]), 0), "f32"), "reduce reads the sample"),
+    (lambda x: ops.gather(ops.flatten(x), ops.flatten(ops.expand(
+        ops.unsqueeze(ops.iota(x.shape[0]), 1), (x.shape[0], 21))), 0),
+     "group works along the batch axis of a value computed from the sample index"),
+], ids=["another_samples_rows", "sample_index_as_data", "sum_of_sample_index", "folded"])
+def test_the_sample_index_used_other_than_as_an_offset_is_refused(fn, reason):
+    prog = tdag.trace(fn, tdag.TensorSpec(("b", 7, 3)))
+    with pytest.raises(BatchError, match=reason):
+        strip_batch(prog)
+
+
 # -- controllers ------------------------------------------------------------------------------
 
 def _loop_program(count=3) -> Program:

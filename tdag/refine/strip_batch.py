@@ -23,6 +23,13 @@ producer's rule rebuilds it without the batch axis. An op that works along the b
 reduction over it, a gather along it, a slice of it) mixes samples and raises ``BatchError``
 naming the node and its module path.
 
+Integer values also carry an ``Affine`` fact, by their rules' ``values`` hooks: bounds, and a
+stride in the sample index for values computed from ``arange(batch)`` (the per-sample program
+holds what is left beside ``stride * i``). Bounds decide comparisons, so a ``where`` on a
+known condition is its chosen operand (the other branch, often a size that depends on the
+batch, goes); a gather's rule reads ``inner * i + j`` into a table with the batch folded in as
+each sample's own rows. ``add_batch`` folds such a gather back (rows moved on by ``n * i``).
+
 >>> import tdag, torch
 >>> from tdag import ops
 >>> prog = tdag.trace(lambda x: ops.exp(x) + 1.0, tdag.TensorSpec(("b", 4)))
