@@ -4,3 +4,4 @@ Imported after onnx_ops_nn, so an entry here is the one in force."""
 import tdag.canonicalize.onnx_ops_loss  # noqa: F401
 import tdag.canonicalize.onnx_ops_norm  # noqa: F401
 import tdag.canonicalize.onnx_ops_tensor  # noqa: F401
+import tdag.canonicalize.onnx_ops_quant  # noqa: F401
