@@ -447,3 +447,72 @@ def _hamming(ctx, size):
 def _blackman(ctx, size):
     return _window(ctx, size, (0.42, -0.5, 0.08))
 
+
+
+# -- crops, reversals, pooled norms -------------------------------------------------------------
+
+@register("CenterCropPad")
+def _center_crop_pad(ctx, x, shape):
+    """Crop (the centre, the extra cell at the end) or zero-pad (likewise) each axis to the
+    target size."""
+    x = ctx.tensor(x)
+    sizes = [int(s) for s in ctx.ints(shape, "shape")]
+    axes = ctx.attr("axes") or list(range(x.ndim))
+    if len(axes) != len(sizes):
+        raise InvalidModelError(f"CenterCropPad: {len(sizes)} sizes for axes {list(axes)}")
+    for axis, size in zip(axes, sizes):
+        axis = _norm(axis, x.ndim)
+        dim = x.shape[axis]
+        if not is_static(dim):
+            raise UnsupportedOpError(f"CenterCropPad of the symbolic axis {dim}")
+        if size < dim:
+            start = (dim - size) // 2
+            x = ops.slice(x, axis, start, start + size)
+        elif size > dim:
+            before = (size - dim) // 2
+            widths = [(0, 0)] * x.ndim
+            widths[axis] = (before, size - dim - before)
+            x = ops.pad(x, widths, 0)
+    return x
+
+
+@register("ReverseSequence")
+def _reverse_sequence(ctx, x, lengths):
+    """Reverse the first lengths[b] steps of each batch entry along the time axis: a gather
+    along time at index len - 1 - t (t < len), t elsewhere."""
+    x = ctx.tensor(x)
+    time, batch = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    lengths = ops.cast(ctx.tensor(lengths), DType.i64)
+    steps = ops.iota(x.shape[time], "i64", x.builder)
+    shape_t, shape_b = [1] * x.ndim, [1] * x.ndim
+    shape_t[time], shape_b[batch] = x.shape[time], x.shape[batch]
+    t = ops.reshape(steps, tuple(shape_t))
+    n = ops.reshape(lengths, tuple(shape_b))
+    index = ops.where(ops.lt(t, n), ops.sub(ops.sub(n, 1), t), t)
+    return indexing.gather(x, time, ops.broadcast_to(index, tuple(x.shape)))
+
+
+@register("MeanVarianceNormalization")
+def _mvn(ctx, x):
+    x = ctx.tensor(x)
+    axes = tuple(_norm(a, x.ndim) for a in (ctx.attr("axes") or [0, 2, 3]))
+    mean = ops.mean(x, axes, True)
+    spread = ops.sqrt(ops.sub(ops.mean(ops.mul(x, x), axes, True), ops.mul(mean, mean)))
+    return ops.div(ops.sub(x, mean), ops.add(spread, 1e-9))
+
+
+@register("LpPool")
+def _lp_pool(ctx, x):
+    """(sum over each window of |x|**p) ** (1/p): a window mean of |x|**p over the whole
+    kernel (pads count as zeros), times the kernel's size."""
+    from tdag.canonicalize.onnx_ops_nn import _kernel, _pre_pad, _window  # noqa: PLC0415
+    x = ctx.tensor(x)
+    kernel = _kernel(ctx, x)
+    strides, dilations, begins, ends = _window(ctx, x, kernel)
+    if any(d != 1 for d in dilations):
+        raise UnsupportedOpError("LpPool: dilations")
+    p = ctx.attr("p", 2)
+    powered = ops.pow(ops.abs(x), float(p))
+    powered, padding = _pre_pad(powered, begins, ends)
+    mean = ops.avg_pool(powered, kernel, strides, padding, ctx.flag("ceil_mode", 0), True)
+    return ops.pow(ops.mul(mean, float(math.prod(kernel))), 1.0 / p)
