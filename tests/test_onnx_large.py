@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 from guards import run_onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import tdag
 from tdag.canonicalize import onnx_load
@@ -25,22 +25,29 @@ from tdag.reify import write_onnx
 to_onnx_module = importlib.import_module("tdag.reify.to_onnx")
 
 
-def _matmul_model(rows: int, cols: int) -> tuple[onnx.ModelProto, np.ndarray]:
+def _matmul_model(folder, rows: int, cols: int) -> tuple[str, np.ndarray]:
+    """``folder/model.onnx`` computing relu(x @ w), w in ``model.onnx.data`` beside it
+    (written directly: a model past 2 GiB cannot be serialized whole to begin with)."""
     w = np.random.default_rng(0).random((rows, cols), dtype=np.float32)
+    w.tofile(folder / "model.onnx.data")
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[rows, cols])
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "model.onnx.data"), ("offset", "0"),
+                       ("length", str(w.nbytes))):
+        weight.external_data.add(key=key, value=value)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
         "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", rows])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w")])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    return model, w
+    onnx.save(model, folder / "model.onnx")
+    return str(folder / "model.onnx"), w
 
 
-def _round_trip(tmp_path, model, w, rows):
-    src = tmp_path / "in" / "model.onnx"
-    src.parent.mkdir()
-    onnx.save_model(model, src, save_as_external_data=True, location="model.onnx.data")
+def _round_trip(tmp_path, rows, cols):
+    (tmp_path / "in").mkdir()
+    src, w = _matmul_model(tmp_path / "in", rows, cols)
     prog = tdag.from_onnx(src)
     x = torch.rand(3, rows, generator=torch.Generator().manual_seed(0))
     expected = torch.relu(x @ torch.from_numpy(w))
@@ -59,12 +66,10 @@ def test_a_model_past_the_limit_is_checked_as_a_skeleton_and_written_with_extern
         tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_load, "PROTO_LIMIT", 2**20)
     monkeypatch.setattr(to_onnx_module, "EXTERNAL_ABOVE", 2**20)
-    model, w = _matmul_model(600, 700)
-    prog = _round_trip(tmp_path, model, w, 600)
+    prog = _round_trip(tmp_path, 600, 700)
     assert str(prog.graph.output_types[0]) == "f32[b,700]"
 
 
 @pytest.mark.slow
 def test_a_model_over_2_gib_imports_and_re_emits(tmp_path):
-    model, w = _matmul_model(24_000, 24_000)  # 2.3 GB of float32
-    _round_trip(tmp_path, model, w, 24_000)
+    _round_trip(tmp_path, 24_000, 24_000)  # 2.3 GB of float32
