@@ -1,7 +1,8 @@
 """A fast, fixed subset of ONNX's node conformance sweep (benchmarks/onnx_conformance.py runs
-all 1,855 tensor cases): one or two cases of each op that onnx_ops_tensor.py, onnx_ops_norm.py
-and onnx_ops_loss.py add, each through to_torch and through to_onnx on onnxruntime. None may
-run and differ (WRONG) or raise a non-tdag exception (crash); each named here passes.
+all 1,855 tensor cases): one or two cases of each op that onnx_ops_tensor.py, onnx_ops_norm.py,
+onnx_ops_loss.py and onnx_ops_quant.py add, each through to_torch and through to_onnx on
+onnxruntime. None may run and differ (WRONG) or raise a non-tdag exception (crash); each
+named here passes.
 """
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ MODULES = ("gatherelements", "gathernd", "scatterelements", "scatternd", "topk",
            "depthtospace", "spacetodepth", "celu", "shrink", "thresholdedrelu", "swish",
            "isinf", "bitshift", "bitwiseand", "bitwisenot", "hannwindow",
            "layernormalization", "rmsnormalization", "lpnormalization", "attention",
-           "rotaryembedding", "negativeloglikelihoodloss", "softmax_cross_entropy_loss")
+           "rotaryembedding", "negativeloglikelihoodloss", "softmax_cross_entropy_loss",
+           "quantizelinear", "dequantizelinear", "dynamicquantizelinear", "qlinearmatmul",
+           "matmulinteger", "convinteger", "qlinearconv", "lppool", "center_crop_pad",
+           "reversesequence", "meanvariancenormalization")
 CASES = [
     "test_gather_elements_negative_indices", "test_gathernd_example_int32_batch_dim1",
     "test_scatter_elements_with_reduction_max", "test_scatternd_add",
@@ -36,7 +40,11 @@ CASES = [
     "test_l2normalization_axis_0", "test_attention_4d_gqa_with_past_and_present",
     "test_attention_3d_causal", "test_attention_4d_attn_mask_bool",
     "test_rotary_embedding_interleaved", "test_nllloss_NCd1d2_with_weight_reduction_mean",
-    "test_sce_mean_weight_ii_3d_log_prob",
+    "test_sce_mean_weight_ii_3d_log_prob", "test_quantizelinear_axis",
+    "test_dequantizelinear_blocked", "test_dynamicquantizelinear_min_adjusted",
+    "test_qlinearmatmul_2D_int8_float32", "test_matmulinteger", "test_convinteger_with_padding",
+    "test_qlinearconv", "test_lppool_2d_same_upper", "test_center_crop_pad_crop_and_pad",
+    "test_reversesequence_batch", "test_mvn",
 ]
 
 
