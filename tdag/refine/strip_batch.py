@@ -234,7 +234,7 @@ class _Strip(_Rewriter):
         self.facts: dict[str, Affine] = {}
         for name, w in graph.weights.items():
             if w.kind is TensorKind.const and w.value is not None and w.value.numel() \
-                    and _integral(w.type.dtype):
+                    and w.type.dtype in _INTEGRAL:
                 self.facts[name] = Affine(0, int(w.value.min()), int(w.value.max()))
         self.deferred: dict[str, BatchError] = {}
 
@@ -245,7 +245,10 @@ class _Strip(_Rewriter):
         """The node by its rule's kind, after its ``values`` hook: a picked operand stands
         for it; a strided operand needs the hook (the per-sample program holds only the part
         beside ``stride * i``), and a known result computed from one is built as a constant."""
-        facts = [self.facts.get(n, UNKNOWN) for n in node.inputs]
+        known = [self.facts.get(n) for n in node.inputs]
+        if not any(known) and node.type.dtype not in _INTEGRAL:
+            return super().visit(node, states)  # nothing known, nothing to learn
+        facts = [UNKNOWN if f is None else f for f in known]
         strided = any(f.stride for f in facts)
         fact = self.values(node, facts, strided)
         if isinstance(fact, Pick):
@@ -269,7 +272,7 @@ class _Strip(_Rewriter):
         operand has no hook to read it."""
         rule = record(node.op).batch
         hook = rule.values if isinstance(rule, (AxisRule, Aligned, OperandRule)) else None
-        if hook is not None and (strided or _integral(node.type.dtype)
+        if hook is not None and (strided or node.type.dtype in _INTEGRAL
                                  or any(f != UNKNOWN for f in facts)):
             return hook(node.spec, facts, self.batch)
         return None if strided else UNKNOWN
@@ -446,8 +449,7 @@ class _Strip(_Rewriter):
                 raise self.error(node, f"depends on the batch size {name}: {node.type}")
 
 
-def _integral(dtype: DType) -> bool:
-    return dtype in (DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.bool)
+_INTEGRAL = frozenset((DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.bool))
 
 
 def _is_broadcast(state) -> bool:
