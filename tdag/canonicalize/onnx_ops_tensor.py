@@ -21,7 +21,7 @@ import torch
 
 from tdag import ops
 from tdag.canonicalize.aten import indexing, scatter, sorting
-from tdag.canonicalize.onnx_ops import _norm, register
+from tdag.canonicalize.onnx_ops import _cumsum_symbolic, _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
@@ -172,11 +172,16 @@ def _scan(ctx, x, axis, kind: str):
     x = ctx.tensor(x)
     axis = _norm(int(ctx.scalar(axis, "axis")), x.ndim)
     n = x.shape[axis]
+    reverse, exclusive = ctx.flag("reverse", 0), ctx.flag("exclusive", 0)
     if not is_static(n):
-        raise UnsupportedOpError(f"{ctx.node.op_type} along the symbolic axis {n}")
+        if kind != "sum":
+            raise UnsupportedOpError(f"{ctx.node.op_type} along the symbolic axis {n}")
+        total = _cumsum_symbolic(x, axis)  # a product with the mask j <= i
+        if reverse:  # suffix sums: the whole sum less the prefix before each
+            total = ops.add(ops.sub(ops.sum(x, (axis,), True), total), x)
+        return ops.cast(ops.sub(total, x) if exclusive else total, x.dtype)
     if n == 0:
         return x
-    reverse, exclusive = ctx.flag("reverse", 0), ctx.flag("exclusive", 0)
     y = _flip(x, axis) if reverse else x
     identity = 1 if kind == "prod" else 0
     widths = [(0, 0)] * x.ndim
