@@ -6,7 +6,7 @@ weight. Entries follow onnx_ops.py's convention ``(ctx, *inputs) -> value(s)``.
 from __future__ import annotations
 
 from tdag import ops
-from tdag.canonicalize.aten.indexing import gather as gather_along
+from tdag.deinops.writes import take_along as gather_along
 from tdag.errors import InvalidModelError
 from tdag.canonicalize.onnx_ops import register
 from tdag.ir.symbols import is_static

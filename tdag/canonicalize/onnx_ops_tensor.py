@@ -2,9 +2,9 @@
 one-hots, space/depth moves, bit arithmetic and small activations. Entries follow
 onnx_ops.py's convention ``(ctx, *inputs) -> value(s)``; each is a composition of tdag ops:
 
-- gathers and scatters reuse the ATen table's forms (aten/indexing.py ``gather``,
-  aten/scatter.py ``write``: a write is a read of flat positions, then a one-hot select);
-- sorting is the pairwise-rank form of aten/sorting.py (exact, O(n^2) per row);
+- gathers and scatters reuse the ATen table's forms (deinops/writes.py ``take_along``,
+  ``write``: a write is a read of flat positions, then a one-hot select);
+- sorting is the pairwise-rank form of deinops/sorting.py (exact, O(n^2) per row);
 - bit ops on integers are exact integer arithmetic: a shift is a multiply or a floor-divide
   by 2**s, NOT is -x - 1, AND / OR / XOR sum their bits (floor-divide and remainder by 2).
 
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from tdag import ops
-from tdag.canonicalize.aten import indexing, scatter, sorting
+from tdag.deinops import sorting, writes
 from tdag.canonicalize.onnx_ops import _cumsum_symbolic, _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
@@ -29,7 +29,7 @@ from tdag.ir.types import DType
 
 def _wrapped(index, x, axis):
     """i64 indices with negatives counted from the end of ``x``'s ``axis``."""
-    return indexing.wrap(ops.cast(index, DType.i64), x, axis)
+    return writes.wrap(ops.cast(index, DType.i64), x, axis)
 
 
 def _flip(x, axis):
@@ -45,7 +45,7 @@ def _flip(x, axis):
 def _gather_elements(ctx, x, index):
     x = ctx.tensor(x)
     axis = _norm(ctx.attr("axis", 0), x.ndim)
-    return indexing.gather(x, axis, _wrapped(ctx.tensor(index), x, axis))
+    return writes.take_along(x, axis, _wrapped(ctx.tensor(index), x, axis))
 
 
 _REDUCTION = {"none": "replace", "add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
@@ -59,9 +59,9 @@ def _reduction(ctx) -> str:
 def _scatter_elements(ctx, x, index, updates):
     x = ctx.tensor(x)
     axis = _norm(ctx.attr("axis", 0), x.ndim)
-    positions = indexing.gather(scatter.positions_of(x), axis,
+    positions = writes.take_along(writes.positions_of(x), axis,
                                 _wrapped(ctx.tensor(index), x, axis))
-    return scatter.write(x, positions, ctx.tensor(updates), _reduction(ctx))
+    return writes.write(x, positions, ctx.tensor(updates), _reduction(ctx))
 
 
 def _gather_nd(x, index, batch: int):
@@ -98,8 +98,8 @@ def _gather_nd_entry(ctx, x, index):
 @register("ScatterND")
 def _scatter_nd(ctx, x, index, updates):
     x = ctx.tensor(x)
-    positions = _gather_nd(scatter.positions_of(x), ctx.tensor(index), 0)
-    return scatter.write(x, positions, ctx.tensor(updates), _reduction(ctx))
+    positions = _gather_nd(writes.positions_of(x), ctx.tensor(index), 0)
+    return writes.write(x, positions, ctx.tensor(updates), _reduction(ctx))
 
 
 # -- order: top-k, arg-extremes, hardmax --------------------------------------------------------
@@ -116,9 +116,9 @@ def _topk(ctx, x, k=None):
         count = int(known.dims()[0]) if known is not None and is_static(known.dims()[0]) \
             else None
     if count is not None:
-        values, index = sorting._sorted(x, axis, largest, count)
+        values, index = sorting.sorted_along(x, axis, largest, count)
         return values, index
-    values, index = sorting._sorted(x, axis, largest, x.shape[axis])  # all, then the first k
+    values, index = sorting.sorted_along(x, axis, largest, x.shape[axis])  # all, then the first k
     first = ops.arange_of(ops.reshape(ops.cast(ctx.tensor(k), DType.i64), ()))
     return (ops.gather(values, first, axis, wrap=False),
             ops.gather(index, first, axis, wrap=False))
@@ -494,7 +494,7 @@ def _reverse_sequence(ctx, x, lengths):
     t = ops.reshape(steps, tuple(shape_t))
     n = ops.reshape(lengths, tuple(shape_b))
     index = ops.where(ops.lt(t, n), ops.sub(ops.sub(n, 1), t), t)
-    return indexing.gather(x, time, ops.broadcast_to(index, tuple(x.shape)))
+    return writes.take_along(x, time, ops.broadcast_to(index, tuple(x.shape)))
 
 
 @register("MeanVarianceNormalization")

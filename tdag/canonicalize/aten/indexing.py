@@ -8,21 +8,9 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten
-from tdag.errors import UnsupportedOpError
-from tdag.ir.symbols import as_dim, is_static, product
+from tdag.deinops.writes import as_index, take_along, wrap
+from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType
-
-
-def _i64(index):
-    if index.dtype is DType.bool:
-        raise UnsupportedOpError("indexing with a boolean mask gives a data-dependent shape")
-    return ops.cast(index, DType.i64)
-
-
-def wrap(index, x, axis):
-    """Negative indices count from the end, as in torch."""
-    length = ops.size_tensor(x, (axis,), DType.i64)
-    return ops.where(ops.lt(index, 0), ops.add(index, length), index)
 
 
 @aten("index", "_unsafe_index")
@@ -31,7 +19,7 @@ def index(x, indices):
     boolean index over k axes is the k index columns of its nonzero (a size data decides)."""
     indices = _masks_as_indices(list(indices))
     axes = [a for a, i in enumerate(indices) if i is not None]
-    tensors = [wrap(_i64(indices[a]), x, a) for a in axes]
+    tensors = [wrap(as_index(indices[a]), x, a) for a in axes]
     if len(axes) == 1:
         return ops.gather(x, tensors[0], axes[0])
     shape = ops.broadcast_shapes(*(t.shape for t in tensors))
@@ -62,32 +50,17 @@ def _masks_as_indices(indices: list) -> list:
 def index_select(x, dim, index):
     if x.ndim == 0:
         return x
-    return ops.gather(x, _i64(index), dim)
+    return ops.gather(x, as_index(index), dim)
 
 
 @aten("take")
 def take(x, index):
-    return ops.gather(ops.reshape(x, (-1,)), wrap(_i64(index), ops.reshape(x, (-1,)), 0), 0)
+    return ops.gather(ops.reshape(x, (-1,)), wrap(as_index(index), ops.reshape(x, (-1,)), 0), 0)
 
 
 @aten("gather")
 def gather(x, dim, index, sparse_grad=False):
-    """``out[..., j, ...] = x[..., index[..., j, ...], ...]`` along ``dim``: the other axes
-    are flattened into a row number, so that one gather on the flat tensor does it."""
-    if x.ndim == 0:
-        return ops.reshape(x, index.shape)
-    dim = dim % x.ndim
-    index = _i64(index)
-    for axis in range(x.ndim):  # ATen allows index to be smaller than x off ``dim``
-        if axis != dim and not (is_static(index.shape[axis]) and is_static(x.shape[axis])
-                                and index.shape[axis] == x.shape[axis]):
-            x = ops.slice(x, axis, 0, index.shape[axis])
-    x, index = ops.movedim(x, dim, -1), ops.movedim(index, dim, -1)
-    rows = ops.iota(product(x.shape[:-1]), "i64", x.builder)
-    rows = ops.reshape(rows, tuple(x.shape[:-1]) + (1,))
-    linear = ops.add(ops.mul(rows, ops.size_tensor(x, (x.ndim - 1,), DType.i64)), index)
-    out = ops.gather(ops.reshape(x, (-1,)), linear, 0)
-    return ops.movedim(out, -1, dim)
+    return take_along(x, dim, index)
 
 
 @aten("slice_scatter")
@@ -120,7 +93,7 @@ def select_scatter(x, src, dim, index):
 
 @aten("embedding")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return ops.gather(weight, _i64(indices), 0)
+    return ops.gather(weight, as_index(indices), 0)
 
 
 @aten("_embedding_bag", "_embedding_bag_forward_only")
@@ -131,7 +104,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     before it, less one; a one-hot [bags, positions] mask then reduces the gathered rows. Only
     the output is computed (the other three results serve the backward pass)."""
     n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
-    indices = _i64(indices)
+    indices = as_index(indices)
     position = ops.iota(n, "i64", weight.builder)
     bag = ops.sub(ops.sum(ops.le(ops.unsqueeze(offsets, 1), ops.unsqueeze(position, 0)), 0), 1)
     member = ops.eq(ops.unsqueeze(ops.iota(bags, "i64", weight.builder), 1),

@@ -13,49 +13,8 @@ from tdag import ops
 from tdag.canonicalize.aten import indexing
 from tdag.canonicalize.aten.movement import diagonal
 from tdag.canonicalize.aten.registry import aten, scalar
-from tdag.deinops.nn_util import fill_value
-from tdag.errors import UnsupportedOpError
-from tdag.ir.symbols import product
+from tdag.deinops.writes import positions_of, write
 from tdag.ir.types import DType
-
-
-def positions_of(x):
-    """The flat position of every element of x, shaped like x."""
-    return ops.reshape(ops.iota(product(x.shape), "i64", x.builder), x.shape) if x.ndim else \
-        ops.full((), 0, DType.i64, like=x)
-
-
-def write(x, positions, values, reduce="replace", include_self=True):
-    """x with ``values`` reduced into the flat ``positions`` (same shapes)."""
-    flat = ops.reshape(x, (-1,))
-    pos = ops.reshape(positions, (-1, 1))
-    vals = ops.reshape(ops.broadcast_to(ops.cast(values, x.dtype), positions.shape), (-1, 1))
-    hit = ops.eq(pos, ops.unsqueeze(ops.iota(flat.shape[0], "i64", x.builder), 0))  # [M, N]
-    touched = ops.amax(hit, 0)
-    if reduce == "replace":  # the last write wins, as torch's sequential CPU kernels do
-        order = ops.unsqueeze(ops.iota(pos.shape[0], "i64", x.builder), 1)
-        last = ops.amax(ops.where(hit, order, -1), 0)
-        picked = ops.gather(ops.reshape(vals, (-1,)), ops.maximum(last, 0), 0)
-        out = ops.where(touched, picked, flat)
-    elif reduce in ("sum", "mean"):
-        total = ops.sum(ops.where(hit, vals, ops.full((), 0, x.dtype, like=x)), 0)
-        out = ops.add(total, flat) if include_self else ops.where(touched, total, flat)
-        if reduce == "mean":
-            count = ops.add(ops.sum(ops.cast(hit, DType.i64), 0), 1 if include_self else 0)
-            count = ops.cast(ops.maximum(count, 1), x.dtype)
-            out = ops.where(touched, ops.div(out, count) if x.dtype.is_float else
-                            ops.floor_divide(out, count), flat)
-    elif reduce in ("prod", "amax", "amin"):
-        identity = {"prod": 1, "amax": fill_value(x, True), "amin": fill_value(x, False)}[reduce]
-        kind = {"prod": "prod", "amax": "max", "amin": "min"}[reduce]
-        part = ops.reduce(ops.where(hit, vals, ops.full((), identity, x.dtype, like=x)), kind, 0)
-        if include_self:
-            both = ops.stack([part, flat], 0)
-            part = ops.reduce(both, kind, 0)
-        out = ops.where(touched, part, flat)
-    else:
-        raise UnsupportedOpError(f"scatter reduction {reduce!r}")
-    return ops.reshape(out, x.shape)
 
 
 # -- torch.scatter family: positions along one dim ------------------------------------------------
