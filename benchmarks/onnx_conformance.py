@@ -165,7 +165,7 @@ def _classify(error: BaseException) -> tuple:
 def _ort_value(array) -> ort.OrtValue:
     """An onnxruntime value; bfloat16 and float8 (ml_dtypes, which its numpy bridge refuses)
     from their raw bits."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # ascontiguousarray makes a scalar 1-d
     code = _ONNX_TYPES.get(array.dtype.name)
     if code is None:
         return ort.OrtValue.ortvalue_from_numpy(array)

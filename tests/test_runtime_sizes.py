@@ -74,6 +74,33 @@ def test_torch_model_matches_eager_at_two_sizes(name):
     assert len(sizes) == 2, "the two inputs should give results of different sizes"
 
 
+class Item(torch.nn.Module):
+    """A size read from data with ``.item()`` (torch's unbacked u0): the first k rows, and a
+    zeros block of k rows."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        return x[:k] * 2 + torch.zeros(k, x.shape[1])
+
+
+def test_a_size_read_with_item_is_a_fresh_size():
+    x = torch.randn(6, 3)
+    prog = tdag.from_torch(Item(), (x, torch.tensor(3)))
+    tdag.verify(prog)
+    assert tdag.parse(str(prog)) == prog
+    assert not tdag.ir.symbols.is_static(prog.graph.output_types[0].shape[0])
+    module, model = tdag.to_torch(prog), tdag.to_onnx(prog)
+    for n in (torch.tensor(2), torch.tensor(5)):
+        expected = Item()(x, n)
+        _equal(tdag.run(prog, x, n), expected, "run")
+        _equal(module(x, n), expected, "to_torch")
+        _equal(run_onnx(model, x, n), expected, "to_onnx")
+    with pytest.raises(tdag.TdagError):  # a negative size is refused, never answered
+        tdag.run(prog, x, torch.tensor(-1))
+
+
 def _nonzero_program():
     return tdag.trace(lambda x: ops.masked_select(x, ops.gt(x, 0.0)),
                       tdag.TensorSpec(("n",), "float32"))

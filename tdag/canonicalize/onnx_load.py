@@ -97,7 +97,7 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         if model.functions:  # model-local functions become plain nodes
             model = onnx.inliner.inline_local_functions(model)
-        if model.ByteSize() > PROTO_LIMIT:
+        if _past_limit(model):
             return _checked_skeleton(model)
         # inference first: it fills in the output types the checker insists on (tdag computes
         # shapes itself: data propagation would only risk exponential memory, see above)
@@ -113,19 +113,25 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
                                 f"{type(exc).__name__}: {str(exc).strip()[:500]}") from exc
 
 
+def _past_limit(model: onnx.ModelProto) -> bool:
+    try:
+        return model.ByteSize() > PROTO_LIMIT
+    except Exception:  # noqa: BLE001  (protobuf cannot even size it: past 2 GiB)
+        return True
+
+
 def _checked_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """Check and shape-infer a model past protobuf's 2 GiB: the same graph with each large
     initializer of the main graph turned into a graph input of its type and dims (so its
     bytes stay out), whose inferred types then go back onto the model itself. Shape
     inference reads the values of small integer initializers only, which stay in."""
     skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model)
+    _copy_fields(model, skeleton, skip="graph")
     graph = skeleton.graph
-    large = [t for t in graph.initializer if t.ByteSize() > 2**20]
+    _copy_fields(model.graph, graph, skip="initializer")
+    large = [t for t in model.graph.initializer if math.prod(t.dims) > 2**18]
     names = {t.name for t in large}
-    kept = [t for t in graph.initializer if t.name not in names]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
     listed = {i.name for i in graph.input}
     graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                        for t in large if t.name not in listed)
@@ -136,6 +142,20 @@ def _checked_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     for out, inferred in zip(model.graph.output, skeleton.graph.output):
         out.CopyFrom(inferred)
     return model
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Copy every set field of one protobuf message to another but ``skip`` (copying the
+    whole of a model past 2 GiB would copy its weights)."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -17,10 +17,13 @@ from tdag.canonicalize.torch_names import origin_of
 from tdag.canonicalize.torch_recurrent import RECURRENT
 from tdag.canonicalize.torch_symbols import SymbolMap, is_symbolic
 from tdag.deinops.builder import Builder, Tensor
+from tdag.deinops.masking import size_of
 from tdag.errors import TdagError, UnsupportedOpError
 from tdag.ir.graph import TDAG, Weight
 from tdag.ir.symbols import shapes_equal
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
+
+_ITEM = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default}
 
 # the higher-order ops and the recurrent modules (tdag::recurrent) that become controllers
 # (torch_control); the walker leaves them alone
@@ -166,6 +169,8 @@ class Converter:
         if node.target is operator.getitem:
             self.env[node] = self._getitem(node, *args)
             return
+        if node.target in _ITEM and self._item(node, args[0]):
+            return
         if is_scalar(node):
             self.env[node] = self._scalar(node.meta["val"], node)
             return
@@ -179,6 +184,24 @@ class Converter:
             except (UnsupportedOpError, NotImplementedError) as exc:
                 self.problems.append((f"{origin.op}: {exc}", origin))
                 self.env[node] = _POISONED
+
+    def _item(self, node, tensor) -> bool:
+        """``t.item()`` of an integer tensor that torch gave an unbacked symbol (u0): a fresh
+        tdag size bound to t's value at run time (a negative one is refused there, as torch
+        refuses it as a size). False where it is not that case."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.SymInt) or not isinstance(tensor, Tensor) or \
+                tensor.dtype.is_float or tensor.dtype is DType.bool:
+            return False
+        expr = val.node.expr
+        if not expr.is_Symbol or not free_unbacked_symbols(val) or \
+                expr.name in self.symbols.names:
+            return False
+        with self.builder.scope(self._origin(node)):
+            _, size = size_of(tensor)
+        self.symbols.adopt(expr, size.name)
+        self.env[node] = size
+        return True
 
     def _args(self, value):
         if isinstance(value, torch.fx.Node):

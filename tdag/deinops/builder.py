@@ -152,7 +152,8 @@ class Builder:
             if dtype is not None:
                 tensor = tensor.to(DType.of(dtype).torch)
             fill = fill_of(tensor)
-            owned = tensor.clone() if fill is None else fill.clone().expand(tensor.shape)
+            owned = tensor.clone(memory_format=torch.contiguous_format) if fill is None else \
+                fill.clone().expand(tensor.shape)
             return self.weight(self.fresh("c"), TensorKind.const, owned)
         dtype = DType.of(dtype if dtype is not None else _scalar_dtype(value))
         key = (repr(value), dtype)

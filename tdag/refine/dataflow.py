@@ -4,17 +4,26 @@ Every helper is one pass over the nodes (linear in their number).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
+
+import sympy
 
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.names import FreshNames as Names  # noqa: F401  (re-exported)
+from tdag.ir.record import Trait, has
 from tdag.ir.types import TensorKind
 
 
 def live_names(graph: TDAG, outputs: Iterable[str] | None = None,
                stop: Iterable[str] = ()) -> set[str]:
-    """Names the ``outputs`` depend on (nodes, inputs and weights), not looking past ``stop``."""
+    """Names the ``outputs`` depend on (nodes, inputs and weights), not looking past ``stop``.
+
+    A node also depends on the nodes that define the run-time sizes in its type and spec
+    (``nonzero``, ``arange``: trait FRESH_SIZE), even where it does not read their values:
+    ``zeros(n)`` for ``n = x.item()`` needs the node that binds ``n``."""
     producer = {n.name: n for n in graph.nodes}
+    definer = fresh_definers(graph)
     stop = set(stop)
     live: set[str] = set()
     todo = list(graph.outputs if outputs is None else outputs)
@@ -26,7 +35,30 @@ def live_names(graph: TDAG, outputs: Iterable[str] | None = None,
         node = producer.get(name)
         if node is not None and name not in stop:
             todo.extend(node.inputs)
+            if definer:
+                todo.extend(definer[s] for s in sizes_named(node) if s in definer)
     return live
+
+
+def fresh_definers(graph: TDAG) -> dict[str, str]:
+    """Each run-time size symbol -> the node that defines it (nonzero, arange)."""
+    return {s: n.name for n in graph.nodes if has(n.op, Trait.FRESH_SIZE)
+            for s in n.spec.fresh}
+
+
+def sizes_named(node: Node) -> set[str]:
+    """The symbols in a node's type and in the Dims of its spec."""
+    names = {s.name for d in node.type.shape if not isinstance(d, int)
+             for s in d.free_symbols}
+    for field in dataclasses.fields(node.spec) if dataclasses.is_dataclass(node.spec) else ():
+        stack = [getattr(node.spec, field.name)]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, tuple):
+                stack.extend(value)
+            elif isinstance(value, sympy.Expr):
+                names.update(s.name for s in value.free_symbols)
+    return names
 
 
 def prune(graph: TDAG, keep_weights: bool = True) -> TDAG:

@@ -29,6 +29,7 @@ from tdag.ir.types import DType, TensorKind, TensorType, fill_of
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
+from tdag.refine.dataflow import fresh_definers, sizes_named
 from tdag.reify.onnx_graph import (
     ONNX_DTYPE,
     GraphBuilder,
@@ -223,9 +224,12 @@ class _GraphEmitter:
         env = {v.name: a for v, a in zip(graph.inputs, args)}
         operands = {n.name: self.operands(n) for n in graph.nodes}
         live = set(graph.outputs)
+        definer = fresh_definers(graph)  # a run-time size needs its definer (see torch code)
         for node in reversed(graph.nodes):
             if node.name in live:
                 live.update(o for o in operands[node.name] if isinstance(o, str))
+                if definer:
+                    live.update(definer[s] for s in sizes_named(node) if s in definer)
         for name, w in graph.weights.items():
             if name in live:
                 key = (self.gname, name) if w.kind is TensorKind.const else ("w", name)
@@ -280,7 +284,11 @@ def write_onnx(model: onnx.ModelProto, path) -> None:
     """Save ``model`` to ``path``; past 2 GiB its tensors go to ``<name>.data`` in the same
     folder (ONNX external data, the only form onnxruntime and tdag.from_onnx read back)."""
     path = os.fspath(path)
-    if model.ByteSize() <= EXTERNAL_ABOVE:
+    try:
+        small = model.ByteSize() <= EXTERNAL_ABOVE
+    except Exception:  # noqa: BLE001  (protobuf cannot even size it: past 2 GiB)
+        small = False
+    if small:
         onnx.save(model, path)
         return
     onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,

@@ -24,6 +24,7 @@ from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
 from tdag.lower.match import scalar
+from tdag.refine.dataflow import fresh_definers, sizes_named
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -255,10 +256,15 @@ def broadcasts_to(shapes, target) -> bool:
 
 
 def _live(graph: TDAG, refs: dict) -> set[str]:
+    """The nodes to write: those the outputs read, and the definers of the run-time sizes
+    they name (their results bind the sizes even where no one reads their values)."""
     live = set(graph.outputs)
+    definer = fresh_definers(graph)
     for node in reversed(graph.nodes):
         if node.name in live:
             live.update(refs[node.name])
+            if definer:
+                live.update(definer[s] for s in sizes_named(node) if s in definer)
     return live
 
 
