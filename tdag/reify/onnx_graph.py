@@ -26,11 +26,17 @@ ONNX_DTYPE = {
 
 def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
     """An initializer holding ``value`` (raw bytes, so bfloat16 and bool work too)."""
+    return _fill_tensor(onnx.TensorProto(), name, value)
+
+
+def _fill_tensor(proto: onnx.TensorProto, name: str, value: torch.Tensor) -> onnx.TensorProto:
     value = value.detach().contiguous().cpu()
     dtype = DType.of(value.dtype)
     raw = value.view(torch.int16) if dtype is DType.bf16 else value
-    return helper.make_tensor(name, ONNX_DTYPE[dtype], list(value.shape),
-                              raw.numpy().tobytes(), raw=True)
+    proto.name, proto.data_type = name, ONNX_DTYPE[dtype]
+    proto.dims.extend(value.shape)
+    proto.raw_data = raw.numpy().tobytes()
+    return proto
 
 
 def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
@@ -94,7 +100,7 @@ class GraphBuilder:
 
     def initializer(self, name: str, value: torch.Tensor) -> str:
         name = self.names(name)
-        self.initializers.append(tensor_proto(name, value))
+        self.initializers.append((name, value))
         return name
 
     def const(self, value, dtype: DType = DType.i64) -> str:
@@ -177,8 +183,11 @@ class GraphBuilder:
         return self.node("Squeeze", [self.dim(d), self.const([0])])
 
     def graph(self, name: str, inputs, outputs) -> onnx.GraphProto:
-        return helper.make_graph(self.nodes, name, inputs, outputs,
-                                 initializer=self.initializers if self.parent is None else [])
+        graph = helper.make_graph(self.nodes, name, inputs, outputs)
+        if self.parent is None:  # written in place: copying a tensor past 2 GiB into the
+            for value_name, value in self.initializers:  # graph would serialize it
+                _fill_tensor(graph.initializer.add(), value_name, value)
+        return graph
 
 
 def prune(graph: onnx.GraphProto) -> None:
