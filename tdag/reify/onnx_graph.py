@@ -182,10 +182,17 @@ class GraphBuilder:
             return self.const(int(d))
         return self.node("Squeeze", [self.dim(d), self.const([0])])
 
-    def graph(self, name: str, inputs, outputs) -> onnx.GraphProto:
-        graph = helper.make_graph(self.nodes, name, inputs, outputs)
-        if self.parent is None:  # written in place: copying a tensor past 2 GiB into the
-            for value_name, value in self.initializers:  # graph would serialize it
+    def graph(self, name: str, inputs, outputs,
+              into: onnx.GraphProto | None = None) -> onnx.GraphProto:
+        """The graph of these nodes (written into ``into`` where given: a model's own graph,
+        since copying a tensor past 2 GiB into a message serializes it)."""
+        graph = into if into is not None else onnx.GraphProto()
+        graph.name = name
+        graph.node.extend(self.nodes)
+        graph.input.extend(inputs)
+        graph.output.extend(outputs)
+        if self.parent is None:
+            for value_name, value in self.initializers:
                 _fill_tensor(graph.initializer.add(), value_name, value)
         return graph
 
@@ -217,9 +224,9 @@ def prune(graph: onnx.GraphProto) -> None:
             break
         graphs = _graphs(graph)  # a dropped If or Loop takes its subgraphs with it
     read.update(i.name for i in graph.input)  # an initializer that is an input's default
-    keep = [t for t in graph.initializer if t.name in read]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
+    for i in reversed(range(len(graph.initializer))):  # in place: no tensor is copied
+        if graph.initializer[i].name not in read:
+            del graph.initializer[i]
 
 
 def rename(graph: onnx.GraphProto, names: dict[str, str]) -> None:

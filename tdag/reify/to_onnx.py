@@ -100,12 +100,12 @@ class _Exporter:
                 renames[src] = dst
             else:
                 g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
+        model = helper.make_model(onnx.GraphProto(), producer_name="tdag",
+                                  opset_imports=[helper.make_opsetid("", self.opset)])
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs] + state_inputs,
-                        [value_info(n, t) for n, t in zip(out_names, out_types)])
+                        [value_info(n, t) for n, t in zip(out_names, out_types)], model.graph)
         rename(graph, renames)
         prune(graph)
-        model = helper.make_model(graph, producer_name="tdag",
-                                  opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)
         return model
 
