@@ -116,6 +116,18 @@ def called_graphs(block: Block) -> set[str]:
     return {s.graph for s in all_steps(block) if isinstance(s, Call)}
 
 
+def rewrite_blocks(prog: Program, block_pass) -> tuple[Program, bool]:
+    """A Program-level pass: ``block_pass(block, graphs, prog) -> (block, changed)`` on the
+    main block (it recurses into nested ones, adding TDAGs to ``graphs``); TDAGs no Call runs
+    any more are dropped."""
+    graphs = dict(prog.graphs)
+    main, changed = block_pass(prog.main, graphs, prog)
+    if not changed:
+        return prog, False
+    called = called_graphs(main)
+    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state), True
+
+
 def state_writes(block: Block, state) -> set[str]:
     """The names of ``state`` that ``block`` writes, in any step, branch or body within it."""
     return {n for s in all_steps(block) for n in s.outputs if n in state}

@@ -13,9 +13,9 @@ from tdag.ir.program import (
     Block,
     Call,
     Program,
-    called_graphs,
     nested_blocks,
     read_after,
+    rewrite_blocks,
     with_blocks,
 )
 from tdag.refine.dataflow import Names, all_names, prune, renamed
@@ -24,12 +24,7 @@ from tdag.refine.extract import merge_weights
 
 def join_calls(prog: Program) -> tuple[Program, bool]:
     """The pass: in every block, each run of consecutive Calls becomes one Call."""
-    graphs = dict(prog.graphs)
-    main, changed = _block(prog.main, graphs, prog)
-    if not changed:
-        return prog, False
-    called = called_graphs(main)
-    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state), True
+    return rewrite_blocks(prog, _block)
 
 
 def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:

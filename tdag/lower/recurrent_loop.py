@@ -28,9 +28,9 @@ from tdag.ir.program import (
     Call,
     Loop,
     Program,
-    called_graphs,
     nested_blocks,
     read_after,
+    rewrite_blocks,
     with_blocks,
 )
 from tdag.ir.rewrite import Context
@@ -41,12 +41,7 @@ from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
 
 def lower_recurrent_loops(prog: Program) -> tuple[Program, bool]:
     """The pass: every LSTM-cell loop of every block becomes a kernel call."""
-    graphs = dict(prog.graphs)
-    main, changed = _block(prog.main, graphs, prog)
-    if not changed:
-        return prog, False
-    called = called_graphs(main)
-    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state), True
+    return rewrite_blocks(prog, _block)
 
 
 def _block(block: Block, graphs: dict, prog: Program) -> tuple[Block, bool]:
