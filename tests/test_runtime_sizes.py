@@ -183,11 +183,8 @@ def _unique_ref(x):
     return values, first, inverse, counts
 
 
-@pytest.mark.parametrize("name", sorted(ONNX_CASES))
-def test_onnx_data_sized_ops(name):
-    model, ref, *inputs = ONNX_CASES[name]
-    ref = ref or _unique_ref
-    prog = tdag.from_onnx(model)
+def _matches_everywhere(prog, ref, inputs, name):
+    """tdag.run, the torch module and the ONNX model equal ``ref`` on every input set."""
     tdag.verify(prog)
     module, reified = tdag.to_torch(prog), tdag.to_onnx(prog)
     for args in inputs:
@@ -195,6 +192,13 @@ def test_onnx_data_sized_ops(name):
         _equal(tdag.run(prog, *args), expected, f"run {name}")
         _equal(module(*args), expected, f"to_torch {name}")
         _equal(run_onnx(reified, *args), expected, f"to_onnx {name}")
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_CASES))
+def test_onnx_data_sized_ops(name):
+    model, ref, *inputs = ONNX_CASES[name]
+    ref = ref or _unique_ref
+    _matches_everywhere(tdag.from_onnx(model), ref, inputs, name)
 
 
 # -- pinned inputs: from_onnx(model, inputs=...) ------------------------------------------------
@@ -256,14 +260,7 @@ RUNTIME_SHAPED = {  # model, torch reference, two inputs whose results differ in
 @pytest.mark.parametrize("name", sorted(RUNTIME_SHAPED))
 def test_onnx_runtime_shaped_ops(name):
     model, ref, *inputs = RUNTIME_SHAPED[name]
-    prog = tdag.from_onnx(model)
-    tdag.verify(prog)
-    module, reified = tdag.to_torch(prog), tdag.to_onnx(prog)
-    for args in inputs:
-        expected = ref(*args)
-        _equal(tdag.run(prog, *args), expected, f"run {name}")
-        _equal(module(*args), expected, f"to_torch {name}")
-        _equal(run_onnx(reified, *args), expected, f"to_onnx {name}")
+    _matches_everywhere(tdag.from_onnx(model), ref, inputs, name)
 
 
 @pytest.mark.parametrize("name, args", [

@@ -47,13 +47,8 @@ def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
     _bodies_imported(importer, node, before)
     types = [_types(importer, b) for b in blocks]
     for k, (a, b) in enumerate(zip(*types)):
-        if a.dtype is not b.dtype:
-            raise InvalidModelError(f"If: output {k} ({node.output[k]!r}) is {a} in the then "
-                                    f"branch but {b} in the else branch")
-        if not a.same_as(b):
-            raise UnsupportedOpError(f"If: output {k} ({node.output[k]!r}) is {a} in the then "
-                                     f"branch but {b} in the else branch (a tdag If returns "
-                                     "one type)")
+        _one_type(a, b, f"If: output {k} ({node.output[k]!r}) is {a} in the then branch but "
+                        f"{b} in the else branch", "a tdag If returns one type")
     outs = tuple(importer.names(o) for o in node.output)
     step = If(importer.env[key].name, tuple(importer.env[f].name for f in passed),
               blocks[0], blocks[1], outs)
@@ -144,13 +139,17 @@ def _check_carried(importer, node, carried: list, after: list) -> None:
     """A carried value keeps its type from one iteration to the next."""
     for name, t in zip(carried, after):
         before = importer.env[name].type
-        if t.dtype is not before.dtype:
-            raise InvalidModelError(f"Loop: the carried value {name!r} enters as {before} "
-                                    f"but the body returns {t}")
-        if not t.same_as(before):
-            raise UnsupportedOpError(f"Loop: the carried value {name!r} enters as {before} "
-                                     f"but the body returns {t} (a tdag Loop keeps the types "
-                                     "of carried values)")
+        _one_type(before, t, f"Loop: the carried value {name!r} enters as {before} but the "
+                             f"body returns {t}", "a tdag Loop keeps the types of carried values")
+
+
+def _one_type(a, b, what: str, why: str) -> None:
+    """Two types a controller needs equal: another dtype is a malformed model; another shape
+    (legal ONNX) is what tdag's controllers do not take."""
+    if a.dtype is not b.dtype:
+        raise InvalidModelError(what)
+    if not a.same_as(b):
+        raise UnsupportedOpError(f"{what} ({why})")
 
 
 def _inline(importer, node, branch: onnx.GraphProto) -> None:
