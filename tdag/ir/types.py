@@ -21,8 +21,19 @@ class DType(enum.Enum):
     i32 = "i32"
     i16 = "i16"
     i8 = "i8"
+    u64 = "u64"
+    u32 = "u32"
+    u16 = "u16"
     u8 = "u8"
     bool = "bool"
+    # the 8-bit floats torch has (ONNX FLOAT8E4M3FN .. FLOAT8E8M0); e4m3 and e5m2 hold
+    # exponent and mantissa bits, "fn" has no infinities, "uz" no negative zero, e8m0 is a
+    # power-of-two scale
+    f8e4m3fn = "f8e4m3fn"
+    f8e4m3fnuz = "f8e4m3fnuz"
+    f8e5m2 = "f8e5m2"
+    f8e5m2fnuz = "f8e5m2fnuz"
+    f8e8m0fnu = "f8e8m0fnu"
 
     @property
     def torch(self) -> torch.dtype:
@@ -34,7 +45,20 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.f64, DType.f32, DType.f16, DType.bf16)
+        return self in _FLOATS or self in FLOAT8
+
+    @property
+    def is_float8(self) -> bool:
+        return self in FLOAT8
+
+    @property
+    def is_integer(self) -> bool:
+        """A signed or unsigned integer type; bool is neither integer nor float."""
+        return self in _SIGNED or self in UNSIGNED
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self in UNSIGNED
 
     @staticmethod
     def of(value) -> "DType":
@@ -57,9 +81,18 @@ class DType(enum.Enum):
 _TO_TORCH = {
     DType.f64: torch.float64, DType.f32: torch.float32, DType.f16: torch.float16,
     DType.bf16: torch.bfloat16, DType.i64: torch.int64, DType.i32: torch.int32,
-    DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8, DType.bool: torch.bool,
+    DType.i16: torch.int16, DType.i8: torch.int8, DType.u64: torch.uint64,
+    DType.u32: torch.uint32, DType.u16: torch.uint16, DType.u8: torch.uint8,
+    DType.bool: torch.bool, DType.f8e4m3fn: torch.float8_e4m3fn,
+    DType.f8e4m3fnuz: torch.float8_e4m3fnuz, DType.f8e5m2: torch.float8_e5m2,
+    DType.f8e5m2fnuz: torch.float8_e5m2fnuz, DType.f8e8m0fnu: torch.float8_e8m0fnu,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+_FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
+_SIGNED = frozenset({DType.i64, DType.i32, DType.i16, DType.i8})
+UNSIGNED = frozenset({DType.u64, DType.u32, DType.u16, DType.u8})
+FLOAT8 = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz,
+                    DType.f8e8m0fnu})
 
 
 class TensorKind(enum.Enum):
