@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.onnx_ops import register
-from tdag.deinops import sampling
+from tdag.deinops import boxes as box_ops
+from tdag.deinops import sampling, sorting
 from tdag.errors import InvalidModelError
 from tdag.ir.types import DType
 
@@ -72,3 +73,50 @@ def _affine_grid(ctx, theta, size):
         out = ops.add(out, ops.mul(ops.reshape(coords, tuple(shape)), column))
     return out
 
+
+
+def _scalar_input(ctx, value, dtype: DType):
+    """An optional one-element input as a 0-d tensor (None where it is absent or empty)."""
+    if value is None:
+        return None
+    t = ctx.tensor(value)
+    if t.shape == (0,):
+        return None
+    return ops.cast(ops.reshape(t, ()), dtype)
+
+
+@register("NonMaxSuppression")
+def _non_max_suppression(ctx, boxes, scores, max_per_class=None, iou_threshold=None,
+                         score_threshold=None):
+    """Per batch and class: the boxes in score order (ties by index), the candidates above
+    score_threshold, the greedy pass (deinops/boxes.py), the first max_per_class kept; then
+    (batch, class, box) of each kept box from ``nonzero`` of the kept mask, which lists them
+    by batch, class and score order, as ONNX does."""
+    boxes, scores = ctx.tensor(boxes), ctx.tensor(scores)
+    if boxes.ndim != 3 or scores.ndim != 3 or boxes.shape[-1] != 4:
+        raise InvalidModelError(f"NonMaxSuppression: boxes {boxes.type} must be (B, N, 4) "
+                                f"and scores {scores.type} (B, C, N)")
+    n = boxes.shape[1]
+    limit = _scalar_input(ctx, max_per_class, DType.i64)
+    if limit is None:  # no limit given: ONNX selects nothing
+        limit = ops.full((), 0, DType.i64, like=scores)
+    threshold = _scalar_input(ctx, iou_threshold, scores.dtype)
+    floor = _scalar_input(ctx, score_threshold, scores.dtype)
+
+    ordered_scores, order = sorting.sorted_along(scores, -1, True, n)
+    rows = ops.reshape(ops.iota(boxes.shape[0], "i64", ctx.builder), (-1, 1, 1))
+    flat_boxes = ops.reshape(boxes, (-1, 4))
+    ordered = ops.gather(flat_boxes, ops.add(ops.mul(rows, n), order), 0, wrap=False)
+    corners = box_ops.corners(ordered, ctx.flag("center_point_box", 0))
+    suppressed = box_ops.suppresses(corners, 0.0 if threshold is None else threshold)
+    candidate = ops.full(tuple(scores.shape), True, DType.bool, like=scores) \
+        if floor is None else ops.gt(ordered_scores, floor)
+    keep = box_ops.greedy_keep(candidate, suppressed)
+    count = ops.cumsum(ops.cast(keep, DType.i64), -1)
+    keep = ops.logical_and(keep, ops.le(count, limit))
+
+    picked = ops.nonzero(keep)  # (K, 3): batch, class, position in score order
+    batch, cls, rank = (ops.select(picked, 1, k) for k in range(3))
+    position = ops.add(ops.mul(ops.add(ops.mul(batch, scores.shape[1]), cls), n), rank)
+    box_index = ops.gather(ops.reshape(order, (-1,)), position, 0, wrap=False)
+    return ops.concat([ops.slice(picked, 1, 0, 2), ops.unsqueeze(box_index, 1)], 1)
