@@ -22,12 +22,15 @@ from tdag.canonicalize.onnx_load import dense_of_sparse, dtype_of, tensor_of
 from tdag.canonicalize.onnx_values import (
     MAX_TABLE,
     Known,
+    absolute,
     decide,
     fits,
-    floor_div,
     fold_arith,
     fold_compare,
     known_of,
+    logical,
+    mod,
+    trunc_div,
 )
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static, product
@@ -73,12 +76,23 @@ _UNARY = {
 }
 
 
-def _unary(fn):
-    return lambda ctx, x: fn(ctx.tensor(x))
+# the unary ops shape arithmetic uses, on Dims (``Neg`` of a count of axes, ``Not`` of a
+# decided comparison)
+_UNARY_FOLDS = {"Neg": operator.neg, "Abs": absolute, "Not": logical(operator.not_)}
+
+
+def _unary(fn, fold=None):
+    def convert(ctx, x):
+        if fold is not None and isinstance(x, Known):
+            folded = fold_arith(fold, [x], x.dtype)
+            if folded is not None:
+                return folded
+        return fn(ctx.tensor(x))
+    return convert
 
 
 for _name, _fn in _UNARY.items():
-    OPS[_name] = _unary(_fn)
+    OPS[_name] = _unary(_fn, _UNARY_FOLDS.get(_name))
 
 
 def _binary(fn, fold=None):
@@ -105,15 +119,15 @@ def _offset(fn, sign: int):
 OPS["Add"] = _offset(_binary(ops.add, operator.add), 1)
 OPS["Sub"] = _offset(_binary(ops.sub, operator.sub), -1)
 OPS["Mul"] = _binary(ops.mul, operator.mul)
-OPS["And"] = _binary(ops.logical_and)
-OPS["Or"] = _binary(ops.logical_or)
-OPS["Xor"] = _binary(ops.ne)
+OPS["And"] = _binary(ops.logical_and, logical(operator.and_))
+OPS["Or"] = _binary(ops.logical_or, logical(operator.or_))
+OPS["Xor"] = _binary(ops.ne, logical(operator.xor))
 
 
 @register("Div")
 def _div(ctx, a, b):
     if isinstance(a, Known) and isinstance(b, Known):
-        folded = fold_arith(floor_div, [a, b], a.dtype)
+        folded = fold_arith(trunc_div, [a, b], a.dtype)
         if folded is not None:
             return folded
     a, b = ctx.tensor(a), ctx.tensor(b)
@@ -128,8 +142,12 @@ def _pow(ctx, a, b):
 
 @register("Mod")
 def _mod(ctx, a, b):
-    fn = ops.fmod if ctx.flag("fmod", 0) else ops.remainder
-    return fn(ctx.tensor(a), ctx.tensor(b))
+    truncated = ctx.flag("fmod", 0)
+    if isinstance(a, Known) and isinstance(b, Known):
+        folded = fold_arith(lambda x, y: mod(x, y, truncated), [a, b], a.dtype)
+        if folded is not None:
+            return folded
+    return (ops.fmod if truncated else ops.remainder)(ctx.tensor(a), ctx.tensor(b))
 
 
 def _compare(fn, rel):
@@ -573,7 +591,8 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
         if value is not None and _is_constant(ctx, value):
             fill = ctx.scalar(value, "value")
         if ctx.known(pads) is None or (axes is not None and ctx.known(axes) is None) or \
-                not isinstance(fill, (int, float)):  # given at run time
+                not isinstance(fill, (int, float)) and ctx.attr("mode", "constant") != \
+                "constant":  # given at run time
             return _pad_runtime(ctx, x, pads, fill, axes)
         pads = ctx.ints(pads, "pads")
     axes = list(_norm_axes(ctx.ints(axes, "axes"), rank)) if axes is not None \
@@ -586,13 +605,22 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
     mode = ctx.attr("mode", "constant")
     x = ctx.tensor(x)
     if mode == "constant":
-        return ops.pad(x, widths, float(fill))
+        return ops.pad(x, widths, float(fill)) if isinstance(fill, (int, float)) else \
+            _pad_with(ctx, x, widths, fill)
     torch_mode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(mode)
     if torch_mode is None:
         raise UnsupportedOpError(f"Pad: mode {mode!r}")
     first = next((a for a, w in enumerate(widths) if w != (0, 0)), rank)
     flat = [w for pair in reversed(widths[first:]) for w in pair]
     return ops.torch_pad(x, flat, torch_mode) if flat else x
+
+
+def _pad_with(ctx, x, widths, fill):
+    """Static pads, a fill value the graph computes (a CastLike of -inf): pad with 0, then
+    the fill where a mask padded the same way says padding."""
+    inside = ops.pad(ops.full(x.shape, True, DType.bool, like=x), widths, 0.0)
+    fill = ops.reshape(ops.cast(ctx.tensor(fill), x.dtype), ())
+    return ops.where(inside, ops.pad(x, widths, 0.0), fill)
 
 
 def _pad_runtime(ctx, x, pads, fill, axes):

@@ -111,13 +111,16 @@ def fits(shape) -> bool:
 
 def fold_arith(fn, values, dtype: DType) -> Known | None:
     """An elementwise integer op applied to Dims (ints stay ints, symbols stay symbolic);
-    None where the result would not stay small (then the op runs on tensors instead)."""
+    None where the result would not stay small, or where ``fn`` gives None for an element
+    (the symbols leave it open): then the op runs on tensors instead."""
     arrays = np.broadcast_arrays(*[v.values for v in values])
     if not fits(arrays[0].shape) or not all(_small(d) for a in arrays for d in a.flat):
         return None
     out = np.empty(arrays[0].shape, dtype=object)
     for idx in np.ndindex(out.shape):
         out[idx] = fn(*[a[idx] for a in arrays])
+        if out[idx] is None:
+            return None
     return Known(out, dtype) if all(_small(d) for d in out.flat) else None
 
 
@@ -154,14 +157,53 @@ def fold_compare(fn, a: Known, b: Known) -> Known | None:
     return Known(out, DType.bool)
 
 
-def floor_div(a, b):
-    """ONNX Div on integers truncates; shape arithmetic works on non-negative sizes."""
-    if is_static(b) and b == 0:
+def _sign(dim) -> int | None:
+    """1, 0 or -1 where the symbols decide it (sizes are positive), else None."""
+    dim = sympy.sympify(dim)
+    if dim.is_positive:
+        return 1
+    if dim.is_zero:
         return 0
+    return -1 if dim.is_negative else None
+
+
+def trunc_div(a, b):
+    """ONNX Div on integers truncates toward 0 (a division by 0 is left to the tensors,
+    whose runtimes differ on it); a symbolic quotient needs the signs known."""
+    signs = _sign(a), _sign(b)
+    if signs[1] in (0, None) or signs[0] is None:
+        return None
     if is_static(a) and is_static(b):
         quotient = abs(a) // abs(b)  # exact: a float division would round big ints
-        return quotient if (a < 0) == (b < 0) else -quotient
-    return as_dim(sympy.floor(sympy.sympify(a) / b))
+    else:
+        quotient = as_dim(sympy.floor(sympy.Abs(sympy.sympify(a)) / abs(sympy.sympify(b))))
+    return quotient if signs[0] * signs[1] >= 0 else as_dim(-quotient)
+
+
+def mod(a, b, truncated: bool):
+    """ONNX Mod of integers: the remainder takes the divisor's sign (Python's ``%``), or
+    the dividend's where ``truncated`` (fmod=1); None where the symbols leave it open."""
+    quotient = trunc_div(a, b)
+    if quotient is None:
+        return None
+    rest = as_dim(a - b * quotient)  # the dividend's sign
+    if truncated or _sign(a) * _sign(b) >= 0:
+        return rest
+    zero = _sign(rest)
+    if zero is None:
+        return None
+    return rest if zero == 0 else as_dim(rest + b)
+
+
+def absolute(a):
+    sign = _sign(a)
+    return None if sign is None else (a if sign >= 0 else as_dim(-a))
+
+
+def logical(fn):
+    """A bool op on elements that are Python bools (a comparison the symbols leave open
+    never becomes a Known)."""
+    return lambda *xs: fn(*[bool(x) for x in xs])
 
 
 def free_names(graph: onnx.GraphProto) -> set:
