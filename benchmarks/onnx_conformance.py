@@ -103,6 +103,7 @@ def to_tensor(array) -> torch.Tensor:
     array = np.asarray(array)
     kind = array.dtype.name
     special = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn,
+               "float8_e8m0fnu": torch.float8_e8m0fnu,
                "float8_e4m3fnuz": torch.float8_e4m3fnuz, "float8_e5m2": torch.float8_e5m2,
                "float8_e5m2fnuz": torch.float8_e5m2fnuz}
     if kind in special:
@@ -175,6 +176,7 @@ def _ort_value(array) -> ort.OrtValue:
 
 def _from_ort(value: ort.OrtValue) -> np.ndarray:
     kind = value.data_type().removeprefix("tensor(").removesuffix(")")
+    kind = _ORT_NAMES.get(kind, kind)
     if kind not in _ONNX_TYPES:
         return value.numpy()
     import ml_dtypes  # noqa: PLC0415  (onnx's own dependency)
@@ -189,7 +191,11 @@ _ONNX_TYPES = {"bfloat16": onnx.TensorProto.BFLOAT16,
                "float8_e4m3fn": onnx.TensorProto.FLOAT8E4M3FN,
                "float8_e4m3fnuz": onnx.TensorProto.FLOAT8E4M3FNUZ,
                "float8_e5m2": onnx.TensorProto.FLOAT8E5M2,
-               "float8_e5m2fnuz": onnx.TensorProto.FLOAT8E5M2FNUZ}
+               "float8_e5m2fnuz": onnx.TensorProto.FLOAT8E5M2FNUZ,
+               "float8_e8m0fnu": onnx.TensorProto.FLOAT8E8M0}
+# onnxruntime's names of those types (tensor(float8e4m3fn)) -> ml_dtypes' (float8_e4m3fn)
+_ORT_NAMES = {**{name.replace("_", ""): name for name in _ONNX_TYPES},
+              "float8e8m0": "float8_e8m0fnu"}
 
 
 def _ort_run(model: onnx.ModelProto, inputs: list) -> list:

@@ -25,15 +25,24 @@ from tdag.ir.types import DType, TensorType
 ONNX_TO_DTYPE = {
     TensorProto.FLOAT: DType.f32, TensorProto.DOUBLE: DType.f64, TensorProto.FLOAT16: DType.f16,
     TensorProto.BFLOAT16: DType.bf16, TensorProto.INT64: DType.i64, TensorProto.INT32: DType.i32,
-    TensorProto.INT16: DType.i16, TensorProto.INT8: DType.i8, TensorProto.UINT8: DType.u8,
-    TensorProto.BOOL: DType.bool,
+    TensorProto.INT16: DType.i16, TensorProto.INT8: DType.i8, TensorProto.UINT64: DType.u64,
+    TensorProto.UINT32: DType.u32, TensorProto.UINT16: DType.u16, TensorProto.UINT8: DType.u8,
+    TensorProto.BOOL: DType.bool, TensorProto.FLOAT8E4M3FN: DType.f8e4m3fn,
+    TensorProto.FLOAT8E4M3FNUZ: DType.f8e4m3fnuz, TensorProto.FLOAT8E5M2: DType.f8e5m2,
+    TensorProto.FLOAT8E5M2FNUZ: DType.f8e5m2fnuz, TensorProto.FLOAT8E8M0: DType.f8e8m0fnu,
 }
+
+# sub-byte types: ONNX packs two (four) elements a byte; torch has no arithmetic on them
+_PACKED = {"INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2"}
 
 
 def dtype_of(elem_type: int, what: str = "") -> DType:
     if elem_type not in ONNX_TO_DTYPE:
-        raise UnsupportedOpError(f"element type {_type_name(elem_type)}"
-                                 f"{' of ' + what if what else ''} has no tdag dtype")
+        name = _type_name(elem_type)
+        why = (": a packed sub-byte type, which torch cannot compute in" if name in _PACKED
+               else "")
+        raise UnsupportedOpError(f"element type {name}"
+                                 f"{' of ' + what if what else ''} has no tdag dtype{why}")
     return ONNX_TO_DTYPE[elem_type]
 
 
@@ -46,12 +55,20 @@ def _type_name(elem_type: int) -> str:
 
 
 def tensor_of(array: np.ndarray) -> torch.Tensor:
-    """A torch tensor (a copy) of an array from onnx's numpy_helper; bfloat16 arrives as
-    ml_dtypes' type, which torch cannot take, so its bits are reinterpreted."""
-    if array.dtype.name == "bfloat16":
-        bits = np.ascontiguousarray(array).view(np.uint16).copy()
-        return torch.from_numpy(bits).view(torch.bfloat16)
+    """A torch tensor (a copy) of an array from onnx's numpy_helper; bfloat16 and the float8
+    kinds arrive as ml_dtypes' types, which torch cannot take, so their bits are
+    reinterpreted."""
+    special = _ML_DTYPES.get(array.dtype.name)
+    if special is not None:
+        bits = np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}").copy()
+        return torch.from_numpy(bits).view(special.torch)
     return torch.from_numpy(np.array(array, copy=True))
+
+
+# ml_dtypes' names of the types numpy lacks, as onnx's numpy_helper hands them over
+_ML_DTYPES = {"bfloat16": DType.bf16, "float8_e4m3fn": DType.f8e4m3fn,
+              "float8_e4m3fnuz": DType.f8e4m3fnuz, "float8_e5m2": DType.f8e5m2,
+              "float8_e5m2fnuz": DType.f8e5m2fnuz, "float8_e8m0fnu": DType.f8e8m0fnu}
 
 
 def declared_clash(declared: onnx.TypeProto.Tensor, computed: TensorType) -> str | None:

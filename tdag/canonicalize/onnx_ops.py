@@ -273,7 +273,42 @@ def _cast_to(ctx, x, dtype: DType):
     if isinstance(x, Known) and not dtype.is_float:
         values = x.values if dtype is not DType.bool or not x.static else x.values != 0
         return Known(values, dtype)
-    return ops.cast(ctx.tensor(x), dtype)
+    x = ctx.tensor(x)
+    saturate = ctx.flag("saturate", 1)
+    if dtype is DType.f8e8m0fnu and not saturate:
+        raise UnsupportedOpError("Cast to float8e8m0 with saturate=0 (NaN for 0, negatives "
+                                 "and values out of range; tdag's cast saturates below)")
+    if dtype.is_float8 and x.dtype.is_float and saturate:
+        x = saturate_float8(x, dtype)
+    if dtype is DType.f8e8m0fnu and x.dtype.is_float:
+        return _round_power_of_two(x, ctx.choice("round_mode", "up", ("up", "down", "nearest")))
+    return ops.cast(x, dtype)
+
+
+def _round_power_of_two(x, mode: str):
+    """A cast to float8_e8m0 (a power of two) rounding as ONNX's ``round_mode`` says. tdag's
+    cast, as torch's, rounds to the nearest power; a power below (above) x, one step away at
+    most, is doubled (halved) for ``up`` (``down``)."""
+    near = ops.cast(x, DType.f8e8m0fnu)
+    if mode == "nearest":
+        return near
+    wide = DType.f64 if x.dtype is DType.f64 else DType.f32
+    x, value = ops.cast(x, wide), ops.cast(near, wide)
+    if mode == "up":
+        value = ops.where(ops.lt(value, x), ops.mul(value, 2.0), value)
+    else:
+        value = ops.where(ops.gt(value, x), ops.mul(value, 0.5), value)
+    return ops.cast(value, DType.f8e8m0fnu)
+
+
+def saturate_float8(x, dtype: DType):
+    """ONNX's ``saturate=1`` on a cast to float8: a value past the type's largest finite one
+    (an infinity too) becomes that one, NaN stays NaN. tdag's cast is torch's, which does not
+    saturate (past the range it gives NaN, or inf for e5m2), as ONNX's ``saturate=0``."""
+    top = torch.finfo(dtype.torch).max
+    if dtype is DType.f8e8m0fnu:  # no sign: 0 and below become the least power of two
+        return ops.clamp(x, 0.0, top)
+    return ops.clamp(x, -top, top)
 
 
 @register("Identity", "Dropout")

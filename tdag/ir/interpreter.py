@@ -13,6 +13,7 @@ import torch
 from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.program import Block, Call, If, Loop, Program
+from tdag.ir.carriers import run_carried
 from tdag.ir.record import REGISTRY, Trait
 from tdag.ir.symbols import evaluate, format_dim, is_static
 from tdag.ir.types import DType, TensorType
@@ -98,7 +99,8 @@ def run_tdag(graph: TDAG, args: Sequence[torch.Tensor], bindings: Mapping | None
                                     origin=node.origin) from None
         rec = REGISTRY[node.op]
         try:
-            env[node.name] = rec.evaluate(node.spec, args_, resolve)
+            env[node.name] = run_carried(
+                node, lambda xs: rec.evaluate(node.spec, xs, resolve), args_)
             if rec.traits & Trait.FRESH_SIZE:
                 bind_fresh(node, env[node.name], bound)
         except TdagError:

@@ -19,20 +19,25 @@ from tdag.ir.types import DType, TensorType
 ONNX_DTYPE = {
     DType.f64: TensorProto.DOUBLE, DType.f32: TensorProto.FLOAT, DType.f16: TensorProto.FLOAT16,
     DType.bf16: TensorProto.BFLOAT16, DType.i64: TensorProto.INT64, DType.i32: TensorProto.INT32,
-    DType.i16: TensorProto.INT16, DType.i8: TensorProto.INT8, DType.u8: TensorProto.UINT8,
-    DType.bool: TensorProto.BOOL,
+    DType.i16: TensorProto.INT16, DType.i8: TensorProto.INT8, DType.u64: TensorProto.UINT64,
+    DType.u32: TensorProto.UINT32, DType.u16: TensorProto.UINT16, DType.u8: TensorProto.UINT8,
+    DType.bool: TensorProto.BOOL, DType.f8e4m3fn: TensorProto.FLOAT8E4M3FN,
+    DType.f8e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ, DType.f8e5m2: TensorProto.FLOAT8E5M2,
+    DType.f8e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ, DType.f8e8m0fnu: TensorProto.FLOAT8E8M0,
 }
 
 
 def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
-    """An initializer holding ``value`` (raw bytes, so bfloat16 and bool work too)."""
+    """An initializer holding ``value`` (raw bytes, so bfloat16, float8 and bool work too)."""
     return _fill_tensor(onnx.TensorProto(), name, value)
 
 
 def _fill_tensor(proto: onnx.TensorProto, name: str, value: torch.Tensor) -> onnx.TensorProto:
     value = value.detach().contiguous().cpu()
     dtype = DType.of(value.dtype)
-    raw = value.view(torch.int16) if dtype is DType.bf16 else value
+    # numpy has no bfloat16 or float8: their raw bits go as unsigned integers of their width
+    raw = value.view(torch.int16) if dtype is DType.bf16 else \
+        value.view(torch.uint8) if dtype.is_float8 else value
     proto.name, proto.data_type = name, ONNX_DTYPE[dtype]
     proto.dims.extend(value.shape)
     proto.raw_data = raw.numpy().tobytes()
@@ -113,7 +118,21 @@ class GraphBuilder:
         return self._consts[key]
 
     def cast(self, x: str, dtype: DType) -> str:
+        if dtype is DType.f8e8m0fnu:
+            return self._cast_e8m0(x)
+        if dtype.is_float8:  # tdag's cast, as torch's, does not saturate (ONNX's default)
+            return self.node("Cast", [x], to=ONNX_DTYPE[dtype], saturate=0)
         return self.node("Cast", [x], to=ONNX_DTYPE[dtype])
+
+    def _cast_e8m0(self, x: str) -> str:
+        """tdag's (torch's) cast to float8_e8m0: |x| to the nearest power of two, 0 and
+        values below the range to the least, NaN from 1.5 * 2**127 up (rounding past the
+        top); ONNX's saturating cast does the rest once the overflow is made NaN."""
+        wide = self.node("Abs", [self.node("Cast", [x], to=TensorProto.DOUBLE)])
+        over = self.node("GreaterOrEqual", [wide, self.const(1.5 * 2.0 ** 127, DType.f64)])
+        wide = self.node("Where", [over, self.const(float("nan"), DType.f64), wide])
+        return self.node("Cast", [wide], to=TensorProto.FLOAT8E8M0, saturate=1,
+                         round_mode="nearest")
 
     def filled(self, shape, value: float, dtype: DType) -> str:
         """A tensor of ``value`` with ``shape`` (static: an initializer; else Expand)."""

@@ -20,12 +20,13 @@ import os
 import onnx
 from onnx import helper
 
+from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program, state_writes
 from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
-from tdag.ir.types import DType, TensorKind, TensorType, fill_of
+from tdag.ir.types import FLOAT8, DType, TensorKind, TensorType, fill_of
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
@@ -58,10 +59,29 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) 
         prog = Program.from_tdag(prog)
     if lower:
         prog = lower_program(prog)
-    opset = opset or DEFAULT_OPSET
+    least, dtype = _least_opset(prog)
+    opset = opset or max(DEFAULT_OPSET, least)
     if opset < 18:
         raise ValueError(f"to_onnx needs opset 18 or later, got {opset}")
+    if opset < least:
+        raise UnsupportedOpError(f"element type {dtype.value} needs ONNX opset {least} or "
+                                 f"later; to_onnx was asked for opset {opset}")
     return _Exporter(prog, opset).model()
+
+
+# the first opset whose ops take each newer element type (Cast-19 the float8 kinds, Cast-24
+# float8e8m0); older types, any opset to_onnx writes
+_TYPE_OPSET = {**{d: 19 for d in FLOAT8}, DType.f8e8m0fnu: 24}
+
+
+def _least_opset(prog: Program) -> tuple:
+    """(the least opset holding every element type of ``prog``, the type that needs it)."""
+    types = {t.dtype for g in prog.graphs.values()
+             for t in [v.type for v in g.inputs] + [w.type for w in g.weights.values()] +
+             [n.type for n in g.nodes]}
+    types |= {w.type.dtype for w in prog.state.values()}
+    return max(((_TYPE_OPSET.get(d, 18), d) for d in types), key=lambda p: p[0],
+               default=(18, None))
 
 
 class _Exporter:

@@ -16,6 +16,7 @@ import sympy
 
 from tdag.deinops.codegen import literal
 from tdag.errors import UnsupportedOpError
+from tdag.ir.carriers import carried_source
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.names import NameMap
 from tdag.ir.op import Op
@@ -140,7 +141,9 @@ def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
     defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            expr = record(node.op).torch(node, operands[node.name][0], code)
+            emit = lambda a, node=node: record(node.op).torch(node, a, code)  # noqa: E731
+            dtypes = [ctx.type(n).dtype for n in node.inputs]
+            expr = carried_source(node, operands[node.name][0], dtypes, emit)
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
                 body.extend(_bind_fresh(node, scope(node.name), defined))
