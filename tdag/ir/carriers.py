@@ -11,8 +11,10 @@ result back, which is exact:
 - float8 in float32: every value fits, and the one rounding back to float8 is the rounding
   a float8 kernel does (float32 holds the exact sum or product of two float8 values);
 - uint64 in int64 by reinterpreting its bits: exact for the ops two's complement shares with
-  unsigned arithmetic (add, multiply, negate, equality, moving values); any other (order,
-  division, conversion to float) raises UnsupportedOpError naming op, type and framework.
+  unsigned arithmetic (add, multiply, negate, equality, moving values); for the ops that
+  order values (comparisons, max and min) the top bit is flipped too, which maps unsigned
+  order onto signed order; any other (division, conversion to float) raises
+  UnsupportedOpError naming op, type and framework.
 
 Casts are torch's own conversions (they exist between every pair of types), with one fix:
 torch saturates a cast to float8_e4m3fn (1e6 gives 448), where tdag's cast, as ONNX's
@@ -36,6 +38,8 @@ CARRIER = {DType.u16: DType.i64, DType.u32: DType.i64, DType.u64: DType.i64,
 _U64_EXACT = frozenset({Op.add, Op.multiply, Op.neg, Op.where, Op.gather, Op.concat,
                         Op.reshape, Op.expand, Op.pad, Op.fold, Op.unfold})
 _U64_EXACT_KINDS = frozenset({"eq", "ne", "sum", "prod"})  # of compare and reduce
+_U64_ORDER_KINDS = frozenset({"lt", "le", "gt", "ge", "max", "min"})
+_TOP_BIT = -2 ** 63  # int64's bit pattern 1000...0
 
 # float8_e4m3fn's largest finite value is 448; a value past the midpoint to the next step
 # (480, which the format spends on NaN) rounds out of range
@@ -50,7 +54,7 @@ def carried(node, input_dtypes: Sequence[DType]) -> bool:
     dtypes = [*input_dtypes, node.type.dtype]
     if not any(d in CARRIER for d in dtypes):
         return False
-    if DType.u64 in dtypes and not _u64_exact(node):
+    if DType.u64 in dtypes and not (_u64_exact(node) or _u64_ordered(node)):
         raise UnsupportedOpError(
             f"{node.op.value} on uint64: torch has no uint64 kernel for it, and int64 (the "
             "only type that holds its values) orders, divides and converts them differently",
@@ -59,27 +63,37 @@ def carried(node, input_dtypes: Sequence[DType]) -> bool:
 
 
 def _u64_exact(node) -> bool:
-    if node.op in _U64_EXACT or has(node.op, Trait.MOVEMENT):
-        return True
-    kind = getattr(node.spec, "kind", None)
-    return node.op in (Op.compare, Op.reduce) and getattr(kind, "value", None) in \
-        _U64_EXACT_KINDS
+    return node.op in _U64_EXACT or has(node.op, Trait.MOVEMENT) or \
+        _kind(node) in _U64_EXACT_KINDS
+
+
+def _u64_ordered(node) -> bool:
+    """Whether ``node`` orders uint64 values: run on int64 with the top bit flipped."""
+    return _kind(node) in _U64_ORDER_KINDS
+
+
+def _kind(node) -> str | None:
+    """The kind of a compare or reduce (``lt``, ``max``), else None."""
+    if node.op not in (Op.compare, Op.reduce):
+        return None
+    return node.spec.kind.value
 
 
 # -- on tensors (the reference interpreter) ---------------------------------------------------
 
-def widen(value: torch.Tensor) -> torch.Tensor:
+def widen(value: torch.Tensor, ordered: bool = False) -> torch.Tensor:
     dtype = DType.of(value.dtype)
     if dtype is DType.u64:
-        return value.view(torch.int64)
+        bits = value.view(torch.int64)
+        return bits ^ _TOP_BIT if ordered else bits
     return value.to(CARRIER[dtype].torch) if dtype in CARRIER else value
 
 
-def narrow(value: torch.Tensor, dtype: DType) -> torch.Tensor:
+def narrow(value: torch.Tensor, dtype: DType, ordered: bool = False) -> torch.Tensor:
     if dtype not in CARRIER or value.dtype == dtype.torch:
         return value
     if dtype is DType.u64:
-        return value.view(torch.uint64)
+        return (value ^ _TOP_BIT if ordered else value).view(torch.uint64)
     return cast_value(value, dtype)
 
 
@@ -89,7 +103,8 @@ def run_carried(node, evaluate: Callable, args: Sequence[torch.Tensor]) -> torch
         return cast_value(args[0], DType.f8e4m3fn)
     if not carried(node, [DType.of(a.dtype) for a in args]):
         return evaluate(args)
-    return narrow(evaluate([widen(a) for a in args]), node.type.dtype)
+    ordered = _u64_ordered(node)
+    return narrow(evaluate([widen(a, ordered) for a in args]), node.type.dtype, ordered)
 
 
 def _is_e4m3fn_cast(node) -> bool:
@@ -116,21 +131,33 @@ def carried_source(node, exprs: Sequence[str], dtypes: Sequence[DType],
         return cast_expr(exprs[0], DType.f8e4m3fn)
     if not carried(node, dtypes):
         return emit(list(exprs))
-    wide = [_widen_expr(e, d) if e.isidentifier() else e for e, d in zip(exprs, dtypes)]
-    return _narrow_expr(emit(wide), node.type.dtype)
+    ordered = _u64_ordered(node)
+    wide = [_widen_expr(e, d, ordered) if e.isidentifier() else _literal(e, d, ordered)
+            for e, d in zip(exprs, dtypes)]
+    return _narrow_expr(emit(wide), node.type.dtype, ordered)
 
 
-def _widen_expr(expr: str, dtype: DType) -> str:
+def _widen_expr(expr: str, dtype: DType, ordered: bool) -> str:
     if dtype is DType.u64:
-        return f"{expr}.view(torch.int64)"
+        return f"({expr}.view(torch.int64) ^ {_TOP_BIT})" if ordered else \
+            f"{expr}.view(torch.int64)"
     return f"{expr}.to({_name(CARRIER[dtype])})" if dtype in CARRIER else expr
 
 
-def _narrow_expr(expr: str, dtype: DType) -> str:
+def _literal(expr: str, dtype: DType, ordered: bool) -> str:
+    """A Python integer literal of a uint64 operand as the int64 carrier's value."""
+    if dtype is not DType.u64:
+        return expr
+    bits = int(expr) - 2 ** 64 if int(expr) >= 2 ** 63 else int(expr)
+    return repr(bits ^ _TOP_BIT if ordered else bits)
+
+
+def _narrow_expr(expr: str, dtype: DType, ordered: bool) -> str:
     if dtype not in CARRIER:
         return expr
     if dtype is DType.u64:
-        return f"({expr}).view(torch.uint64)"
+        return f"(({expr}) ^ {_TOP_BIT}).view(torch.uint64)" if ordered else \
+            f"({expr}).view(torch.uint64)"
     return cast_expr(f"({expr})", dtype)
 
 

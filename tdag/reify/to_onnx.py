@@ -31,6 +31,7 @@ from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
 from tdag.refine.dataflow import fresh_definers, sizes_named
+from tdag.reify.onnx_carriers import emit_carried
 from tdag.reify.onnx_graph import (
     ONNX_DTYPE,
     GraphBuilder,
@@ -259,10 +260,14 @@ class _GraphEmitter:
                 continue
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
-            env[node.name] = record(node.op).onnx(node, ins, self.g, self)
+            dtypes = [self.type(n).dtype for n in node.inputs]
+            env[node.name] = emit_carried(node, ins, dtypes, self.g, self._emit_one)
             if has(node.op, Trait.FRESH_SIZE):  # read with Shape of the result where needed
                 self.g.symbols.bind(env[node.name], node.type.shape)
         return [env[n] for n in graph.outputs]
+
+    def _emit_one(self, node, ins: list) -> str:
+        return record(node.op).onnx(node, ins, self.g, self)
 
     def operands(self, node) -> list:
         """tdag names to read (an expand's source where ONNX broadcasting rebuilds it), or

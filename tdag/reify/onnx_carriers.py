@@ -1,0 +1,44 @@
+"""Carrier types on onnxruntime: the narrow integer types its CPU kernels leave out.
+
+ONNX's ops take every integer type, but onnxruntime's CPU provider registers fewer: no
+``Where``, ``Pad``, ``Max`` or ``ReduceMax`` for int16 and uint16, no ``TopK``, ``ArgMax`` or
+``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64. As the torch code does on
+torch's gaps (``tdag.ir.carriers``), an op meeting int16 / uint16 runs on int32 and one
+meeting uint32 on int64, which hold every value; the Cast back wraps modulo 2**16 (2**32),
+the narrow type's own arithmetic, so the result is exact. uint64 has no wider type: its
+``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0); any
+other op whose kernel onnxruntime lacks fails when the session is made, naming the op.
+ONNX's Neg takes no unsigned type at all: ``0 - x`` wraps as negation does.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, has
+from tdag.ir.types import DType
+
+CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64}
+
+
+def emit_carried(node, ins: Sequence[str], dtypes: Sequence[DType], g,
+                 emit: Callable) -> str:
+    """``emit(node, ins)``, the ONNX nodes for ``node``, on carriers where it needs them."""
+    out = node.type.dtype
+    if node.op is Op.where and out is DType.u64:
+        return _select_u64(g, ins)
+    if node.op is Op.neg and out in (DType.u8, DType.u64):  # ONNX's Neg takes no unsigned
+        return g.node("Sub", [g.const(0, out), ins[0]])
+    if node.op is Op.cast or has(node.op, Trait.VIEW) or \
+            not any(d in CARRIER for d in [*dtypes, out]):
+        return emit(node, list(ins))
+    wide = [g.cast(x, CARRIER[d]) if d in CARRIER else x for x, d in zip(ins, dtypes)]
+    result = emit(node.replace(type=node.type.with_dtype(CARRIER.get(out, out))), wide)
+    return g.cast(result, out) if out in CARRIER else result
+
+
+def _select_u64(g, ins: Sequence[str]) -> str:
+    cond, a, b = ins
+    pick = g.cast(cond, DType.u64)
+    other = g.cast(g.node("Not", [cond]), DType.u64)
+    return g.node("Add", [g.node("Mul", [pick, a]), g.node("Mul", [other, b])])
