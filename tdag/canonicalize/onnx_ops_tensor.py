@@ -337,7 +337,7 @@ def _is_inf(ctx, x):
 def _bits(dtype: DType) -> int:
     if dtype.is_float or dtype is DType.bool:
         raise UnsupportedOpError(f"bit operations on {dtype.value}")
-    return {DType.u8: 8, DType.i8: 8, DType.i16: 16, DType.i32: 32, DType.i64: 64}[dtype]
+    return dtype.itemsize * 8
 
 
 @register("BitShift")
@@ -363,7 +363,20 @@ def _bit_shift(ctx, x, shift):
     out = ops.floor_divide(x, factor)
     if bits == 64:
         out = ops.where(ops.eq(wide, 63), fill, out)
+    if dtype is DType.u64:  # a logical shift: the top bit (int64's sign) shifts in as 0
+        fill, out = zero, _logical_right_u64(x, wide, safe, factor)
     return ops.cast(ops.where(outside, fill, out), dtype)
+
+
+def _logical_right_u64(x, shift, safe, factor):
+    """uint64 x (as int64 bits) >> s: x = 2**63 + r where the top bit is set, so the result
+    is r >> s plus the top bit moved down, 2**(63 - s); s = 0 keeps x."""
+    low = ops.sub(x, -(2 ** 63))  # r: wraps into [0, 2**63)
+    top = ops.pow(ops.full((), 2, DType.i64, like=x), ops.sub(63, ops.maximum(safe, 1)))
+    moved = ops.add(ops.floor_divide(low, factor), top)
+    out = ops.where(ops.lt(x, 0), moved, ops.floor_divide(x, factor))
+    out = ops.where(ops.eq(shift, 63), ops.cast(ops.lt(x, 0), DType.i64), out)
+    return ops.where(ops.eq(shift, 0), x, out)
 
 
 @register("BitwiseNot")
@@ -385,7 +398,9 @@ def _bitwise(combine):
         if a.dtype is DType.bool:
             return {"and": ops.logical_and, "or": ops.logical_or, "xor": ops.ne}[combine](a, b)
         n = _bits(a.dtype)
-        signed = a.dtype is not DType.u8
+        # uint64's top bit weighs 2**63, which int64 holds as -2**63: the same modulo 2**64,
+        # where the cast back to uint64 takes the sum
+        signed = not a.dtype.is_unsigned or a.dtype is DType.u64
         wide = DType.i64
         a64, b64 = ops.cast(a, wide), ops.cast(b, wide)
         total = None
