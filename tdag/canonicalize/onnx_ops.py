@@ -27,6 +27,7 @@ from tdag.canonicalize.onnx_values import (
     fits,
     fold_arith,
     fold_compare,
+    fold_reduce,
     known_of,
     logical,
     mod,
@@ -700,18 +701,28 @@ _REDUCE = {
 
 def _reduce(fn, axes_input_opset):
     def convert(ctx, x, axes=None):
-        x = ctx.tensor(x)
         axes = _axes(ctx, axes, axes_input_opset)
         keep = ctx.flag("keepdims", 1)
+        rank = len(x.shape)
         if not axes:
             if ctx.flag("noop_with_empty_axes", 0):
                 return x
-            axes = list(range(x.ndim))
-        axes = _norm_axes(axes, x.ndim)
+            axes = list(range(rank))
+        axes = _norm_axes(axes, rank)
+        fold = _REDUCE_FOLDS.get(ctx.node.op_type)
+        if fold is not None and isinstance(x, Known):  # the product of a shape's tail
+            folded = fold_reduce(fold, x, axes, keep)
+            if folded is not None:
+                return folded
+        x = ctx.tensor(x)
         if any(is_static(x.shape[a]) and x.shape[a] == 0 for a in axes):
             return _reduce_empty(ctx, x, axes, keep)
         return fn(x, axes, keep)
     return convert
+
+
+_REDUCE_FOLDS = {"ReduceSum": operator.add, "ReduceProd": operator.mul,
+                 "ReduceMax": _dim_max, "ReduceMin": _dim_min}
 
 
 def _reduce_empty(ctx, x, axes, keep):

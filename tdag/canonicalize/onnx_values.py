@@ -124,6 +124,25 @@ def fold_arith(fn, values, dtype: DType) -> Known | None:
     return Known(out, dtype) if all(_small(d) for d in out.flat) else None
 
 
+def fold_reduce(fn, value: Known, axes: tuple, keep: bool) -> Known | None:
+    """A reduction of a Known over ``axes`` by the binary ``fn`` on Dims; None over an empty
+    axis (the op's identity is the tensors' business) or where ``fn`` leaves it open."""
+    kept = [a for a in range(value.values.ndim) if a not in axes]
+    moved = np.transpose(value.values, kept + list(axes))
+    groups = moved.reshape(moved.shape[:len(kept)] + (-1,))
+    if groups.shape[-1] == 0:
+        return None
+    out = np.empty(groups.shape[:-1], dtype=object)
+    for idx in np.ndindex(out.shape):
+        total = groups[idx][0]
+        for item in groups[idx][1:]:
+            total = fn(total, item)
+            if total is None or not _small(total):
+                return None
+        out[idx] = total
+    return Known(np.expand_dims(out, axes) if keep else out, value.dtype)
+
+
 def _small(dim) -> bool:
     """An int64 (beyond it ONNX integers wrap, Python's do not), or a short expression:
     multiplying symbolic Dims expands them, so repeated squaring would grow them
