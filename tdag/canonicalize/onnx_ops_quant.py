@@ -8,22 +8,24 @@ onnx_ops.py's convention.
 from __future__ import annotations
 
 from tdag import ops
-from tdag.canonicalize.onnx_ops import _norm, register
+from tdag.canonicalize.onnx_ops import _norm, register, saturate_float8
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
 
-_RANGE = {DType.u8: (0, 255), DType.i8: (-128, 127), DType.i16: (-32768, 32767),
-          DType.i32: (-2 ** 31, 2 ** 31 - 1)}
+_RANGE = {DType.u8: (0, 255), DType.i8: (-128, 127), DType.u16: (0, 65535),
+          DType.i16: (-32768, 32767), DType.i32: (-2 ** 31, 2 ** 31 - 1)}
 
 
 def _per_axis(ctx, value, x):
     """A scale or zero point broadcastable to x: a scalar, one per ``axis`` entry, or one per
     block of ``block_size`` along it."""
+    block = ctx.attr("block_size", 0)
     if value.ndim == 0:
         return value
+    if value.ndim == 1 and value.shape[0] == 1 and not block:  # one value: per tensor
+        return ops.reshape(value, ())
     axis = _norm(ctx.attr("axis", 1), x.ndim)
-    block = ctx.attr("block_size", 0)
     if block:
         value = ops.repeat_interleave(value, block, axis)
         return ops.slice(value, axis, 0, x.shape[axis])
@@ -49,16 +51,20 @@ def _quantize(ctx, x, scale, zero_point=None):
         (ctx.dtype(ctx.attr("output_dtype")) if ctx.attr("output_dtype") else DType.u8)
     precision = ctx.attr("precision")
     work = ctx.dtype(precision) if precision else x.dtype
-    q = ops.round(ops.div(ops.cast(x, work), ops.cast(_per_axis(ctx, scale, x), work)))
+    q = ops.div(ops.cast(x, work), ops.cast(_per_axis(ctx, scale, x), work))
+    if not dtype.is_float8:  # float8 keeps the fraction: the cast rounds it
+        q = ops.round(q)
     if zero_point is not None:
         q = ops.add(q, ops.cast(_per_axis(ctx, ctx.tensor(zero_point), x), work))
+    if dtype.is_float8:
+        return ops.cast(saturate_float8(q, dtype) if ctx.flag("saturate", 1) else q, dtype)
     return _saturate(q, dtype)
 
 
 @register("DequantizeLinear")
 def _dequantize(ctx, x, scale, zero_point=None):
     x, scale = ctx.tensor(x), ctx.tensor(scale)
-    if x.dtype.is_float:
+    if x.dtype.is_float and not x.dtype.is_float8:
         raise UnsupportedOpError(f"DequantizeLinear from {x.dtype.value}")
     dx = ops.cast(x, DType.f32)
     if zero_point is not None:

@@ -2,10 +2,12 @@
 
 ONNX's ops take every integer type, but onnxruntime's CPU provider registers fewer: no
 ``Where``, ``Pad``, ``Max`` or ``ReduceMax`` for int16 and uint16, no ``TopK``, ``ArgMax`` or
-``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64. As the torch code does on
-torch's gaps (``tdag.ir.carriers``), an op meeting int16 / uint16 runs on int32 and one
-meeting uint32 on int64, which hold every value; the Cast back wraps modulo 2**16 (2**32),
-the narrow type's own arithmetic, so the result is exact. uint64 has no wider type: its
+``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64, and for the float8 kinds
+nothing but casts and (de)quantization (not even ``Reshape``). As the torch code does on
+torch's gaps (``tdag.ir.carriers``), an op meeting int16 / uint16 runs on int32, one meeting
+uint32 on int64 and one meeting float8 on float32 (views too), which hold every value; the
+Cast back wraps modulo 2**16 (2**32), the narrow type's own arithmetic, or rounds once to
+float8, so the result is exact. uint64 has no wider type: its
 ``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0); any
 other op whose kernel onnxruntime lacks fails when the session is made, naming the op.
 ONNX's Neg takes no unsigned type at all: ``0 - x`` wraps as negation does.
@@ -16,9 +18,10 @@ from typing import Callable, Sequence
 
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
-from tdag.ir.types import DType
+from tdag.ir.types import FLOAT8, DType
 
-CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64}
+CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64,
+           **{f8: DType.f32 for f8 in FLOAT8}}
 
 
 def emit_carried(node, ins: Sequence[str], dtypes: Sequence[DType], g,
@@ -29,8 +32,9 @@ def emit_carried(node, ins: Sequence[str], dtypes: Sequence[DType], g,
         return _select_u64(g, ins)
     if node.op is Op.neg and out in (DType.u8, DType.u64):  # ONNX's Neg takes no unsigned
         return g.node("Sub", [g.const(0, out), ins[0]])
-    if node.op is Op.cast or has(node.op, Trait.VIEW) or \
-            not any(d in CARRIER for d in [*dtypes, out]):
+    types = [*dtypes, out]
+    view = has(node.op, Trait.VIEW) and not any(d.is_float8 for d in types)
+    if node.op is Op.cast or view or not any(d in CARRIER for d in types):
         return emit(node, list(ins))
     wide = [g.cast(x, CARRIER[d]) if d in CARRIER else x for x, d in zip(ins, dtypes)]
     result = emit(node.replace(type=node.type.with_dtype(CARRIER.get(out, out))), wide)
