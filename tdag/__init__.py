@@ -44,6 +44,7 @@ from tdag.refine import (
                          strip_batch,
 )
 from tdag.reify import to_onnx, to_torch
+from tdag.view import to_networkx
 
 __version__ = "0.1.0"
 
@@ -61,6 +62,8 @@ __all__ = [
     "replace", "simplify", "strip_batch",
     # reify
     "to_onnx", "to_torch",
+    # view
+    "to_networkx",
     # errors
     "CaptureError", "ConversionError", "FileFormatError", "InvalidModelError", "PatternError",
     "ShapeError", "TdagError", "UnsupportedOpError",

@@ -1,6 +1,7 @@
 """The ``tdag`` command line: the public API on files.
 
     tdag show model.pt2                     # the program in tdag's text form
+    tdag show model.pt2 -o graph.html       # one self-contained page to browse it
     tdag verify model.tdag
     tdag cost model.pt2 --by scope --size batch=8
     tdag convert model.onnx model.tdag      # .pt2 / .onnx / .tdag  ->  .tdag / .onnx
@@ -32,6 +33,7 @@ from tdag.reify import write_onnx
 import tdag.lower
 from tdag.demo import main as demo_main
 from tdag.errors import TdagError
+from tdag.view.page import write_page
 
 
 def _load(path: str, dynamic_batch: bool = False):
@@ -105,7 +107,13 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", required=True, help="a .tdag or .onnx file")
         return p
 
-    command("show", "print the program in tdag's text form")
+    show = command("show", "print the program in tdag's text form, or write it as a page")
+    show.add_argument("-o", "--output", default=None, metavar="FILE.html",
+                      help="write one self-contained HTML page (no network needed) to browse "
+                           "the program: scopes as groups, colour by flops or bytes, search")
+    show.add_argument("--size", action="append", default=[], metavar="NAME=INT",
+                      help="with -o: a value for a symbolic dimension in the colours, "
+                           "e.g. batch=8 (others count as 1)")
     command("verify", "check the program and report problems")
     cost = command("cost", "print flops and memory traffic per primitive or scope")
     cost.add_argument("--by", choices=["op", "scope", "graph", "node"], default="op")
@@ -139,7 +147,7 @@ def _run(args) -> int:
         return demo_main(args.out)
     prog = _load(args.file, args.dynamic_batch)
     if args.command == "show":
-        print(prog)
+        _show(prog, args)
     elif args.command == "verify":
         tdag.verify(prog)
         print(f"ok: {len(prog.graphs)} TDAG(s), {prog.num_nodes} nodes")
@@ -159,6 +167,18 @@ def _run(args) -> int:
     elif args.command == "explain":
         print(tdag.lower.explain(prog, args.node, args.graph))
     return 0
+
+
+def _show(prog, args) -> None:
+    """``tdag show``: the text form, or with ``-o`` the HTML page."""
+    if args.output is None:
+        print(prog)
+        return
+    if not args.output.endswith((".html", ".htm")):
+        raise TdagError(f"show -o writes an HTML page: expected a .html file, got "
+                        f"{args.output!r}")
+    size = write_page(prog, args.output, os.path.basename(args.file), **_sizes(args.size))
+    print(f"wrote {args.output} ({size:,} bytes)")
 
 
 def main(argv: list[str] | None = None) -> int:
