@@ -1,18 +1,13 @@
-"""The ONNX op table, neural-network part: contractions, convolution, pooling, norms,
-softmax and resize. Entries follow onnx_ops.py's convention ``(ctx, *inputs) -> value(s)``.
+"""The ONNX op table, neural-network part: contractions, convolution, pooling, norms and
+softmax (Resize is in onnx_ops_resize.py, LayerNormalization in onnx_ops_norm.py). Entries
+follow onnx_ops.py's convention ``(ctx, *inputs) -> value(s)``.
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-import torch
-
 from tdag import ops
-from tdag.canonicalize.onnx_ops import _norm, _norm_axes, register
-from tdag.canonicalize.onnx_values import MAX_TABLE
+from tdag.canonicalize.onnx_ops import _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
-from tdag.ir.symbols import dims_equal, is_static, product
+from tdag.ir.symbols import is_static, product
 
 # -- contractions -------------------------------------------------------------------------------
 
@@ -177,15 +172,6 @@ def _batch_norm(ctx, x, scale, bias, mean, var, *rest):
     return (y,) + (None,) * (ctx.num_outputs - 1)
 
 
-@register("LayerNormalization")
-def _layer_norm(ctx, x, scale, bias=None):
-    x = ctx.tensor(x)
-    axis = _norm(ctx.attr("axis", -1), x.ndim)
-    y = ops.layer_norm(x, x.shape[axis:], ctx.tensor(scale),
-                       ctx.tensor(bias) if bias is not None else None, ctx.attr("epsilon", 1e-5))
-    return (y,) + (None,) * (ctx.num_outputs - 1)  # Mean, InvStdDev: not computed
-
-
 @register("LRN")
 def _lrn(ctx, x):
     size = ctx.attr("size")
@@ -234,115 +220,3 @@ def _softmax(fn):
 
 register("Softmax")(_softmax(ops.softmax))
 register("LogSoftmax")(_softmax(ops.log_softmax))
-
-
-# -- resize ---------------------------------------------------------------------------------------
-
-@register("Resize", "Upsample")
-def _resize(ctx, x, *rest):
-    x = ctx.tensor(x)
-    scales, sizes = _resize_targets(ctx, x, rest)
-    mode = ctx.attr("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear") or ctx.flag("antialias", 0):
-        raise UnsupportedOpError(f"{ctx.node.op_type}: mode {mode!r}"
-                                 f"{' with antialias' if ctx.flag('antialias', 0) else ''}")
-    for axis in range(x.ndim):
-        if scales[axis] == 1.0 and sizes[axis] == x.shape[axis]:
-            continue
-        if not is_static(x.shape[axis]):
-            raise UnsupportedOpError(f"{ctx.node.op_type}: resizing a symbolic axis")
-        if not 0 <= sizes[axis] <= MAX_TABLE:
-            raise UnsupportedOpError(f"{ctx.node.op_type}: an output axis of {sizes[axis]} "
-                                     f"(tdag builds an index table per axis, at most "
-                                     f"{MAX_TABLE})")
-        coords = _source_coords(ctx, x.shape[axis], sizes[axis], scales[axis])
-        x = _nearest(ctx, x, axis, coords) if mode == "nearest" else _linear(x, axis, coords)
-    return x
-
-
-def _resize_targets(ctx, x, rest):
-    """Per-axis (scales, sizes); a scale is in/out when only sizes are given."""
-    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
-        raw = ctx.attr("scales") or _floats(ctx, rest[0])
-        scales, sizes = list(raw), None
-    else:
-        if ctx.attr("coordinate_transformation_mode", "") == "tf_crop_and_resize":
-            raise UnsupportedOpError("Resize: tf_crop_and_resize")
-        scales = _floats(ctx, rest[1]) if len(rest) > 1 and rest[1] is not None else None
-        sizes = ctx.ints(rest[2], "sizes") if len(rest) > 2 and rest[2] is not None else None
-        scales = scales or None
-        if sizes and ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-            raise UnsupportedOpError("Resize: sizes with a keep_aspect_ratio_policy other "
-                                     "than stretch")
-    if any(not float(s) > 0 for s in scales or ()) or \
-            any(is_static(s) and s < 0 for s in sizes or ()):
-        raise InvalidModelError(f"{ctx.node.op_type}: scales {scales} must be > 0 and sizes "
-                                f"{sizes} >= 0")
-    axes = list(_norm_axes(ctx.attr("axes") or range(x.ndim), x.ndim))
-    if len(scales or sizes or ()) != len(axes):
-        raise InvalidModelError(f"{ctx.node.op_type}: {len(scales or sizes or ())} scales or "
-                                f"sizes for {len(axes)} axes")
-    full_scales, full_sizes = [1.0] * x.ndim, list(x.shape)
-    for i, axis in enumerate(axes):
-        if dims_equal(sizes[i], x.shape[axis]) if sizes else float(scales[i]) == 1.0:
-            continue  # e.g. the batch axis, symbolic, kept as it is
-        if sizes:
-            full_sizes[axis] = int(sizes[i])
-            full_scales[axis] = int(sizes[i]) / x.shape[axis]
-        else:
-            full_scales[axis] = float(scales[i])
-            full_sizes[axis] = int(math.floor(x.shape[axis] * float(scales[i])))
-    return full_scales, full_sizes
-
-
-def _floats(ctx, value):
-    weight = ctx.builder.weights.get(getattr(value, "name", None))
-    if weight is None or weight.value is None:
-        raise UnsupportedOpError(f"{ctx.node.op_type}: scales must be a constant")
-    return weight.value.reshape(-1).tolist()
-
-
-def _source_coords(ctx, size_in: int, size_out: int, scale: float) -> np.ndarray:
-    """The input coordinate each output cell samples (float32, as onnxruntime computes it)."""
-    mode = ctx.attr("coordinate_transformation_mode", "half_pixel")
-    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
-        mode = "asymmetric"
-    x = np.arange(size_out, dtype=np.float32)
-    scale = np.float32(scale)
-    if mode == "half_pixel":
-        return (x + np.float32(0.5)) / scale - np.float32(0.5)
-    if mode == "pytorch_half_pixel":
-        return (x + np.float32(0.5)) / scale - np.float32(0.5) if size_out > 1 else x * 0
-    if mode == "align_corners":
-        return x * np.float32((size_in - 1) / (size_out - 1)) if size_out > 1 else x * 0
-    if mode == "asymmetric":
-        return x / scale
-    if mode == "tf_half_pixel_for_nn":
-        return (x + np.float32(0.5)) / scale
-    raise UnsupportedOpError(f"Resize: coordinate_transformation_mode {mode!r}")
-
-
-def _nearest(ctx, x, axis, coords):
-    rule = ctx.attr("nearest_mode", "round_prefer_floor")
-    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
-        rule = "floor"
-    ties = coords - np.floor(coords) == 0.5
-    index = {"floor": np.floor(coords), "ceil": np.ceil(coords),
-             "round_prefer_floor": np.where(ties, np.floor(coords), np.round(coords)),
-             "round_prefer_ceil": np.where(ties, np.ceil(coords), np.round(coords))}.get(rule)
-    if index is None:
-        raise UnsupportedOpError(f"Resize: nearest_mode {rule!r}")
-    index = np.clip(index, 0, x.shape[axis] - 1).astype(np.int64)
-    return ops.gather(x, x.builder.const(torch.from_numpy(index)), axis)
-
-
-def _linear(x, axis, coords):
-    """Separable linear interpolation along one axis: a blend of two gathers."""
-    coords = np.clip(coords, 0, x.shape[axis] - 1)
-    low = np.floor(coords).astype(np.int64)
-    high = np.minimum(low + 1, x.shape[axis] - 1)
-    frac = (coords - low).astype(np.float32).reshape([-1] + [1] * (x.ndim - axis - 1))
-    a = ops.gather(x, x.builder.const(torch.from_numpy(low)), axis)
-    b = ops.gather(x, x.builder.const(torch.from_numpy(high)), axis)
-    w = x.builder.const(torch.from_numpy(frac), x.dtype)
-    return ops.add(ops.mul(a, ops.sub(1.0, w)), ops.mul(b, w))
