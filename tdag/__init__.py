@@ -36,7 +36,6 @@ from tdag.refine import (
                          CostReport,
                          add_batch,
                          compose,
-                         cost,
                          decode_loop,
                          extract,
                          replace,
@@ -44,6 +43,7 @@ from tdag.refine import (
                          strip_batch,
 )
 from tdag.reify import to_onnx, to_torch
+from tdag.lower.cost import cost  # tdag.refine.cost on the program and its lowered kernels
 from tdag.view import to_networkx
 
 __version__ = "0.1.0"

@@ -3,7 +3,8 @@
     tdag show model.pt2                     # the program in tdag's text form
     tdag show model.pt2 -o graph.html       # one self-contained page to browse it
     tdag verify model.tdag
-    tdag cost model.pt2 --by scope --size batch=8
+    tdag cost model.pt2 --depth 2 --size batch=8,seq=2048 --device h100-sxm
+    tdag cost model.onnx --by op --json     # --csv; --device local measures this machine
     tdag convert model.onnx model.tdag      # .pt2 / .onnx / .tdag  ->  .tdag / .onnx
     tdag extract model.tdag --scope encoder.layer.1 -o block.tdag
     tdag simplify model.tdag -o smaller.tdag
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import stat
@@ -27,6 +29,7 @@ import sys
 import traceback
 import warnings
 
+from tqdm import tqdm
 
 import tdag
 from tdag.reify import write_onnx
@@ -34,6 +37,7 @@ import tdag.lower
 from tdag.demo import main as demo_main
 from tdag.errors import TdagError
 from tdag.view.page import write_page
+from tdag.refine import cost_table, roofline
 
 
 def _load(path: str, dynamic_batch: bool = False):
@@ -77,11 +81,12 @@ def _write(prog, path: str) -> None:
 
 
 def _sizes(pairs: list[str]) -> dict[str, int]:
+    """``--size batch=8,seq=2048`` (or the flag repeated) -> {"batch": 8, "seq": 2048}."""
     sizes = {}
-    for pair in pairs:
+    for pair in (p for group in pairs for p in group.split(",") if p):
         name, _, value = pair.partition("=")
-        if not value.isdigit():
-            raise TdagError(f"--size takes NAME=INT, got {pair!r}")
+        if not name or not value.isdigit():
+            raise TdagError(f"--size takes NAME=INT[,NAME=INT...], got {pair!r}")
         sizes[name] = int(value)
     return sizes
 
@@ -115,10 +120,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="with -o: a value for a symbolic dimension in the colours, "
                            "e.g. batch=8 (others count as 1)")
     command("verify", "check the program and report problems")
-    cost = command("cost", "print flops and memory traffic per primitive or scope")
-    cost.add_argument("--by", choices=["op", "scope", "graph", "node"], default="op")
-    cost.add_argument("--size", action="append", default=[], metavar="NAME=INT",
-                      help="a value for a symbolic dimension, e.g. batch=8")
+    _cost_arguments(command("cost", "flops and memory traffic per layer, op, scope or node; "
+                            "a roofline estimate with --device"))
     convert = sub.add_parser("convert", help="convert .pt2, .onnx or .tdag to .tdag or .onnx",
                              parents=[common])
     convert.add_argument("file")
@@ -142,17 +145,86 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cost_arguments(cost: argparse.ArgumentParser) -> None:
+    cost.add_argument("--by", choices=cost_table.BY, default="layer",
+                      help="rows: the module tree (layer, default), op, scope, node, graph, step")
+    cost.add_argument("--depth", type=int, default=None, help="levels of the module tree shown")
+    cost.add_argument("--size", action="append", default=[], metavar="NAME=INT[,NAME=INT]",
+                      help="values for symbolic dimensions, e.g. batch=8,seq=2048")
+    cost.add_argument("--sort", choices=["flops", "bytes"], default=None,
+                      help="order the rows by flops or bytes (shows each row's share of both)")
+    out = cost.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print report.to_dict() as JSON")
+    out.add_argument("--csv", action="store_true", help="print the same rows as CSV")
+    cost.add_argument("--device", default=None,
+                      help=f"a roofline: local (measured here; local:quick for a rough one) or "
+                           f"one of {', '.join(roofline.DEVICES)}")
+    cost.add_argument("--peak-tflops", type=float, default=None,
+                      help="a custom device's peak (with --bandwidth-gbs)")
+    cost.add_argument("--bandwidth-gbs", type=float, default=None,
+                      help="a custom device's memory bandwidth")
+    cost.add_argument("--plot", default=None, metavar="FILE.png",
+                      help="draw the rows on the device's roofline (needs matplotlib)")
+    cost.add_argument("--unlowered", action="store_true",
+                      help="cost the program as it stands, op by op, without lowering it")
+
+
+def _cost(prog, args) -> None:
+    """``tdag cost``: the report as a table, JSON or CSV; a roofline with a device."""
+    dev = _device(args)
+    if args.plot and dev is None:
+        raise TdagError("--plot needs a device: --device NAME or --peak-tflops/--bandwidth-gbs")
+    with _progress("costing", 1) as bar:
+        report = tdag.cost(prog, lowered=not args.unlowered)
+        bar.update()
+    sizes = _sizes(args.size)
+    if args.json or args.csv or args.plot:
+        data = report.to_dict(args.by, args.depth, sizes, dev, args.sort)
+        if args.plot:
+            roofline.plot(data, dev, args.plot)
+            print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    elif args.csv:
+        print(cost_table.to_csv(data), end="")
+    else:
+        print(report.table(args.by, args.depth, dev, args.sort, **sizes))
+
+
+def _device(args) -> roofline.Device | None:
+    if (args.peak_tflops is None) != (args.bandwidth_gbs is None):
+        raise TdagError("a custom device takes both --peak-tflops and --bandwidth-gbs")
+    if args.peak_tflops is not None:
+        if args.device is not None:
+            raise TdagError("give --device or --peak-tflops/--bandwidth-gbs, not both")
+        return roofline.custom(args.peak_tflops, args.bandwidth_gbs)
+    if args.device is None:
+        return None
+    with _progress(f"measuring {args.device}", 1) as bar:  # local takes a few seconds
+        dev = roofline.device(args.device)
+        bar.update()
+    return dev
+
+
+def _progress(what: str, total: int):
+    """A tqdm bar on a terminal's stderr; silent when stderr is piped or captured."""
+    return tqdm(total=total, desc=f"tdag: {what}", leave=False,
+                disable=not sys.stderr.isatty())
+
+
 def _run(args) -> int:
     if args.command == "demo":
         return demo_main(args.out)
-    prog = _load(args.file, args.dynamic_batch)
+    with _progress(f"loading {os.path.basename(args.file)}", 1) as bar:
+        prog = _load(args.file, args.dynamic_batch)
+        bar.update()
     if args.command == "show":
         _show(prog, args)
     elif args.command == "verify":
         tdag.verify(prog)
         print(f"ok: {len(prog.graphs)} TDAG(s), {prog.num_nodes} nodes")
     elif args.command == "cost":
-        print(tdag.cost(prog).table(by=args.by, **_sizes(args.size)))
+        _cost(prog, args)
     elif args.command == "convert":
         _write(prog, args.output)
     elif args.command == "extract":

@@ -1,20 +1,34 @@
 """Cost analysis: flops and memory traffic per node, primitive, module scope, TDAG and Program.
 
-Conventions:
+Two programs take part: the *source* program (primitives, as captured) and the *lowered*
+one (``tdag.lower``'s kernels: conv, einsum, attention, norms ...), which ``tdag.cost``
+passes in. Conventions:
 
-- **flops** come from each primitive's cost rule: one per output element of an elementwise
-  op, one per *input* element of a reduction or fold, none for movement; so multiply +
-  reduce-sum of an [m,k]x[k,n] matmul is 2mkn.
+- **flops** come from each op's cost rule, on the lowered program: one per output element
+  of an elementwise op, one per *input* element of a reduction or fold, none for movement;
+  so multiply + reduce-sum of an [m,k]x[k,n] matmul is 2mkn, as is the einsum kernel.
 - **matmul_flops** are the flops of contractions only (matmul, conv, einsum, attention), by
   the ``torch.utils.flop_counter`` convention (2*M*K*N; bias adds and softmax not counted):
   a multiply of broadcast operands feeding a reduce-sum (see ``fusion.contraction_flops``),
   and the ``matmul_flops`` that a kernel's cost rule reports (einsum, conv, attention).
-- **bytes_read / bytes_written** (*unfused*): every primitive reads its inputs and writes its
-  output once, as the reference interpreter does.
-- **fused_read / fused_written** (*fused*): what a lowered, reified program moves; views are
-  free and elementwise chains fuse into their producer (see ``fusion``). For one large matmul
-  or convolution it is exactly inputs + weights + output.
-- **intensity** is flops per byte moved (fused and unfused).
+- **masked_flops**: the contraction flops a causal attention kernel skips where the mask is
+  structurally causal (``refine.causal``); ``useful_flops`` = flops - masked_flops.
+- **bytes_read / bytes_written**: what the lowered program moves, run op by op: each kernel
+  or remaining primitive reads its inputs and writes its output once, and views (reshape,
+  expand, permute ...) move nothing. A convolution is its input, weight and output, not the
+  im2col windows of its decomposition.
+- **unfused_read / unfused_written**: every *source* primitive reads its inputs and writes
+  its output once, as the reference interpreter does (im2col windows and broadcast
+  products included).
+- **fused_read / fused_written**: a model of a fusing compiler over the source program;
+  views are free and elementwise chains fuse into their producer (see ``fusion``). For one
+  large matmul or convolution it is exactly inputs + weights + output.
+- **intensity** is flops per byte moved (lowered, unfused and fused).
+
+Source figures are attributed to the lowered node of the same provenance (source op, module
+scope, line): the kernel that replaced them. A source node with no lowered counterpart (a
+constant the lowering folded) keeps its own row. Called with one program, the program is
+both: its own op-by-op traffic is ``bytes``.
 
 Control flow: a TDAG costs once per call; a Loop multiplies its body by its trip count
 (``count``, or for a while loop the symbol the verifier names its scanned length with,
@@ -32,19 +46,25 @@ puts every such size at its bound.
 >>> report = tdag.cost(prog)
 >>> str(report.matmul_flops), report.evaluate(b=2).fused_bytes
 ('4096*b', 8960)
+
+``tdag.cost`` (``tdag.lower.cost``) lowers first; ``report.table()`` is the per-layer tree,
+``report.to_dict()`` the same data for scripts (``tdag.refine.cost_table``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import sympy
 
 from tdag.ir.graph import TDAG
 from tdag.ir.passes import gc_paused
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ir.record import REGISTRY, Trait
-from tdag.ir.symbols import Dim, as_dim, format_dim, symbol
+from tdag.ir.op import Op
+from tdag.ir.record import REGISTRY, Trait, ops_with
+from tdag.ir.symbols import Dim, as_dim, symbol
 from tdag.ir.verify import trips_name
+from tdag.refine import cost_table
+from tdag.refine.causal import masked_flops
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
@@ -54,9 +74,12 @@ class Figures:
 
     flops: Dim = 0
     matmul_flops: Dim = 0
-    bytes_read: Dim = 0
+    masked_flops: Dim = 0      # contraction flops a causal kernel skips
+    bytes_read: Dim = 0        # as the lowered program moves them
     bytes_written: Dim = 0
-    fused_read: Dim = 0
+    unfused_read: Dim = 0      # every source primitive's inputs and output
+    unfused_written: Dim = 0
+    fused_read: Dim = 0        # a fusing compiler over the source program
     fused_written: Dim = 0
 
     @property
@@ -64,13 +87,30 @@ class Figures:
         return as_dim(self.bytes_read + self.bytes_written)
 
     @property
+    def unfused_bytes(self) -> Dim:
+        return as_dim(self.unfused_read + self.unfused_written)
+
+    @property
     def fused_bytes(self) -> Dim:
         return as_dim(self.fused_read + self.fused_written)
 
     @property
+    def useful_flops(self) -> Dim:
+        """Flops a causal (masked) attention kernel does: the dense flops less the skipped."""
+        return as_dim(self.flops - self.masked_flops)
+
+    @property
+    def useful_matmul_flops(self) -> Dim:
+        return as_dim(self.matmul_flops - self.masked_flops)
+
+    @property
     def intensity(self):
-        """Flops per byte, unfused traffic."""
+        """Flops per byte, lowered traffic."""
         return _ratio(self.flops, self.bytes)
+
+    @property
+    def unfused_intensity(self):
+        return _ratio(self.flops, self.unfused_bytes)
 
     @property
     def fused_intensity(self):
@@ -78,8 +118,11 @@ class Figures:
         return _ratio(self.flops, self.fused_bytes)
 
     def values(self) -> tuple:
-        return (self.flops, self.matmul_flops, self.bytes_read, self.bytes_written,
-                self.fused_read, self.fused_written)
+        return tuple(getattr(self, f) for f in _FIELDS)
+
+    def only(self, fields: frozenset) -> "Figures":
+        """These figures with every field outside ``fields`` zero."""
+        return Figures(*(v if f in fields else 0 for f, v in zip(_FIELDS, self.values())))
 
     def scaled(self, factor: Dim) -> "Figures":
         if factor == 1:
@@ -91,6 +134,12 @@ class Figures:
 
     def __add__(self, other: "Figures") -> "Figures":
         return Figures(*(as_dim(a + b) for a, b in zip(self.values(), other.values())))
+
+
+_FIELDS = tuple(f.name for f in fields(Figures))
+# what the lowered program decides, and what the source program does
+LOWERED = frozenset(("flops", "matmul_flops", "masked_flops", "bytes_read", "bytes_written"))
+SOURCE = frozenset(_FIELDS) - LOWERED
 
 
 def _ratio(num: Dim, den: Dim):
@@ -156,7 +205,7 @@ class _Acc:
         self.counts[figures] = self.counts.get(figures, 0) + times
 
     def value(self) -> Figures:
-        sums = [_Sum() for _ in range(6)]
+        sums = [_Sum() for _ in _FIELDS]
         for figures, times in self.counts.items():
             for s, v in zip(sums, figures.values()):
                 s.add(v, times)
@@ -217,14 +266,23 @@ class CostReport:
     steps: tuple = ()   # StepCost of each controller of the top-level block, in order
     # fresh symbol (a size data decides) -> its upper bound, where its op knows one
     bounds: dict = field(default_factory=dict)
+    # (graph name, node name) -> (op name, module scope, dtype name) of each per_node row
+    node_info: dict = field(default_factory=dict)
+    lowered: bool = False  # bytes are a lowered program's (else the source's, op by op)
 
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
+    masked_flops = property(lambda self: self.total.masked_flops)
+    useful_flops = property(lambda self: self.total.useful_flops)
+    useful_matmul_flops = property(lambda self: self.total.useful_matmul_flops)
     bytes_read = property(lambda self: self.total.bytes_read)
     bytes_written = property(lambda self: self.total.bytes_written)
+    unfused_read = property(lambda self: self.total.unfused_read)
+    unfused_written = property(lambda self: self.total.unfused_written)
     fused_read = property(lambda self: self.total.fused_read)
     fused_written = property(lambda self: self.total.fused_written)
     bytes = property(lambda self: self.total.bytes)
+    unfused_bytes = property(lambda self: self.total.unfused_bytes)
     fused_bytes = property(lambda self: self.total.fused_bytes)
     intensity = property(lambda self: self.total.intensity)
     fused_intensity = property(lambda self: self.total.fused_intensity)
@@ -248,7 +306,8 @@ class CostReport:
                           {k: f.subs(sizes) for k, f in self.per_op.items()},
                           {k: f.subs(sizes) for k, f in self.per_graph.items()},
                           tree(self.scopes), tuple(s.subs(sizes) for s in self.steps),
-                          {k: _subs(v, sizes) for k, v in self.bounds.items() if k not in sizes})
+                          {k: _subs(v, sizes) for k, v in self.bounds.items() if k not in sizes},
+                          self.node_info, self.lowered)
 
     def upper_bound(self) -> "CostReport":
         """The report with each bounded fresh size at its bound (``nonzero`` of an n-element
@@ -259,38 +318,125 @@ class CostReport:
             bounds = {k: _subs(v, bounds) for k, v in bounds.items()}
         return self.evaluate(**bounds)
 
-    def table(self, by: str = "op", depth: int | None = None, **sizes: int) -> str:
-        """A readable table ``by`` "op", "scope" (the tree, indented), "graph" or "node";
-        sizes given as keywords evaluate symbolic figures first."""
-        report = self.evaluate(**sizes) if sizes else self
-        return _format_table(report, by, depth)
+    def table(self, by: str = "layer", depth: int | None = None, device=None,
+              sort: str | None = None, **sizes: int) -> str:
+        """A readable table ``by`` "layer" (the module-scope tree, indented, in the order the
+        model runs), "op", "scope" (every scope, flat), "node", "graph" or "step"; ``depth``
+        cuts the tree; ``device`` (a ``tdag.refine.roofline.Device``) adds the estimated time
+        and bound; ``sort`` "flops" or "bytes" orders the rows; sizes given as keywords
+        evaluate symbolic figures first.
+
+        >>> import tdag
+        >>> from tdag import ops
+        >>> prog = tdag.trace(lambda x: ops.exp(x), tdag.TensorSpec(("b", 4)))
+        >>> tdag.cost(prog).table(by="op", b=2).splitlines()[3].split()[:3]
+        ['exp', '8', '0']
+        """
+        return cost_table.format_table(self, by, depth, sizes, device, sort)
+
+    def to_dict(self, by: str = "layer", depth: int | None = None, sizes: dict | None = None,
+                device=None, sort: str | None = None) -> dict:
+        """The rows of ``table`` as plain data, schema ``tdag.cost/1`` (documented in
+        ``tdag.refine.cost_table``): what ``tdag cost --json`` prints."""
+        return cost_table.to_dict(self, by, depth, sizes, device, sort)
+
+    def to_csv(self, by: str = "layer", depth: int | None = None, sizes: dict | None = None,
+               device=None, sort: str | None = None) -> str:
+        """The rows of ``to_dict`` as CSV, the total last: what ``tdag cost --csv`` prints."""
+        return cost_table.to_csv(self.to_dict(by, depth, sizes, device, sort))
 
 
 @gc_paused()  # many small objects, no cycles: see tdag.ir.passes
-def cost(prog: Program | TDAG) -> CostReport:
-    """The cost report of a Program or TDAG (see the module docstring for conventions)."""
-    if isinstance(prog, TDAG):
-        prog = Program.from_tdag(prog)
-    calls: dict[str, _Sum] = {}
-    _count_calls(prog.main, 1, calls)
-    figures = {name: graph_figures(prog.graphs[name]) for name in calls}
-    per_node, per_op, scope_own, one_call = {}, {}, {}, {}
-    for gname, count in calls.items():
-        times = count.value()
-        graph_acc = _Acc()
-        for node in prog.graphs[gname].nodes:
-            fig = figures[gname][node.name]
-            per_node[(gname, node.name)] = fig.scaled(times)
-            graph_acc.add(fig)
-            per_op.setdefault(node.op.value, _Acc()).add(fig, times)
-            scope_own.setdefault(node.origin.scope, _Acc()).add(fig, times)
-        one_call[gname] = graph_acc.value()
-    per_graph = {name: one_call[name].scaled(calls[name].value()) for name in calls}
-    return CostReport(_block_cost(prog.main, 1, one_call), per_node,
-                      {k: a.value() for k, a in per_op.items()}, per_graph,
-                      _scope_tree({k: a.value() for k, a in scope_own.items()}),
-                      tuple(_step_cost(step, one_call) for step in prog.main.steps),
-                      _fresh_bounds(prog.graphs[name] for name in calls))
+def cost(prog: Program | TDAG, lowered: Program | TDAG | None = None) -> CostReport:
+    """The cost report of a Program or TDAG (see the module docstring for conventions);
+    ``lowered`` is ``tdag.lower.lower(prog)``, whose kernels decide flops and bytes
+    (``tdag.cost`` passes it; without it the program is costed op by op as it stands)."""
+    prog = _as_program(prog)
+    run = prog if lowered is None else _as_program(lowered)
+    rows = _Rows()
+    run_calls, run_one = rows.add_program(run, LOWERED if run is not prog else frozenset(_FIELDS))
+    if run is not prog:
+        rows.attribute_by_origin(run)
+        src_calls, src_one = rows.add_program(prog, SOURCE)
+    else:
+        src_calls, src_one = run_calls, {}
+    total = _block_cost(run.main, 1, run_one)
+    steps = tuple(_step_cost(step, run_one) for step in run.main.steps)
+    if src_one:
+        total = total + _block_cost(prog.main, 1, src_one)
+        if len(prog.main.steps) == len(steps):  # the same controllers: the source's labels
+            steps = tuple(_add_steps(_step_cost(a, src_one), b)
+                          for a, b in zip(prog.main.steps, steps))
+    bounds = _fresh_bounds(run.graphs[name] for name in run_calls)
+    bounds.update(_fresh_bounds(prog.graphs[name] for name in src_calls))
+    return CostReport(total, rows.per_node(), rows.sum_by(lambda key: rows.info[key][0]),
+                      {k: a.value() for k, a in rows.graphs.items()},
+                      _scope_tree(rows.sum_by(lambda key: rows.info[key][1])), steps, bounds,
+                      dict(rows.info), lowered=lowered is not None)
+
+
+def _as_program(prog: Program | TDAG) -> Program:
+    return Program.from_tdag(prog) if isinstance(prog, TDAG) else prog
+
+
+class _Rows:
+    """Per-node figures of one or two programs, keyed by (graph, node) in the order the
+    programs run; a source node's row can be the lowered node of its provenance."""
+
+    def __init__(self):
+        self.nodes: dict = {}    # (graph, node) -> _Acc
+        self.info: dict = {}     # (graph, node) -> (op name, scope, dtype name)
+        self.graphs: dict = {}   # graph -> _Acc
+        self.target: dict = {}   # source Origin -> the lowered row it belongs to
+
+    def add_program(self, prog: Program, keep: frozenset) -> tuple[dict, dict]:
+        """Add every node of ``prog`` (the ``keep`` fields of its figures, times the calls
+        of its TDAG); returns the call counts and each TDAG's figures for one call."""
+        calls: dict[str, _Sum] = {}
+        _count_calls(prog.main, 1, calls)
+        one_call = {}
+        for gname, count in calls.items():
+            times = count.value()
+            graph_acc = _Acc()
+            figures = graph_figures(prog.graphs[gname])
+            for node in prog.graphs[gname].nodes:
+                fig = figures[node.name].only(keep)
+                graph_acc.add(fig)
+                key = self.target.get(node.origin) or (gname, node.name)
+                if key not in self.info:
+                    self.info[key] = (node.op.value, node.origin.scope, node.type.dtype.value)
+                self.nodes.setdefault(key, _Acc()).add(fig, times)
+            one_call[gname] = graph_acc.value()
+            self.graphs.setdefault(gname, _Acc()).add(one_call[gname], times)
+        return calls, one_call
+
+    def attribute_by_origin(self, lowered: Program) -> None:
+        """Send each source node's figures to the lowered node of the same provenance: the
+        kernel that replaced it where there is one (else the first node of that origin)."""
+        for gname, graph in lowered.graphs.items():
+            for node in graph.nodes:
+                key = (gname, node.name)
+                if key in self.nodes and (node.origin not in self.target or
+                                          REGISTRY[node.op].has(Trait.KERNEL) and not
+                                          REGISTRY[Op(self.info[self.target[node.origin]][0])]
+                                          .has(Trait.KERNEL)):
+                    self.target[node.origin] = key
+
+    def per_node(self) -> dict:
+        return {key: acc.value() for key, acc in self.nodes.items()}
+
+    def sum_by(self, label) -> dict:
+        """Figures summed over the rows with the same ``label(key)``, in first-seen order."""
+        groups: dict = {}
+        for key, acc in self.nodes.items():
+            into = groups.setdefault(label(key), _Acc())
+            for figures, times in acc.counts.items():
+                into.add(figures, times)
+        return {k: a.value() for k, a in groups.items()}
+
+
+def _add_steps(a: StepCost, b: StepCost) -> StepCost:
+    return StepCost(a.label, a.trips, a.per_trip + b.per_trip, a.total + b.total)
 
 
 def _fresh_bounds(graphs) -> dict:
@@ -312,6 +458,8 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
     access = view_accesses(graph, sizes)
     reads, writes = fused_traffic(graph, access, sizes)
     matmul = contraction_flops(graph, access)
+    views = ops_with(Trait.VIEW)
+    producers = None
     rule_cache: dict = {}
     result = {}
     for node in graph.nodes:
@@ -321,7 +469,13 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         if c is None:
             c = rule_cache[key] = REGISTRY[node.op].cost(node.spec, in_types, node.type)
         mm = c.matmul_flops or matmul.get(node.name, 0)  # a kernel's, or a contraction's
-        result[node.name] = Figures(c.flops, mm, c.bytes_read, c.bytes_written,
+        masked = 0
+        if node.op is Op.attention:
+            producers = producers or {n.name: n for n in graph.nodes}
+            masked = masked_flops(graph, node, types, producers, mm)
+        # run op by op, a view (reshape, expand, permute) is a strided view: no data moves
+        moved = (0, 0) if node.op in views else (c.bytes_read, c.bytes_written)
+        result[node.name] = Figures(c.flops, mm, masked, *moved, c.bytes_read, c.bytes_written,
                                     reads.get(node.name, 0), writes.get(node.name, 0))
     return result
 
@@ -399,56 +553,6 @@ def _sum_tree(scope: Scope) -> None:
         _sum_tree(child)
         acc.add(child.total)
     scope.total = acc.value()
-
-
-# -- the table --------------------------------------------------------------------------------
-
-_COLUMNS = (("flops", 16), ("matmul flops", 16), ("bytes (unfused)", 18),
-            ("bytes (fused)", 16), ("flops/byte", 10))
-
-
-def _format_table(report: CostReport, by: str, depth: int | None) -> str:
-    rows = _rows(report, by, depth)
-    width = max([len(by)] + [len(name) for name, _ in rows] + [5]) + 2
-    header = f"{by:<{width}}" + "".join(f"  {title:>{w}}" for title, w in _COLUMNS)
-    lines = [header, "-" * len(header)]
-    for name, fig in rows + [("total", report.total)]:
-        cells = (fig.flops, fig.matmul_flops, fig.bytes, fig.fused_bytes, fig.fused_intensity)
-        lines.append(f"{name:<{width}}" + "".join(f"  {_fmt(v):>{w}}"
-                                                  for v, (_, w) in zip(cells, _COLUMNS)))
-    return "\n".join(lines)
-
-
-def _rows(report: CostReport, by: str, depth: int | None) -> list:
-    if by == "scope":
-        return [("  " * (d - 1) + s.name, s.total) for d, s in report.scopes.walk()
-                if (depth is None or d <= depth) and s.path]
-    if by == "step":  # the program's order, not by flops
-        return [(f"{s.label} (x{_fmt(s.trips)})" if s.trips != 1 else s.label, s.total)
-                for s in report.steps]
-    table = {"op": report.per_op, "graph": report.per_graph,
-             "node": {f"{g}:%{n}": f for (g, n), f in report.per_node.items()}}.get(by)
-    if table is None:
-        raise ValueError(f"table: by must be op, scope, graph, node or step, not {by!r}")
-    return sorted(table.items(), key=lambda kv: _sort_key(kv[1].flops), reverse=True)
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, sympy.Expr) and value.is_number:
-        return f"{float(value):.2f}"
-    if isinstance(value, sympy.Expr) and not value.is_polynomial():
-        return "-"  # a symbolic ratio does not fit a column; evaluate with sizes
-    return format_dim(value)
-
-
-def _sort_key(value: Dim) -> float:
-    return float(value) if isinstance(value, int) else float("inf")
 
 
 __all__ = ["CostReport", "Figures", "Scope", "cost", "graph_figures"]
