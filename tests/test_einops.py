@@ -320,3 +320,76 @@ def test_permute_and_merge_matches_einops(perm, cut):
     got, expected, prog = run_case("rearrange", pattern, (2, 3, 4, 5), {}, None)
     assert torch.equal(got, expected)
     assert len(prog.graph.nodes) <= 2  # at most one permute and one group
+
+
+# -- einops itself on traced tensors (tdag registered as an einops backend) -------------------
+
+def _einops_call(op, pattern, kw, reduction):
+    if op == "reduce":
+        return lambda x: einops.reduce(x, pattern, reduction, **kw)
+    return lambda x: getattr(einops, op)(x, pattern, **kw)
+
+
+@pytest.mark.parametrize("op, pattern, shape, kw, reduction", TABLE,
+                         ids=[f"{row[0]}:{row[1]}" for row in TABLE])
+def test_einops_functions_record_tdag_ops(op, pattern, shape, kw, reduction):
+    """einops.rearrange/reduce/repeat inside tdag.trace: the program equals einops on torch."""
+    call = _einops_call(op, pattern, kw, reduction)
+    prog = tdag.trace(call, tdag.TensorSpec(shape))
+    tdag.verify(prog)
+    x = random_input(shape, positive=reduction == "prod")
+    got, expected = tdag.run(prog, x), call(x)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("equation, shapes, reference", EINSUM_TABLE[:2] + EINSUM_TABLE[-2:],
+                         ids=[row[0] for row in EINSUM_TABLE[:2] + EINSUM_TABLE[-2:]])
+def test_einops_einsum_records_tdag_ops(equation, shapes, reference):
+    words = equation if reference == "einops" else ",".join(" ".join(t) for t in
+                                                            equation.split("->")[0].split(","))
+    if reference == "torch":  # einops spells axes as words: "bid,bjd->bij" as "b i d, ..."
+        words += " -> " + " ".join(equation.split("->")[1])
+    prog = tdag.trace(lambda *xs: einops.einsum(*xs, words), *map(tdag.TensorSpec, shapes))
+    tdag.verify(prog)
+    xs = [random_input(s) for s in shapes]
+    torch.testing.assert_close(tdag.run(prog, *xs), einops.einsum(*xs, words),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_einops_pack_and_any_on_traced_tensors():
+    def fn(x, y):
+        packed, _ = einops.pack([x, y], "b * c")
+        return packed, einops.reduce(x > 0, "b s c -> b", "any")
+    specs = tdag.TensorSpec((2, 3, 4)), tdag.TensorSpec((2, 4))
+    prog = tdag.trace(fn, *specs)
+    tdag.verify(prog)
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 4)
+    got = tdag.run(prog, x, y)
+    assert torch.equal(got[0], einops.pack([x, y], "b * c")[0])
+    assert torch.equal(got[1], einops.reduce(x > 0, "b s c -> b", "any"))
+
+
+def test_ops_reduce_takes_the_einops_call():
+    """tdag.ops.reduce(x, pattern, reduction) is einops' call; (x, kind, axes) the primitive's."""
+    prog = tdag.trace(lambda x: (ops.reduce(x, "a b -> a", "sum"),
+                                 ops.reduce(x, "a (b 2) -> a b", reduction="max"),
+                                 ops.reduce(x, "sum", 1)), tdag.TensorSpec((3, 4)))
+    x = torch.randn(3, 4)
+    got = tdag.run(prog, x)
+    torch.testing.assert_close(got[0], einops.reduce(x, "a b -> a", "sum"))
+    assert torch.equal(got[1], einops.reduce(x, "a (b 2) -> a b", "max"))
+    torch.testing.assert_close(got[2], x.sum(1))
+
+
+@pytest.mark.parametrize("args, kw, words", [
+    (("a b -> a",), {}, ['reduce(x, \'a b -> a\', "sum")']),
+    (("a b -> a", "sum"), {"keepdim": True}, ["no keepdim"]),
+    (("sum", 1), {"b": 2}, ["axis lengths (b)", "reduce(x, \"sum\", axes)"]),
+    (("a b",), {}, ["expected a reduction", "einops pattern"]),
+])
+def test_ops_reduce_says_which_call_to_use(args, kw, words):
+    with pytest.raises(tdag.PatternError) as info:
+        tdag.trace(lambda x: ops.reduce(x, *args, **kw), tdag.TensorSpec((3, 4)))
+    for word in words:
+        assert word in str(info.value)

@@ -30,13 +30,14 @@ import sympy
 
 from tdag.deinops import arrays, core
 from tdag.deinops.builder import Tensor
+from tdag.deinops.reduce import ReduceKind
 from tdag.errors import PatternError, ShapeError, TdagError
 from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, is_static, product
 
 ELLIPSIS = "…"  # "..." as one name; expanded per rank into "…0", "…1", ...
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 _CACHE_SIZE = 512
-_REDUCERS = {"sum": core.sum, "mean": arrays.mean, "max": core.amax, "min": core.amin,
+REDUCERS = {"sum": core.sum, "mean": arrays.mean, "max": core.amax, "min": core.amin,
              "prod": core.prod}
 
 # An Axis is a tuple of elementary names fused into one tensor axis, e.g. ("h", "w").
@@ -322,7 +323,7 @@ def _emit(x: Tensor, recipe: Recipe, sizes: Mapping[str, Dim], reduction: str | 
     for axis, parts in recipe.splits:  # right to left, so earlier positions stay valid
         x = core.ungroup(x, axis, [size(p) for p in parts])
     if recipe.reduce:
-        x = _REDUCERS[reduction](x, recipe.reduce)
+        x = REDUCERS[reduction](x, recipe.reduce)
     x = core.permute(x, recipe.perm)
     x = core.unsqueeze(x, recipe.unsqueeze)
     grow = [(i, size(a)) for i, a in recipe.repeat if not (is_static(size(a)) and size(a) == 1)]
@@ -380,6 +381,37 @@ def reduce(x: Tensor, pattern: str, reduction: str, **axes_lengths) -> Tensor:
     ['f32[b,3,4,4]']
     """
     return _transform(x, pattern, "reduce", reduction, axes_lengths)
+
+
+def reduce_or_pattern(x: Tensor, kind, axes=None, keepdim: bool = False,
+                      **axes_lengths) -> Tensor:
+    """``tdag.ops.reduce``: the primitive's call ``reduce(x, "sum", axes)``, or einops' call
+    ``reduce(x, "a b -> a", "sum")`` when the second argument is a pattern (einops users
+    keep their code; ``einops_reduce`` is the pattern form alone).
+
+    >>> import tdag
+    >>> from tdag import ops
+    >>> prog = tdag.trace(lambda x: (ops.reduce(x, "sum", 1), ops.reduce(x, "a b -> a", "max")),
+    ...                   tdag.TensorSpec((2, 3)))
+    >>> [str(t) for t in prog.graph.output_types]
+    ['f32[2]', 'f32[2]']
+    """
+    if isinstance(kind, str) and "->" in kind:
+        reduction = axes if axes is not None else axes_lengths.pop("reduction", None)
+        if reduction is None or keepdim:
+            raise PatternError(f"reduce(x, {kind!r}, ...): an einops pattern takes a "
+                               f"reduction and no keepdim: reduce(x, {kind!r}, \"sum\")")
+        return reduce(x, kind, reduction, **axes_lengths)
+    if axes_lengths:
+        raise PatternError(f"reduce(x, {kind!r}, ...): axis lengths "
+                           f"({', '.join(axes_lengths)}) go with an einops pattern, as in "
+                           f"reduce(x, \"a (b 2) -> a b\", \"max\"); the primitive's call is "
+                           f"reduce(x, \"sum\", axes)")
+    if isinstance(kind, str) and kind not in {k.value for k in ReduceKind}:
+        raise PatternError(f"reduce(x, {kind!r}, ...): expected a reduction "
+                           f"({', '.join(k.value for k in ReduceKind)}) with axes, or an "
+                           f"einops pattern with a reduction: reduce(x, \"a b -> a\", \"sum\")")
+    return core.reduce(x, kind, axes, keepdim)
 
 
 def repeat(x: Tensor, pattern: str, **axes_lengths) -> Tensor:

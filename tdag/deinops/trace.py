@@ -1,6 +1,7 @@
 """The tracer: run a Python function on symbolic Tensors and record a Program (as a jaxpr)."""
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from dataclasses import dataclass
 from typing import Callable
@@ -12,6 +13,9 @@ from tdag.errors import TdagError
 from tdag.ir.graph import valid_name
 from tdag.ir.program import Program
 from tdag.ir.types import DType, TensorKind, TensorType
+
+# einops is optional: where it is installed, einops' functions work on traced tensors
+_HAS_EINOPS = importlib.util.find_spec("einops") is not None
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ def trace(fn: Callable, *specs: TensorSpec | TensorType, names=None) -> Program:
     ['f32[b,4]']
     """
     names = list(names) if names is not None else _parameter_names(fn, len(specs))
+    if _HAS_EINOPS:  # defining tdag's einops backend registers it (see einops_backend)
+        import tdag.deinops.einops_backend  # noqa: F401, PLC0415  (einops only if installed)
     builder = Builder()
     with builder.active():
         args = [builder.input(name, spec.type if isinstance(spec, TensorSpec) else spec)
