@@ -2,12 +2,14 @@
 
 ONNX's ops take every integer type, but onnxruntime's CPU provider registers fewer: no
 ``Where``, ``Pad``, ``Max`` or ``ReduceMax`` for int16 and uint16, no ``TopK``, ``ArgMax`` or
-``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64, and for the float8 kinds
-nothing but casts and (de)quantization (not even ``Reshape``). As the torch code does on
+``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64, for bfloat16 no ``Mul``,
+``Add``, ``Where``, ``Equal`` or ``MatMul``, and for the float8 kinds nothing but casts and
+(de)quantization (not even ``Reshape``). As the torch code does on
 torch's gaps (``tdag.ir.carriers``), an op meeting int16 / uint16 runs on int32, one meeting
-uint32 on int64 and one meeting float8 on float32 (views too), which hold every value; the
-Cast back wraps modulo 2**16 (2**32), the narrow type's own arithmetic, or rounds once to
-float8, so the result is exact. uint64 has no wider type: its
+uint32 on int64 and one meeting bfloat16 or float8 on float32 (float8 views too), which
+hold every value; the Cast back wraps modulo 2**16 (2**32), the narrow type's own
+arithmetic, or rounds once to the narrow float, as torch's CPU kernels for bfloat16 compute
+in float32 and round once. uint64 has no wider type: its
 ``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0); any
 other op whose kernel onnxruntime lacks fails when the session is made, naming the op.
 ONNX's Neg takes no unsigned type at all: ``0 - x`` wraps as negation does.
@@ -21,12 +23,13 @@ from tdag.ir.record import Trait, has
 from tdag.ir.types import FLOAT8, DType
 
 CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64,
-           **{f8: DType.f32 for f8 in FLOAT8}}
+           DType.bf16: DType.f32, **{f8: DType.f32 for f8 in FLOAT8}}
 
 
-def emit_carried(node, ins: Sequence[str], dtypes: Sequence[DType], g,
-                 emit: Callable) -> str:
-    """``emit(node, ins)``, the ONNX nodes for ``node``, on carriers where it needs them."""
+def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
+    """``emit(node, ins, cx)``, the ONNX nodes for ``node``, on carriers where it needs
+    them; the emitter then sees the widened types of the node and its operands."""
+    dtypes = [cx.type(n).dtype for n in node.inputs]
     out = node.type.dtype
     if node.op is Op.where and out is DType.u64:
         return _select_u64(g, ins)
@@ -35,10 +38,26 @@ def emit_carried(node, ins: Sequence[str], dtypes: Sequence[DType], g,
     types = [*dtypes, out]
     view = has(node.op, Trait.VIEW) and not any(d.is_float8 for d in types)
     if node.op is Op.cast or view or not any(d in CARRIER for d in types):
-        return emit(node, list(ins))
+        return emit(node, list(ins), cx)
     wide = [g.cast(x, CARRIER[d]) if d in CARRIER else x for x, d in zip(ins, dtypes)]
-    result = emit(node.replace(type=node.type.with_dtype(CARRIER.get(out, out))), wide)
+    widened = {n: cx.type(n).with_dtype(CARRIER[d]) for n, d in zip(node.inputs, dtypes)
+               if d in CARRIER}
+    wide_node = node.replace(type=node.type.with_dtype(CARRIER.get(out, out)))
+    result = emit(wide_node, wide, _Widened(cx, widened))
     return g.cast(result, out) if out in CARRIER else result
+
+
+class _Widened:
+    """An emitter's context in which the carried operands have their carriers' types."""
+
+    def __init__(self, cx, types: dict):
+        self._cx, self._types = cx, types
+
+    def type(self, name: str):
+        return self._types.get(name) or self._cx.type(name)
+
+    def __getattr__(self, attr):
+        return getattr(self._cx, attr)
 
 
 def _select_u64(g, ins: Sequence[str]) -> str:

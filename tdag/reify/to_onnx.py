@@ -260,14 +260,13 @@ class _GraphEmitter:
                 continue
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
-            dtypes = [self.type(n).dtype for n in node.inputs]
-            env[node.name] = emit_carried(node, ins, dtypes, self.g, self._emit_one)
+            env[node.name] = emit_carried(node, ins, self, self.g, self._emit_one)
             if has(node.op, Trait.FRESH_SIZE):  # read with Shape of the result where needed
                 self.g.symbols.bind(env[node.name], node.type.shape)
         return [env[n] for n in graph.outputs]
 
-    def _emit_one(self, node, ins: list) -> str:
-        return record(node.op).onnx(node, ins, self.g, self)
+    def _emit_one(self, node, ins: list, cx) -> str:
+        return record(node.op).onnx(node, ins, self.g, cx)
 
     def operands(self, node) -> list:
         """tdag names to read (an expand's source where ONNX broadcasting rebuilds it), or
