@@ -671,17 +671,6 @@ def _pad_runtime(ctx, x, pads, fill, axes):
     return runtime.pad(ctx, x, pads, fill, axes, ctx.attr("mode", "constant"))
 
 
-@register("Trilu")
-def _trilu(ctx, x, k=None):
-    x = ctx.tensor(x)
-    k = ctx.scalar(k, "k") if k is not None else 0
-    rows = ops.unsqueeze(ops.iota(x.shape[-2]), 1)
-    cols = ops.unsqueeze(ops.iota(x.shape[-1]), 0)
-    diag = ops.sub(cols, rows)  # column minus row: k-th diagonal where it equals k
-    keep = ops.ge(diag, int(k)) if ctx.flag("upper", 1) else ops.le(diag, int(k))
-    return ops.where(keep, x, ops.zeros((), x.dtype, like=x))
-
-
 # -- reductions and scans -----------------------------------------------------------------------
 
 def _sum_square(x, axes, keep):
@@ -749,34 +738,9 @@ for _name, (_fn, _opset) in _REDUCE.items():
     OPS[_name] = _reduce(_fn, _opset)
 
 
-def _arg(fn):
-    def convert(ctx, x):
-        if ctx.flag("select_last_index", 0):
-            raise UnsupportedOpError(f"{ctx.node.op_type}: select_last_index=1")
-        x = ctx.tensor(x)
-        return fn(x, _norm(ctx.attr("axis", 0), x.ndim), ctx.flag("keepdims", 1))
-    return convert
-
-
-OPS["ArgMax"] = _arg(ops.argmax)
-OPS["ArgMin"] = _arg(ops.argmin)
-
-
-@register("CumSum")
-def _cumsum(ctx, x, axis):
-    x = ctx.tensor(x)
-    axis = _norm(int(ctx.scalar(axis, "axis")), x.ndim)
-    total = ops.cumsum(x, axis) if is_static(x.shape[axis]) else _cumsum_symbolic(x, axis)
-    if ctx.flag("reverse", 0):  # suffix sums: the whole sum less the prefix before each
-        whole = ops.sum(x, (axis,), True)
-        total = ops.add(ops.sub(whole, total), x)
-    if ctx.flag("exclusive", 0):
-        total = ops.sub(total, x)
-    return total
-
-
 def _cumsum_symbolic(x, axis):
-    """Prefix sums over a symbolic axis: a product with the mask ``j <= i`` (from iota)."""
+    """Prefix sums over a symbolic axis (for onnx_ops_tensor.py's CumSum): a product with the
+    mask ``j <= i`` (from iota)."""
     n = x.shape[axis]
     mask = ops.le(ops.unsqueeze(ops.iota(n), 1), ops.unsqueeze(ops.iota(n), 0))
     moved = ops.movedim(x, axis, -1)

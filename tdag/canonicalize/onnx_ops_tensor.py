@@ -7,10 +7,6 @@ onnx_ops.py's convention ``(ctx, *inputs) -> value(s)``; each is a composition o
 - sorting is the pairwise-rank form of deinops/sorting.py (exact, O(n^2) per row);
 - bit ops on integers are exact integer arithmetic: a shift is a multiply or a floor-divide
   by 2**s, NOT is -x - 1, AND / OR / XOR sum their bits (floor-divide and remainder by 2).
-
-The entries for ArgMax/ArgMin, CumSum and Trilu here supersede onnx_ops.py's (this module is
-imported after it): they add select_last_index, CumSum's integer dtypes and CumProd, and a
-Trilu k given at run time.
 """
 from __future__ import annotations
 
