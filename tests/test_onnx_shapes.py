@@ -186,3 +186,59 @@ def test_symbolic_division_keeps_symbols_or_declines():
     # where the sign is open (s - t) or the divisor may be 0, the tensors compute it
     assert trunc_div(s - t, 2) is None and trunc_div(s, 0) is None
     assert mod(s - t, 2, truncated=False) is None
+
+
+# -- ONNX function bodies (*_expanded conformance cases) at a symbolic batch ---------------------
+
+# case -> (the generator module, the inputs whose first axis becomes the symbol ``batch``)
+EXPANDED = {
+    "test_attention_3d_expanded": ("attention", (0, 1, 2)),
+    "test_attention_4d_gqa_expanded": ("attention", (0, 1, 2)),
+    "test_layer_normalization_3d_axis1_epsilon_expanded": ("layernormalization", (0,)),
+    "test_rotary_embedding_expanded": ("rotaryembedding", (0, 3)),
+    "test_group_normalization_example_expanded": ("groupnormalization", (0,)),
+    "test_sce_mean_expanded": ("softmax_cross_entropy_loss", (0, 1)),
+    "test_nllloss_NCd1_weight_expanded": ("negativeloglikelihoodloss", (0, 1)),
+}
+
+
+def _batch_symbolic(model: onnx.ModelProto, inputs) -> onnx.ModelProto:
+    """The model with the first axis of ``inputs`` named ``batch``, its outputs unshaped
+    and its value_info dropped (they name the case's sizes)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k in inputs:
+        dim = out.graph.input[k].type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = "batch"
+    for value in out.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    del out.graph.value_info[:]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(EXPANDED))
+def test_expanded_function_body_at_a_symbolic_batch(name):
+    from onnx_cases import node_cases  # noqa: PLC0415  (imports the generators it names)
+    module_name, batched = EXPANDED[name]
+    model, ins, _ = node_cases((name,), modules=(module_name,))[name]
+    model = _batch_symbolic(model, batched)
+    prog = tdag.from_onnx(model)
+    assert all(prog.input_types[k].shape[0] == symbol("batch") for k in batched)
+    assert "arange[" not in str(prog), "a size the graph computes became a run-time one"
+    module, exported = tdag.to_torch(prog), tdag.to_onnx(prog)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [v.name for v in model.graph.input]
+    for grow in (0, 1):  # the case's batch, and one more sample (its first, again)
+        args = [np.concatenate([a, a[:grow]]) if k in batched else a
+                for k, a in enumerate(ins)]
+        expected = session.run(None, dict(zip(names, args)))
+        tensors = [torch.from_numpy(np.array(a)) for a in args]
+        for how, got in (("run", lambda *t: tdag.run(prog, *t)), ("to_torch", module),
+                         ("to_onnx", lambda *t: run_onnx(exported, *t))):
+            actual = got(*tensors)
+            actual = list(actual) if isinstance(actual, (tuple, list)) else [actual]
+            for a, e in zip(actual, expected):
+                torch.testing.assert_close(a, torch.from_numpy(np.asarray(e)), rtol=1e-4,
+                                           atol=1e-5, msg=f"{name} through {how}")
