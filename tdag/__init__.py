@@ -10,6 +10,7 @@ analyse and transform it as data, and turn it back into torch or ONNX.
 """
 from tdag import ops
 from tdag.canonicalize import from_onnx, from_torch
+from tdag.canonicalize.jax_import import from_jax  # imports jax on its first call
 from tdag.deinops import PRIMITIVES
 from tdag.deinops.trace import TensorSpec, trace
 from tdag.errors import (
@@ -50,7 +51,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # capture and build
-    "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
+    "from_jax", "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
     # the data model
     "PRIMITIVES", "TDAG", "Block", "Call", "DType", "If", "Loop", "Node", "Op", "OpRecord",
     "Origin", "Program", "TensorKind", "TensorType", "Trait", "Value", "Weight", "ops_with",

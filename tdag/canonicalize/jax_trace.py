@@ -1,0 +1,319 @@
+"""Tracing a JAX function into a flat list of equations, with tdag names for its values.
+
+``jax.make_jaxpr`` gives a ClosedJaxpr whose equations may call other jaxprs (``jit``,
+``custom_jvp_call``, ``remat``, ...). Those calls are inlined here (a custom derivative
+keeps its primal function), so the walker sees one flat SSA list in which only control
+flow (``cond``, ``while``, ``scan``) still holds sub-jaxprs. Every value becomes a Ref (a
+fresh object per definition: one jaxpr inlined twice defines its values twice) or a Lit.
+
+Arguments: an array is an input; any other pytree (a flax ``variables`` dict) is a tree of
+weights named by their dotted tree path (``params.Dense_0.kernel``), parameters under a
+``params`` collection (or in a tree with no collections) and buffers under any other
+(``batch_stats``). Arrays the function closes over are consts.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tdag.errors import CaptureError, UnsupportedOpError
+from tdag.ir.symbols import as_dim, symbol
+from tdag.ir.types import DType, TensorKind, TensorType
+
+# call-like primitives whose body is inlined, and the param holding it
+INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
+           "core_call": "call_jaxpr", "custom_jvp_call": "call_jaxpr",
+           "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr",
+           "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr"}
+
+
+class Ref:
+    """One value of the flattened program (identity is the value)."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    def __repr__(self) -> str:
+        return f"Ref({self.aval})"
+
+
+@dataclass(frozen=True, eq=False)
+class Lit:
+    """A literal operand: a scalar (or small array) written into the equation."""
+
+    value: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Held:
+    """A weight or const: a parameter, a buffer or an array the function closed over."""
+
+    name: str
+    kind: TensorKind
+    value: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Outer:
+    """A value of the enclosing Block (one of its inputs or an earlier step's output): read
+    into a segment as one of its TDAG's inputs."""
+
+    name: str
+    type: TensorType
+
+
+@dataclass
+class Eqn:
+    """One equation of the flat list: the primitive, its params, operands and results."""
+
+    prim: str
+    params: dict
+    ins: list
+    outs: list
+    where: str  # the source line (jax's summarize of source_info)
+    scope: str = ""  # the name stack (flax module path)
+
+
+@dataclass
+class Traced:
+    """The flat program: its inputs (Refs, with tdag names), weights, equations, outputs."""
+
+    inputs: list  # [(name, Ref)]
+    held: dict  # Ref -> Held
+    eqns: list
+    outs: list
+    out_tree: object = None  # the pytree structure of the function's result
+
+
+def dtype_of(aval) -> DType:
+    try:
+        return DType.of(np.dtype(aval.dtype).name)
+    except Exception as exc:
+        raise UnsupportedOpError(f"the dtype {aval.dtype} has no tdag equivalent") from exc
+
+
+def type_of(aval) -> TensorType:
+    return TensorType(tuple(dim_of(d) for d in aval.shape), dtype_of(aval))
+
+
+def dim_of(d):
+    """An int, or a jax symbolic dimension as a tdag Dim (its text is a polynomial)."""
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    text = str(d)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", text):
+        return symbol(text)
+    import sympy  # noqa: PLC0415  (only symbolic shapes need it)
+    names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text))
+    return as_dim(sympy.sympify(text, locals={n: symbol(n) for n in names}))
+
+
+def as_torch(value) -> torch.Tensor:
+    array = np.asarray(value)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+def source_line(source_info) -> str:
+    from jax._src import source_info_util  # noqa: PLC0415
+    try:
+        return source_info_util.summarize(source_info)
+    except Exception:  # an equation jax made itself
+        return ""
+
+
+def scope_of(source_info) -> str:
+    stack = getattr(source_info, "name_stack", None)
+    return str(stack).replace("/", ".") if stack is not None else ""
+
+
+def trace(fn, example_args, dynamic_shapes) -> Traced:
+    """Trace ``fn`` on the example arguments and flatten its jaxpr."""
+    import jax  # noqa: PLC0415
+
+    arrays, names, held_leaves = [], _arg_names(fn, len(example_args)), []
+    abstract = []
+    for i, arg in enumerate(example_args):
+        if _is_array(arg):
+            arrays.append((names[i], i))
+            abstract.append(_abstract(arg, (dynamic_shapes or {}).get(i), names[i]))
+        else:
+            abstract.append(arg)
+            held_leaves.append(i)
+    dynamic_args = [i for i, _ in enumerate(example_args) if i not in held_leaves]
+
+    # weights are traced as arguments (not consts) so that their names come from the tree
+    def with_weights(weights, *arrays_only):
+        full = list(example_args)
+        for i, w in zip(held_leaves, weights):
+            full[i] = w
+        for i, a in zip(dynamic_args, arrays_only):
+            full[i] = a
+        return fn(*full)
+
+    weights = [example_args[i] for i in held_leaves]
+    try:
+        closed_jaxpr, out_shape = jax.make_jaxpr(with_weights, return_shape=True)(
+            weights, *[abstract[i] for i in dynamic_args])
+    except Exception as exc:
+        raise CaptureError(f"jax.make_jaxpr failed on the function: {type(exc).__name__}: "
+                           f"{exc}") from exc
+    jaxpr = closed_jaxpr.jaxpr
+    leaves = [(path, leaf, held_leaves[k]) for k, w in enumerate(weights)
+              for path, leaf in jax.tree_util.tree_flatten_with_path(w)[0]]
+    n_weights = len(leaves)
+    if len(jaxpr.invars) != n_weights + len(dynamic_args):
+        raise CaptureError("the traced function's arguments do not match its example "
+                           "arguments (a non-array leaf in a weight tree?)")
+    traced = Traced([], {}, [], [])
+    env: dict = {}
+    for var, (path, leaf, arg) in zip(jaxpr.invars[:n_weights], leaves):
+        ref = env[var] = Ref(var.aval)
+        traced.held[ref] = Held(_weight_name(path, names[arg]), _kind_of(path),
+                                as_torch(leaf))
+    for var, (name, _) in zip(jaxpr.invars[n_weights:], arrays):
+        env[var] = Ref(var.aval)
+        traced.inputs.append((name, env[var]))
+    flattener = _Flattener(traced)
+    flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
+    traced.eqns = flattener.eqns(jaxpr.eqns, env)
+    traced.outs = [_operand(env, v) for v in jaxpr.outvars]
+    traced.out_tree = jax.tree_util.tree_structure(out_shape)
+    return traced
+
+
+def _is_array(arg) -> bool:
+    import jax  # noqa: PLC0415
+    return isinstance(arg, (np.ndarray, jax.Array, jax.ShapeDtypeStruct, np.generic))
+
+
+def _abstract(arg, axes: dict | None, name: str):
+    """The argument as a ShapeDtypeStruct; ``axes`` ({axis: symbol}) makes sizes symbolic."""
+    import jax  # noqa: PLC0415
+    shape = list(np.shape(arg))
+    if axes:
+        from jax import export  # noqa: PLC0415
+        for axis, sym in axes.items():
+            shape[axis] = sym
+        try:
+            shape = export.symbolic_shape(", ".join(str(d) for d in shape))
+        except Exception as exc:
+            raise CaptureError(f"dynamic_shapes for input {name!r}: {exc}") from exc
+    return jax.ShapeDtypeStruct(tuple(shape), np.asarray(arg).dtype if not isinstance(
+        arg, jax.ShapeDtypeStruct) else arg.dtype)
+
+
+def _arg_names(fn, count: int) -> list[str]:
+    """The parameter names of ``fn`` where Python tells them, else ``arg{i}``."""
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = params[:count] + [f"arg{i}" for i in range(len(params), count)]
+    return [n if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", n) else f"arg{i}"
+            for i, n in enumerate(names)]
+
+
+def _path_parts(path) -> list[str]:
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return [re.sub(r"[^A-Za-z0-9_:]", "_", p) for p in parts]
+
+
+def _weight_name(path, arg_name: str) -> str:
+    """The dotted tree path (``params.Dense_0.kernel``); under the argument's name where the
+    tree is not keyed by name at its root (a list of arrays)."""
+    parts = _path_parts(path)
+    if not parts or not re.match(r"[A-Za-z_]", parts[0]):
+        parts = [arg_name, *parts]
+    return ".".join(parts)
+
+
+def _kind_of(path) -> TensorKind:
+    parts = _path_parts(path)
+    if len(parts) > 1 and parts[0] != "params" and re.match(r"[a-z_]+$", parts[0]):
+        return TensorKind.buffer  # a flax collection other than params (batch_stats, cache)
+    return TensorKind.parameter
+
+
+def _operand(env: dict, var):
+    from jax._src import core  # noqa: PLC0415
+    if isinstance(var, core.Literal):
+        return Lit(np.asarray(var.val, dtype=var.aval.dtype))
+    return env[var]
+
+
+class _Flattener:
+    """Inlines call-like equations into one list (renaming each inlined value afresh)."""
+
+    def __init__(self, traced: Traced):
+        self.traced = traced
+        self.n_consts = 0
+
+    def bind_consts(self, env: dict, constvars, consts) -> None:
+        for var, value in zip(constvars, consts):
+            array = np.asarray(value)
+            if array.ndim == 0:
+                env[var] = Lit(array)
+                continue
+            ref = env[var] = Ref(var.aval)
+            self.traced.held[ref] = Held(f"const{self.n_consts}", TensorKind.const,
+                                         as_torch(array))
+            self.n_consts += 1
+
+    def eqns(self, eqns, env: dict, outer: str = "") -> list:
+        """The flat equations; ``outer`` is the source line of the call they were inlined
+        from (an equation inside jax's own functions has none of the user's)."""
+        from jax._src import core  # noqa: PLC0415
+        out = []
+        for eqn in eqns:
+            name = eqn.primitive.name
+            where = source_line(eqn.source_info) or outer
+            ins = [_operand(env, v) for v in eqn.invars]
+            if name in INLINED and INLINED[name] in eqn.params:
+                inner = eqn.params[INLINED[name]]
+                jaxpr, consts = (inner.jaxpr, inner.consts) if hasattr(inner, "consts") \
+                    else (inner, [])
+                sub = {}
+                self.bind_consts(sub, jaxpr.constvars, consts)
+                sub.update(zip(jaxpr.invars, ins[:len(jaxpr.invars)]))
+                out += self.eqns(jaxpr.eqns, sub, where)
+                for var, inner_out in zip(eqn.outvars, jaxpr.outvars):
+                    if not isinstance(var, core.DropVar):
+                        env[var] = _operand(sub, inner_out)
+                continue
+            outs = []
+            for var in eqn.outvars:
+                ref = Ref(var.aval)
+                if not isinstance(var, core.DropVar):
+                    env[var] = ref
+                outs.append(ref)
+            out.append(Eqn(name, dict(eqn.params), ins, outs, where, scope_of(eqn.source_info)))
+        return out
+
+
+def flatten_closed(closed_jaxpr, ins: list, traced: Traced, outer: str) -> tuple[list, list]:
+    """A control-flow body (a ClosedJaxpr) on the operands ``ins``: (eqns, outs); ``outer``
+    is the control-flow equation's source line."""
+    flattener = _Flattener(traced)
+    flattener.n_consts = sum(1 for h in traced.held.values() if h.kind is TensorKind.const)
+    env: dict = {}
+    jaxpr = closed_jaxpr.jaxpr
+    flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
+    env.update(zip(jaxpr.invars, ins))
+    eqns = flattener.eqns(jaxpr.eqns, env, outer)
+    return eqns, [_operand(env, v) for v in jaxpr.outvars]
