@@ -288,6 +288,16 @@ class CostReport:
     fused_intensity = property(lambda self: self.total.fused_intensity)
 
     @property
+    def per_dtype(self) -> dict:
+        """Element type of each node's result (``"i32"``) -> Figures: a quantized model's
+        integer work and traffic apart from its float work."""
+        out: dict = {}
+        for key, figures in self.per_node.items():
+            name = self.node_info[key][2] if key in self.node_info else "?"
+            out[name] = out.get(name, Figures()) + figures
+        return out
+
+    @property
     def per_scope(self) -> dict:
         """Scope path -> Figures of everything under it (the tree, flattened)."""
         return {s.path: s.total for _, s in self.scopes.walk()}
