@@ -15,7 +15,7 @@ from tdag import ops
 from tdag.canonicalize.onnx_ops import register
 from tdag.deinops import boxes as box_ops
 from tdag.deinops import sampling, sorting
-from tdag.errors import InvalidModelError
+from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
@@ -120,3 +120,63 @@ def _non_max_suppression(ctx, boxes, scores, max_per_class=None, iou_threshold=N
     position = ops.add(ops.mul(ops.add(ops.mul(batch, scores.shape[1]), cls), n), rank)
     box_index = ops.gather(ops.reshape(order, (-1,)), position, 0, wrap=False)
     return ops.concat([ops.slice(picked, 1, 0, 2), ops.unsqueeze(box_index, 1)], 1)
+
+
+# -- regions of interest ------------------------------------------------------------------------
+
+def _roi_samples(start, end, bins: int, grid: int, at: int, at_least_one: bool):
+    """The sample coordinates along one axis of each region: start + b * bin + (i + 0.5) *
+    bin / grid for bin b (on axis ``at`` of the (R, bins_h, bins_w, grid_h, grid_w) points)
+    and sample i (on axis at + 2), in the reference's order of float operations."""
+    size = ops.sub(end, start)
+    if at_least_one:  # output_half_pixel: a malformed region is made 1x1
+        size = ops.maximum(size, 1.0)
+    step = ops.reshape(ops.div(size, float(bins)), (-1, 1, 1, 1, 1))
+    shape = [1] * 5
+    shape[at] = bins
+    bin_index = ops.reshape(ops.cast(ops.iota(bins, "i64", start.builder), step.dtype),
+                            tuple(shape))
+    shape[at], shape[at + 2] = 1, grid
+    sample = ops.reshape(ops.add(ops.cast(ops.iota(grid, "i64", start.builder), step.dtype),
+                                 0.5), tuple(shape))
+    within = ops.div(ops.mul(sample, step), float(grid))
+    return ops.add(ops.add(ops.reshape(start, (-1, 1, 1, 1, 1)), ops.mul(bin_index, step)),
+                   within)
+
+
+@register("RoiAlign")
+def _roi_align(ctx, x, rois, batch_indices):
+    """Each region (x1, y1, x2, y2) * spatial_scale cut into output_height x output_width
+    bins, each bin the average (or max) of sampling_ratio^2 bilinear samples; a sample past
+    the image by more than a pixel reads 0, one nearer is clamped to the image (the ONNX
+    reference's rules). The max mode takes the largest weighted corner, as the reference."""
+    x, rois = ctx.tensor(x), ctx.tensor(rois)
+    batch = ops.reshape(ops.cast(ctx.tensor(batch_indices), DType.i64), (-1, 1, 1, 1, 1))
+    mode = ctx.choice("mode", "avg", ("avg", "max"))
+    default = "half_pixel" if ctx.opset >= 16 else "output_half_pixel"
+    half_pixel = ctx.choice("coordinate_transformation_mode", default,
+                            ("half_pixel", "output_half_pixel")) == "half_pixel"
+    out_h, out_w = ctx.attr("output_height", 1), ctx.attr("output_width", 1)
+    grid = ctx.attr("sampling_ratio", 0)
+    if grid <= 0:
+        raise UnsupportedOpError("RoiAlign: sampling_ratio 0 (each region's sample count "
+                                 "decided by its size at run time)")
+    if rois.ndim != 2 or rois.shape[1] != 4:
+        raise InvalidModelError(f"RoiAlign: rois must be (R, 4), got {rois.type}")
+    table, (height, width) = sampling.image_rows(x)
+    offset = 0.5 if half_pixel else 0.0
+    x0, y0, x1, y1 = (ops.sub(ops.mul(ops.select(rois, 1, k), float(ctx.attr(
+        "spatial_scale", 1.0))), offset) for k in range(4))
+    ys = _roi_samples(y0, y1, out_h, grid, 1, not half_pixel)
+    xs = _roi_samples(x0, x1, out_w, grid, 2, not half_pixel)
+    inside = ops.logical_and(
+        ops.logical_and(ops.ge(ys, -1.0), ops.le(ys, float(height))),
+        ops.logical_and(ops.ge(xs, -1.0), ops.le(xs, float(width))))
+    values = sampling.read_points(
+        table, (height, width), batch,
+        [ops.clamp(ys, 0.0, height - 1.0), ops.clamp(xs, 0.0, width - 1.0)], "linear",
+        "border", combine="sum" if mode == "avg" else "max")
+    values = ops.where(ops.unsqueeze(inside, -1), values, 0.0)
+    pooled = ops.div(ops.sum(values, (3, 4)), float(grid * grid)) if mode == "avg" else \
+        ops.amax(values, (3, 4))
+    return ops.movedim(pooled, -1, 1)

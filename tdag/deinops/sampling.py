@@ -112,10 +112,12 @@ def _axis_taps(c: Tensor, mode: str) -> list[tuple[Tensor, Tensor | None]]:
 
 
 def read_points(table: Tensor, sizes: tuple[int, ...], batch: Tensor, coords: list[Tensor],
-                mode: str, padding: str, borders: list[Borders] | None = None) -> Tensor:
+                mode: str, padding: str, borders: list[Borders] | None = None,
+                combine: str = "sum") -> Tensor:
     """The image rows ``table`` (from image_rows) read at points: ``batch`` (i64) and
     ``coords`` (float pixel coordinates, one per spatial axis, outermost first) broadcast to
-    the points' shape P; the result is (*P, C)."""
+    the points' shape P; the result is (*P, C): the weighted taps summed, or with
+    ``combine="max"`` their largest (RoiAlign's max mode)."""
     if mode not in MODES or padding not in PADDINGS:
         raise ShapeError(f"sampling: mode {mode!r} / padding {padding!r}")
     borders = borders or [Borders.of(n, False) for n in sizes]
@@ -136,7 +138,8 @@ def read_points(table: Tensor, sizes: tuple[int, ...], batch: Tensor, coords: li
             value = core.where(core.unsqueeze(inside, -1), value, 0.0)
         if weight is not None:
             value = core.mul(value, core.unsqueeze(core.cast(weight, table.dtype), -1))
-        out = value if out is None else core.add(out, value)
+        out = value if out is None else \
+            (core.add if combine == "sum" else core.maximum)(out, value)
     return out
 
 
