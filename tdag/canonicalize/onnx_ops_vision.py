@@ -180,3 +180,66 @@ def _roi_align(ctx, x, rois, batch_indices):
     pooled = ops.div(ops.sum(values, (3, 4)), float(grid * grid)) if mode == "avg" else \
         ops.amax(values, (3, 4))
     return ops.movedim(pooled, -1, 1)
+
+
+# -- deformable convolution ---------------------------------------------------------------------
+
+def _deformed_points(offset, axis: int, out_len, stride: int, before: int, dilation: int,
+                     kernel: tuple):
+    """Where each kernel tap reads along one spatial axis: out * stride - pad + tap *
+    dilation + its learned offset, (N, offset_groups, kH, kW, oH, oW)."""
+    shape = [1] * 6
+    shape[4 + axis] = out_len
+    origin = ops.reshape(ops.sub(ops.mul(ops.cast(ops.iota(out_len, "i64", offset.builder),
+                                                  offset.dtype), float(stride)),
+                                 float(before)), tuple(shape))
+    shape = [1] * 6
+    shape[2 + axis] = kernel[axis]
+    tap = ops.reshape(ops.mul(ops.cast(ops.iota(kernel[axis], "i64", offset.builder),
+                                       offset.dtype), float(dilation)), tuple(shape))
+    return ops.add(ops.add(origin, tap), ops.select(offset, 4, axis))
+
+
+@register("DeformConv")
+def _deform_conv(ctx, x, w, offset, bias=None, mask=None):
+    """Each output cell reads its kH x kW taps at learned fractional offsets (bilinear, 0
+    outside the image: deinops/sampling.py, one read per offset group's channels), scaled
+    by the mask, then contracted with the weights per group (an einsum)."""
+    x, w, offset = ctx.tensor(x), ctx.tensor(w), ctx.tensor(offset)
+    if x.ndim != 4:
+        raise UnsupportedOpError(f"DeformConv of a {x.ndim - 2}-d image (2-d only)")
+    n, channels = x.shape[0], x.shape[1]
+    kernel = tuple(ctx.attr("kernel_shape") or w.shape[2:])
+    groups, offset_groups = ctx.attr("group", 1), ctx.attr("offset_group", 1)
+    strides, dilations = ctx.sizes("strides", 2, 1, 1), ctx.sizes("dilations", 2, 1, 1)
+    pads = ctx.sizes("pads", 4, 0, 0)
+    out_h, out_w = offset.shape[2], offset.shape[3]
+    if channels % offset_groups or channels % groups or \
+            offset.shape[1] != offset_groups * 2 * kernel[0] * kernel[1]:
+        raise InvalidModelError(f"DeformConv: X {x.type}, W {w.type} and offset "
+                                f"{offset.type} disagree on the groups")
+    offset = ops.reshape(offset, (n, offset_groups, kernel[0], kernel[1], 2, out_h, out_w))
+    ys, xs = (_deformed_points(offset, a, (out_h, out_w)[a], strides[a], pads[a],
+                               dilations[a], kernel) for a in range(2))
+    table, sizes = sampling.image_rows(x)
+    rows = ops.reshape(ops.iota(n, "i64", ctx.builder), (-1, 1, 1, 1, 1))
+    per_group = channels // offset_groups
+    columns = []
+    for g in range(offset_groups):  # (N, kH, kW, oH, oW, C / offset_groups)
+        part = ops.slice(table, 1, g * per_group, (g + 1) * per_group)
+        columns.append(sampling.read_points(part, sizes, rows, [ops.select(ys, 1, g),
+                                                                ops.select(xs, 1, g)],
+                                            "linear", "zeros"))
+    columns = ops.concat(columns, -1) if offset_groups > 1 else columns[0]
+    if mask is not None:
+        scale = ops.reshape(ctx.tensor(mask), (n, offset_groups, kernel[0], kernel[1], out_h,
+                                               out_w))
+        scale = ops.repeat_interleave(ops.movedim(scale, 1, -1), per_group, -1)
+        columns = ops.mul(columns, scale)
+    columns = ops.reshape(columns, (n, kernel[0], kernel[1], out_h, out_w, groups, -1))
+    weights = ops.reshape(w, (groups, -1) + tuple(w.shape[1:]))
+    out = ops.einsum("nijhwgc,gocij->ngohw", columns, weights)
+    out = ops.reshape(out, (n, -1, out_h, out_w))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(ctx.tensor(bias), (-1, 1, 1)))
+    return out
