@@ -97,6 +97,8 @@ def format_table(report, by: str = "layer", depth: int | None = None, sizes: dic
              f"fused model {_cell(total, 'fused_bytes')}"]
     if device is not None:
         lines.append(f"device: {device.name} ({device.source})")
+        if total["time_s"] is None:
+            lines[-1] += "; bind every size (--size NAME=INT) for an estimate"
     lines += [header, "-" * len(header)]
     for name, row in zip(names, cells):
         lines.append(f"{name:<{first}}" + "".join(f"  {c:>{w}}" for c, w in zip(row, widths)))
