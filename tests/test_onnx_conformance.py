@@ -1,8 +1,10 @@
 """A fast, fixed subset of ONNX's node conformance sweep (benchmarks/onnx_conformance.py runs
 all 1,855 tensor cases): one or two cases of each op that onnx_ops_tensor.py, onnx_ops_norm.py,
-onnx_ops_loss.py and onnx_ops_quant.py add, each through to_torch and through to_onnx on
-onnxruntime. None may run and differ (WRONG) or raise a non-tdag exception (crash); each
-named here passes.
+onnx_ops_loss.py and onnx_ops_quant.py add, and of each element type beyond the everyday ones
+(uint16/32/64, the float8 kinds, bfloat16 where onnxruntime lacks kernels), each through
+to_torch and through to_onnx on onnxruntime. None may run and differ (WRONG) or raise a
+non-tdag exception (crash); each named here passes, and the uint64 division that torch
+cannot compute is a clear tdag error there (onnxruntime runs it).
 """
 from __future__ import annotations
 
@@ -24,7 +26,10 @@ MODULES = ("gatherelements", "gathernd", "scatterelements", "scatternd", "topk",
            "rotaryembedding", "negativeloglikelihoodloss", "softmax_cross_entropy_loss",
            "quantizelinear", "dequantizelinear", "dynamicquantizelinear", "qlinearmatmul",
            "matmulinteger", "convinteger", "qlinearconv", "lppool", "center_crop_pad",
-           "reversesequence", "meanvariancenormalization")
+           "reversesequence", "meanvariancenormalization",
+           # element types
+           "cast", "castlike", "add", "sub", "max", "less", "div", "bitwisexor", "celu",
+           "einsum")
 CASES = [
     "test_gather_elements_negative_indices", "test_gathernd_example_int32_batch_dim1",
     "test_scatter_elements_with_reduction_max", "test_scatternd_add",
@@ -45,6 +50,14 @@ CASES = [
     "test_qlinearmatmul_2D_int8_float32", "test_matmulinteger", "test_convinteger_with_padding",
     "test_qlinearconv", "test_lppool_2d_same_upper", "test_center_crop_pad_crop_and_pad",
     "test_reversesequence_batch", "test_mvn",
+    # element types
+    "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_cast_no_saturate_FLOAT16_to_FLOAT8E5M2",
+    "test_cast_FLOAT8E4M3FNUZ_to_FLOAT", "test_castlike_FLOAT_to_FLOAT8E5M2FNUZ_expanded",
+    "test_cast_e8m0_FLOAT_to_FLOAT8E8M0", "test_add_uint32", "test_sub_uint64",
+    "test_sub_uint16", "test_max_uint16", "test_less_uint64", "test_top_k_uint64",
+    "test_bitshift_right_uint64", "test_bitwise_xor_ui64_bcast_3v1d", "test_bitwise_not_3d",
+    "test_quantizelinear_e4m3fn", "test_quantizelinear_uint16", "test_dequantizelinear_e5m2",
+    "test_celu_bfloat16", "test_einsum_batch_matmul_bfloat16",
 ]
 
 
@@ -65,3 +78,12 @@ def test_case_passes_both_ways(cases, name):
     for backend in BACKENDS:
         kind, detail = result[backend]
         assert kind == "pass", (backend, kind, detail)
+
+
+def test_uint64_division_is_a_clear_error_on_torch_only():
+    from onnx_cases import node_cases  # noqa: PLC0415
+    model, ins, outs = node_cases(("test_div_uint64",), modules=("div",))["test_div_uint64"]
+    result = run_case(model, ins, outs, limit=60)
+    assert result["onnx"] == ("pass", "")
+    kind, detail = result["torch"]
+    assert kind == "unsupported" and "divide on uint64: torch has no uint64 kernel" in detail

@@ -1,0 +1,243 @@
+"""The element types beyond torch's everyday ones: uint16/32/64 and the float8 kinds.
+
+Each goes through the text form, a .tdag file, the reference interpreter, the torch module
+and the ONNX model on onnxruntime with the same values. torch eager and onnxruntime lack
+kernels for some of them; tdag computes those on a carrier type (exactly) or says which op,
+type and framework it cannot serve. The 4-bit types of ONNX are refused at import by name.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import tdag
+from tdag import ops
+from tdag.errors import UnsupportedOpError
+from tdag.ir.types import FLOAT8, UNSIGNED, DType
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+from onnx_conformance import _ort_run  # noqa: E402
+
+NEW = sorted(UNSIGNED - {DType.u8} | FLOAT8, key=lambda d: d.value)
+
+
+def _torch_name(dtype: DType) -> str:
+    return str(dtype.torch).removeprefix("torch.")
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor as numpy; float8 as ml_dtypes' type of the same bits."""
+    dtype = DType.of(t.dtype)
+    if dtype.is_float8:
+        return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, _torch_name(dtype)))
+    return t.numpy()
+
+
+def _same(actual, expected: torch.Tensor) -> None:
+    """Equal dtype and bits (NaN equals NaN)."""
+    actual = torch.as_tensor(actual) if not isinstance(actual, np.ndarray) else actual
+    if isinstance(actual, np.ndarray):
+        wanted = _numpy(expected)
+        assert actual.dtype == wanted.dtype, (actual.dtype, wanted.dtype)
+        assert actual.tobytes() == wanted.tobytes(), (actual, wanted)
+        return
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert _numpy(actual).tobytes() == _numpy(expected).tobytes(), (actual, expected)
+
+
+def _program(dtype: DType) -> tdag.Program:
+    """x * w + c and x < w, with a parameter and a const of ``dtype``."""
+    def fn(x):
+        w = ops.param("w", torch.tensor([1, 2, 3]).to(dtype.torch))
+        c = ops.const(torch.tensor([4, 5, 6]).to(dtype.torch))
+        return ops.add(ops.mul(x, w), c), ops.lt(x, w)
+    return tdag.trace(fn, tdag.TensorSpec((3,), _torch_name(dtype)))
+
+
+def _expected(dtype: DType, x: torch.Tensor) -> torch.Tensor:
+    """x * w + c with one rounding per op (float8) or wrapping (integers), computed apart."""
+    w, c = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    if dtype.is_float8:  # w and c as stored: rounded to the type
+        w, c = (v.to(dtype.torch).double() for v in (w, c))
+        prod = (x.double() * w).to(dtype.torch)
+        return (prod.double() + c).to(dtype.torch)
+    values = [(int(a) * int(b) + int(d)) % 2 ** (8 * dtype.itemsize)
+              for a, b, d in zip(x.tolist(), w.tolist(), c.tolist())]
+    return torch.tensor(values, dtype=torch.uint64).to(dtype.torch)
+
+
+@pytest.mark.parametrize("dtype", NEW, ids=lambda d: d.value)
+def test_round_trips_and_runs_everywhere(dtype, tmp_path):
+    prog = _program(dtype)
+    assert tdag.parse(str(prog)) == prog
+    tdag.save(prog, tmp_path / "m.tdag")
+    assert tdag.load(tmp_path / "m.tdag") == prog
+    x = torch.tensor([7, 2, 1]).to(dtype.torch)
+    out, less = tdag.run(prog, x)
+    _same(out, _expected(dtype, x))
+    assert less.tolist() == [False, False, True]
+    torch_out, torch_less = tdag.to_torch(prog)(x)
+    _same(torch_out, out)
+    assert torch.equal(torch_less, less)
+    ort_out, ort_less = _ort_run(tdag.to_onnx(prog), [_numpy(x)])
+    _same(ort_out, out)
+    assert ort_less.tolist() == less.tolist()
+
+
+def test_itemsizes_and_predicates():
+    assert [d.itemsize for d in (DType.u16, DType.u32, DType.u64)] == [2, 4, 8]
+    assert all(d.itemsize == 1 and d.is_float and d.is_float8 for d in FLOAT8)
+    assert DType.u32.is_integer and DType.u32.is_unsigned and not DType.i32.is_unsigned
+    assert not DType.bool.is_integer and not DType.bool.is_float
+    assert DType.of("uint16") is DType.u16 and DType.of(torch.float8_e5m2) is DType.f8e5m2
+
+
+def test_cost_by_dtype_counts_float8_bytes():
+    report = tdag.cost(_program(DType.f8e4m3fn))
+    assert set(report.per_dtype) == {"f8e4m3fn", "bool"}
+    assert report.per_dtype["f8e4m3fn"].bytes_written == 6  # two nodes, 3 one-byte values
+
+
+# -- wrapping and order where torch has no kernel ---------------------------------------------
+
+def _binary(fn, dtype: DType, a, b) -> tuple:
+    """fn(a, b) through run, to_torch and onnxruntime (all must agree bit for bit)."""
+    spec = tdag.TensorSpec((len(a),), _torch_name(dtype))
+    prog = tdag.trace(fn, spec, spec)
+    ta, tb = (torch.tensor(v, dtype=torch.uint64 if dtype is DType.u64 else torch.int64)
+              .to(dtype.torch) for v in (a, b))
+    out = tdag.run(prog, ta, tb)
+    torch_out = tdag.to_torch(prog)(ta, tb)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [_numpy(ta), _numpy(tb)])
+    _same(torch_out, out)
+    assert _numpy(out).tolist() == np.asarray(ort_out).tolist()
+    return out
+
+
+TOP = 2 ** 63 + 5  # a uint64 with its top bit set: negative as int64 bits
+
+
+@pytest.mark.parametrize("dtype,a,b,want", [
+    (DType.u16, [65535, 3], [1, 5], [0, 8]),
+    (DType.u32, [2 ** 32 - 1, 3], [2, 5], [1, 8]),
+    (DType.u64, [2 ** 64 - 1, TOP], [1, TOP], [0, 10]),
+])
+def test_unsigned_add_wraps(dtype, a, b, want):
+    assert _binary(ops.add, dtype, a, b).tolist() == want
+
+
+@pytest.mark.parametrize("dtype", [DType.u16, DType.u32, DType.u64], ids=lambda d: d.value)
+def test_unsigned_subtract_wraps(dtype):
+    out = _binary(ops.sub, dtype, [0, 9], [1, 4])
+    assert out.tolist() == [2 ** (8 * dtype.itemsize) - 1, 5]
+
+
+def test_uint64_orders_past_the_int64_range():
+    assert _binary(ops.lt, DType.u64, [TOP, 1, TOP], [1, TOP, TOP]).tolist() == \
+        [False, True, False]
+    assert _binary(ops.maximum, DType.u64, [TOP, 1], [1, 2]).tolist() == [TOP, 2]
+
+
+def test_uint64_division_names_op_type_and_framework():
+    spec = tdag.TensorSpec((2,), "uint64")
+    prog = tdag.trace(lambda a, b: ops.floor_divide(a, b), spec, spec)
+    with pytest.raises(UnsupportedOpError, match=r"divide on uint64: torch has no uint64"):
+        tdag.to_torch(prog)
+    args = [torch.tensor([TOP, 9], dtype=torch.uint64), torch.tensor([2, 4], dtype=torch.uint64)]
+    with pytest.raises(UnsupportedOpError, match="divide on uint64"):
+        tdag.run(prog, *args)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [_numpy(a) for a in args])  # onnxruntime has it
+    assert ort_out.tolist() == [TOP // 2, 2]
+
+
+# -- casts to float8 --------------------------------------------------------------------------
+
+SPECIAL = [1e6, float("inf"), float("-inf"), float("nan"), 464.0, 465.0, 0.3, -1e-7]
+
+
+@pytest.mark.parametrize("dtype", sorted(FLOAT8 - {DType.f8e8m0fnu}, key=lambda d: d.value),
+                         ids=lambda d: d.value)
+def test_cast_to_float8_overflows_as_onnx_saturate_0(dtype):
+    """tdag's cast does not saturate: as ml_dtypes (ONNX's reference) for every kind, though
+    torch's own conversion saturates float8_e4m3fn."""
+    prog = tdag.trace(lambda x: ops.cast(x, dtype), tdag.TensorSpec((len(SPECIAL),)))
+    x = torch.tensor(SPECIAL)
+    want = x.numpy().astype(getattr(ml_dtypes, _torch_name(dtype)))
+    out = tdag.run(prog, x)
+    _same_values(_numpy(out), want)
+    _same(tdag.to_torch(prog)(x), out)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy()])
+    _same_values(ort_out, want)
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> None:
+    """Equal values and signs of zero; any NaN equals any NaN (their bits may differ)."""
+    assert a.dtype == b.dtype
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    assert np.array_equal(a, b, equal_nan=True), (a, b)
+    assert np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0]))
+
+
+def _cast_model(to: int, **attrs) -> onnx.ModelProto:
+    node = helper.make_node("Cast", ["x"], ["y"], to=to, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [len(SPECIAL)])],
+                              [helper.make_tensor_value_info("y", to, [len(SPECIAL)])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_onnx_cast_saturate_attribute(saturate):
+    prog = tdag.from_onnx(_cast_model(TensorProto.FLOAT8E4M3FN, saturate=saturate))
+    out = tdag.run(prog, torch.tensor(SPECIAL))
+    values = out.float().tolist()
+    if saturate:
+        assert values[:3] == [448.0, 448.0, -448.0]
+    else:
+        assert all(v != v for v in values[:3])  # NaN: e4m3fn has no infinity
+    assert values[3] != values[3]  # NaN stays NaN either way
+
+
+# -- types no framework computes in -----------------------------------------------------------
+
+@pytest.mark.parametrize("elem", [TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1])
+def test_packed_types_are_refused_by_name(elem):
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, [4])],
+                              [helper.make_tensor_value_info("y", elem, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    name = TensorProto.DataType.Name(elem)
+    with pytest.raises(UnsupportedOpError, match=f"element type {name} .*packed sub-byte"):
+        tdag.from_onnx(model)
+
+
+def test_float8e8m0_needs_opset_24():
+    prog = tdag.trace(lambda x: ops.cast(x, DType.f8e8m0fnu), tdag.TensorSpec((2,)))
+    assert tdag.to_onnx(prog).opset_import[0].version == 24
+    with pytest.raises(UnsupportedOpError, match="f8e8m0fnu needs ONNX opset 24"):
+        tdag.to_onnx(prog, opset=20)
+
+
+def test_uint64_right_shift_is_logical():
+    """BitShift RIGHT of a uint64 with its top bit set shifts in zeros, though tdag computes
+    it on int64 bits."""
+    spec = [helper.make_tensor_value_info(n, TensorProto.UINT64, [4]) for n in ("x", "s")]
+    node = helper.make_node("BitShift", ["x", "s"], ["y"], direction="RIGHT")
+    graph = helper.make_graph([node], "g", spec,
+                              [helper.make_tensor_value_info("y", TensorProto.UINT64, [4])])
+    prog = tdag.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    x = torch.tensor([TOP, 2 ** 64 - 1, 8, TOP], dtype=torch.uint64)
+    s = torch.tensor([1, 63, 3, 0], dtype=torch.uint64)
+    out = tdag.run(prog, x, s)
+    assert out.tolist() == [TOP >> 1, 1, 1, TOP]
+    _same(tdag.to_torch(prog)(x, s), out)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy(), s.numpy()])
+    assert ort_out.tolist() == out.tolist()
