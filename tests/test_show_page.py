@@ -1,9 +1,10 @@
 """The program page (``tdag show FILE -o graph.html``), opened in a real headless browser.
 
-The page runs its own check when opened at ``#selftest``: it clicks a closed group, searches
-a node in the deepest scope, and writes what happened (and any script error) into
-``<pre id="selftest">``, which ``chromium --dump-dom`` prints. A screenshot must not be blank.
-Without a chromium binary the browser tests skip; the page's data is checked either way.
+The page runs its own check when opened at ``#selftest``: it clicks a closed group, switches
+the colours to bytes and back, searches a node in the deepest scope, and writes what happened
+(and any script error) into ``<pre id="selftest">``, which ``chromium --dump-dom`` prints.
+A screenshot must not be blank. Without a chromium binary the browser tests skip; the page's
+data is checked either way.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import tdag
 from io_programs import control_program
 from tdag.cli import main as cli_main
 from tdag.models import tiny_vit
+from tdag.refine.cost import cost as cost_of_primitives
 from tdag.view.page import page_data, page_html, write_page
 
 BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
@@ -86,6 +88,7 @@ def check_opens_expands_and_finds(path, tmp_path, tensors: int) -> dict:
     assert result["tensors"] == tensors
     expand = result["expand"]
     assert expand["open"] and expand["shownAfter"] > result["shownAtStart"], expand
+    assert result["colour"]["changed"]  # the switch to bytes recolours the boxes
     search = result["search"]
     assert search["found"] and search["panel"], search
     assert screenshot_colours(path, tmp_path) > 50  # boxes, text, colours: not a blank page
@@ -104,7 +107,7 @@ def test_page_data_is_the_program(demo):
     assert len(nodes["name"]) == _tensors(demo)
     assert set(nodes["name"]) == {v.name for v in g.inputs} | set(g.weights) | \
         {n.name for n in g.nodes}
-    report = tdag.cost(demo).evaluate(batch=4)
+    report = cost_of_primitives(demo).evaluate(batch=4)  # the nodes as captured, op by op
     assert sum(nodes["flops"]) == data["total"]["flops"] == report.flops
     assert sum(nodes["bytes_read"]) + sum(nodes["bytes_written"]) == report.bytes
     assert data["sizes"] == {"batch": 4}

@@ -28,10 +28,12 @@ def to_networkx(prog: Program | TDAG, report: CostReport | None = None) -> netwo
     name)`` when it has several. Attributes: ``graph`` (the TDAG), ``kind`` ("node", "input",
     "param", "buffer", "const"), ``op`` (the primitive; the kind for a boundary tensor),
     ``type`` (a TensorType), ``shape``, ``dtype``, ``scope``, ``provenance``, and the cost
-    figures ``flops``, ``matmul_flops``, ``bytes_read``, ``bytes_written``, ``bytes``,
+    figures of each node as captured (``tdag.refine.cost.cost(prog)``, op by op)
+    ``flops``, ``matmul_flops``, ``bytes_read``, ``bytes_written``, ``bytes``,
     ``fused_bytes`` (ints, or sympy expressions in symbolic sizes; all calls of the TDAG
-    together). An edge's ``operands`` lists the operand positions it feeds (``x * x``: both).
-    ``graph.graph["tdags"]`` names the TDAGs in program order.
+    together); ``report`` passes a report already made. An edge's ``operands`` lists the
+    operand positions it feeds (``x * x``: both). ``graph.graph["tdags"]`` names the TDAGs
+    in program order.
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)

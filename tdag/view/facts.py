@@ -1,9 +1,11 @@
 """The program as a table of tensors: what a graph view (networkx, the HTML page) shows.
 
 One row per tensor of each TDAG: its inputs, weights and nodes, with the op that makes it,
-its type, its module scope, where it came from and what it costs (``tdag.cost``, per node and
-times the calls of its TDAG). Inputs and weights cost nothing; a weight sits in the scope of its
-first user, so a layer's weights open with the layer.
+its type, its module scope, where it came from and what it costs: ``tdag.refine.cost`` of
+the program as it stands, node by node and times the calls of its TDAG (``tdag.cost`` costs
+the lowered kernels, which merge nodes; a view of the nodes wants each node's own
+figures). Inputs and weights cost nothing; a weight sits in the scope of its first user, so
+a layer's weights open with the layer.
 """
 from __future__ import annotations
 

@@ -307,7 +307,7 @@ function showNode(g, i) {
     ["op", STR[g.nodes.op[i]]], ["type", type],
     ["shape", type.slice(type.indexOf("["))], ["dtype", type.slice(0, type.indexOf("["))],
     ["scope", scopePath(g, g.nodes.scope[i]) || "(top)"], ["tdag", g.name],
-    ["provenance", STR[g.nodes.prov[i]] || "(a boundary tensor)"],
+    ["provenance", STR[g.nodes.prov[i]] || `(${STR[g.nodes.op[i]]}: given, not computed)`],
     ["flops", `${flops.toLocaleString()} (${percent(flops)})`],
     ["matmul flops", g.nodes.matmul_flops[i].toLocaleString()],
     ["bytes read + written", `${bytes.toLocaleString()} (${percent(bytes)})`],
@@ -419,6 +419,14 @@ function selftest() {
     result.expand = { scope: scopePath(DATA.graphs[+gi], +s), shownAfter: shown(),
       open: !!canvas.querySelector(`.group.open[data-g="${gi}"][data-scope="${s}"]`) };
   }
+  const fills = () => [...canvas.querySelectorAll(".item > rect[fill]")]
+    .map((r) => r.getAttribute("fill")).join();
+  const byFlops = fills(), select = document.getElementById("colour");
+  select.value = "bytes";
+  select.dispatchEvent(new Event("change"));
+  result.colour = { changed: fills() !== byFlops };
+  select.value = "flops";
+  select.dispatchEvent(new Event("change"));
   const g = DATA.graphs[0];
   let deepest = 0;
   for (let i = 0; i < g.n; i++) {
@@ -449,3 +457,8 @@ try {
   errors.push(String(e && e.stack || e));
 }
 if (location.hash === "#selftest") selftest();
+else if (location.hash.startsWith("#find=")) {  // a link to a node: graph.html#find=%42
+  const query = decodeURIComponent(location.hash.slice("#find=".length));
+  document.getElementById("search").value = query;
+  search(query);
+}
