@@ -779,6 +779,7 @@ def _compress(ctx, x, condition):
 
 @register("Unique")
 def _unique(ctx, x):
-    if ctx.attr("axis") is not None:
-        raise UnsupportedOpError("Unique along an axis (unique rows or slices)")
-    return ops.unique_all(ctx.tensor(x), bool(ctx.attr("sorted", 1)))
+    x, axis, ordered = ctx.tensor(x), ctx.attr("axis"), bool(ctx.attr("sorted", 1))
+    if axis is None:
+        return ops.unique_all(x, ordered)
+    return ops.unique_slices(x, _norm(axis, x.ndim), ordered)

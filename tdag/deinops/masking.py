@@ -8,6 +8,7 @@ definer before it.
 from __future__ import annotations
 
 from tdag.deinops import core as ops
+from tdag.deinops.arrays import cumsum
 from tdag.deinops.builder import Tensor
 from tdag.deinops.runtime import Arange, NonZero, fresh_symbol
 from tdag.errors import ShapeError, UnsupportedOpError
@@ -105,18 +106,46 @@ def unique_all(x: Tensor, sorted: bool = True):
     the inverse index of every element of the flattened x, counts), values ascending or, if
     not ``sorted``, in order of first occurrence."""
     flat = ops.reshape(x, (-1,)) if x.ndim != 1 else x
-    n = flat.shape[0]
+    return _unique(flat, sorted, ops.eq, ops.lt)
+
+
+def unique_slices(x: Tensor, axis: int, sorted: bool = True):
+    """ONNX ``Unique`` along ``axis``: the distinct slices ``x[..., i, ...]``, ordered
+    lexicographically (or by first occurrence), with the same index, inverse and counts as
+    ``unique_all`` has for elements."""
+    moved = ops.movedim(x, axis, 0) if axis else x
+    rows = ops.reshape(moved, (moved.shape[0], -1))
+    values, index, inverse, counts = _unique(rows, sorted, _same_rows, _rows_before)
+    values = ops.reshape(values, (values.shape[0], *moved.shape[1:]))
+    return (ops.movedim(values, 0, axis) if axis else values), index, inverse, counts
+
+
+def _same_rows(a: Tensor, b: Tensor) -> Tensor:
+    return ops.eq(_count(ops.ne(a, b), -1), 0)
+
+
+def _rows_before(a: Tensor, b: Tensor) -> Tensor:
+    """Lexicographic ``a < b`` over the last axis: less at the first column that differs."""
+    differ = ops.cast(ops.ne(a, b), DType.i64)
+    undecided = ops.eq(ops.sub(cumsum(differ, differ.ndim - 1), differ), 0)
+    return _any(ops.logical_and(ops.lt(a, b), undecided), -1)
+
+
+def _unique(items: Tensor, sorted: bool, same, before):
+    """The distinct items along axis 0 (elements, or rows compared by ``same`` and ordered
+    by ``before``, each broadcasting over leading axes)."""
+    n = items.shape[0]
     if not is_static(n):
         raise UnsupportedOpError("unique of a tensor with a symbolic size")
-    b = x.builder
-    col, row = ops.unsqueeze(flat, 1), ops.unsqueeze(flat, 0)        # x[i] down, x[j] across
+    b = items.builder
+    col, row = ops.unsqueeze(items, 1), ops.unsqueeze(items, 0)     # x[i] down, x[j] across
     pos = ops.iota(n, "i64", b)
     earlier = ops.lt(ops.unsqueeze(pos, 0), ops.unsqueeze(pos, 1))  # j < i
-    first = ops.logical_not(_any(ops.logical_and(ops.eq(row, col), earlier), 1))
+    first = ops.logical_not(_any(ops.logical_and(same(row, col), earlier), 1))
     index = flat_nonzero(first)                                     # i64[u], input order
-    values = ops.gather(flat, index, 0, wrap=False)
+    values = ops.gather(items, index, 0, wrap=False)
     if sorted:  # rank of each distinct value = how many distinct values are smaller
-        rank = _count(ops.logical_and(ops.lt(row, ops.unsqueeze(values, 1)),
+        rank = _count(ops.logical_and(before(row, ops.unsqueeze(values, 1)),
                                       ops.unsqueeze(first, 0)), 1)  # i64[u]
         slots = ops.iota(values.shape[0], "i64", b)
         hit = ops.eq(ops.unsqueeze(rank, 0), ops.unsqueeze(slots, 1))  # [k, m]: rank[m] == k
@@ -125,7 +154,7 @@ def unique_all(x: Tensor, sorted: bool = True):
         values, index = (ops.gather(values, order, 0, wrap=False),
                          ops.gather(index, order, 0, wrap=False))
     slots = ops.iota(values.shape[0], "i64", b)
-    match = ops.eq(ops.unsqueeze(values, 0), col)                   # [i, k]: x[i] == values[k]
+    match = same(ops.unsqueeze(values, 0), col)                     # [i, k]: x[i] == values[k]
     inverse = ops.sum(ops.where(match, ops.broadcast_to(ops.unsqueeze(slots, 0), match.shape),
                                 0), 1)
     counts = _count(match, 0)
@@ -142,4 +171,5 @@ def _count(mask: Tensor, axis: int) -> Tensor:
 
 
 __all__ = ["arange_of", "broadcast_index", "checked_size", "checked_zero", "flat_nonzero",
-           "mask_index", "masked_select", "nonzero", "size_of", "unique", "unique_all"]
+           "mask_index", "masked_select", "nonzero", "size_of", "unique", "unique_all",
+           "unique_slices"]
