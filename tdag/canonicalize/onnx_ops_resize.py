@@ -130,32 +130,37 @@ def _floats(ctx, value, what: str) -> list:
 
 def _source(mode: str, size: int, length: int, scale: float, roi, from_scale: bool):
     """The source coordinate of each output cell, and (tf_crop_and_resize) which cells fall
-    outside the input."""
-    y = np.arange(size, dtype=np.float64)
-    width = scale * length  # the reference's output_width, fractional for a scale
+    outside the input. In float32, as onnxruntime computes them: where a nearest cell is a
+    tie (4.5) in float32 but not in the reference's float64 (4.49999985), it falls as there."""
+    f32 = np.float32
+    y, scale = np.arange(size, dtype=f32), f32(scale)
+    width = scale * f32(length)  # the reference's output_width, fractional for a scale
     if mode == "align_corners" and from_scale and width != size:
         # The reference divides by width - 1, onnxruntime and torch by size - 1: no answer
         # agrees with both, so tdag refuses rather than pick one.
         raise UnsupportedOpError(f"Resize: align_corners with a scale ({scale}) that gives a "
                                  f"fractional output length ({width}); give sizes instead")
+    outside = None
     if mode == "align_corners":
-        return (np.zeros(size) if size == 1 else y * (length - 1) / (size - 1)), None
-    if mode == "asymmetric":
-        return y / scale, None
-    if mode == "pytorch_half_pixel":
-        return (np.full(size, -0.5) if size == 1 else (y + 0.5) / scale - 0.5), None
-    if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5, None
-    if mode == "half_pixel_symmetric":
-        offset = length / 2 * (1 - size / width)
-        return offset + (y + 0.5) / scale - 0.5, None
-    if mode == "tf_half_pixel_for_nn":
-        return (y + 0.5) / scale, None
-    start, end = roi  # tf_crop_and_resize
-    source = np.full(size, (end - start) * (length - 1) / 2) if size == 1 else \
-        y * (end - start) * (length - 1) / (size - 1)
-    source = source + start * (length - 1)
-    return source, (source < 0) | (source > length - 1)
+        source = y * f32(0) if size == 1 else y * f32((length - 1) / (size - 1))
+    elif mode == "asymmetric":
+        source = y / scale
+    elif mode == "pytorch_half_pixel":
+        source = y * f32(0) - f32(0.5) if size == 1 else (y + f32(0.5)) / scale - f32(0.5)
+    elif mode == "half_pixel":
+        source = (y + f32(0.5)) / scale - f32(0.5)
+    elif mode == "half_pixel_symmetric":
+        offset = f32(length / 2) * (f32(1) - f32(size) / width)
+        source = offset + (y + f32(0.5)) / scale - f32(0.5)
+    elif mode == "tf_half_pixel_for_nn":
+        source = (y + f32(0.5)) / scale
+    else:  # tf_crop_and_resize
+        start, end = f32(roi[0]), f32(roi[1])
+        source = y * f32(0) + (end - start) * f32(length - 1) / f32(2) if size == 1 else \
+            y * (end - start) * f32(length - 1) / f32(size - 1)
+        source = source + start * f32(length - 1)
+        outside = (source < 0) | (source > length - 1)
+    return source.astype(np.float64), outside
 
 
 def _ratio(source):

@@ -146,9 +146,11 @@ def read_points(table: Tensor, sizes: tuple[int, ...], batch: Tensor, coords: li
 def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding: str = "zeros",
                 align_corners: bool = False) -> Tensor:
     """x (N, C, *S) read at ``grid`` (N, *P, d) of normalized coordinates in [-1, 1], the
-    last axis ordered innermost first (x, y, z): (N, C, *P). As the ONNX reference, a
-    coordinate outside the borders is first clamped (border) or reflected (reflection), and
-    nearest rounds half to even before that."""
+    last axis ordered innermost first (x, y, z): (N, C, *P). A coordinate outside the
+    image is first clamped (border) or reflected (reflection), nearest rounding half to even
+    before that; but cubic with border padding clamps each of its taps instead, as torch and
+    onnxruntime do (the ONNX reference clamps the point, which differs within 2 pixels of
+    the border: the spec's "border values for out-of-bound grid locations" allows both)."""
     d = x.ndim - 2
     if grid.ndim != d + 2 or not (is_static(grid.shape[-1]) and grid.shape[-1] == d):
         raise ShapeError(f"grid_sample: a grid {grid.type} for an image {x.type}")
@@ -159,9 +161,8 @@ def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding: str = "z
         c = unnormalize(core.select(grid, -1, d - 1 - axis), n, align_corners)
         if mode == "nearest":
             c = core.round(c)
-        if padding == "border":  # only a point outside the borders moves (cubic sees it)
-            outside = core.logical_or(core.lt(c, borders.low), core.gt(c, borders.high))
-            c = core.where(outside, core.clamp(c, 0.0, n - 1.0), c)
+        if padding == "border" and mode != "cubic":
+            c = core.clamp(c, 0.0, n - 1.0)
         elif padding == "reflection":
             c = reflect(c, borders)
         coords.append(c)

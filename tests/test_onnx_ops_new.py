@@ -1,0 +1,264 @@
+"""The ONNX ops tdag maps as compositions of its primitives in onnx_ops_vision.py,
+onnx_ops_signal.py and onnx_ops_resize.py: each on small hand-built graphs (random inputs,
+attributes varied) against onnxruntime, or onnx's ReferenceEvaluator where onnxruntime lacks
+the op or the opset, through tdag.run, tdag.to_torch and tdag.to_onnx (on onnxruntime)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import tdag
+
+sys.path.insert(0, os.path.dirname(__file__))
+from guards import run_onnx  # noqa: E402
+
+RNG = np.random.default_rng(7)
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _r(*shape, low=-1.0, high=1.0):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+class Const:
+    """An input given as an initializer (known while importing)."""
+
+    def __init__(self, value):
+        self.value = np.asarray(value)
+
+
+def _model(op, inputs, attrs=None, opset=20, outputs=1):
+    """One node; ``inputs`` (name, array | Const | None) in the node's order: an array is a
+    graph input, a Const an initializer, None an omitted optional input."""
+    names = [name if value is not None else "" for name, value in inputs]
+    graph_inputs = [helper.make_tensor_value_info(
+        name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+        for name, value in inputs if isinstance(value, np.ndarray)]
+    inits = [numpy_helper.from_array(value.value, name) for name, value in inputs
+             if isinstance(value, Const)]
+    outs = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node(op, names, outs, **(attrs or {}))
+    graph = helper.make_graph([node], op, graph_inputs,
+                              [helper.make_tensor_value_info(o, F32, None) for o in outs],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    feeds = {name: value for name, value in inputs if isinstance(value, np.ndarray)}
+    return model, feeds
+
+
+def _expected(model, feeds, oracle: str):
+    if oracle == "ort":
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _close(got, expected, what):
+    got = [np.asarray(g) for g in (got if isinstance(got, (tuple, list)) else (got,))]
+    assert len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        e = np.asarray(e)
+        assert g.shape == e.shape, (what, g.shape, e.shape)
+        if e.dtype.kind in "iub":
+            np.testing.assert_array_equal(g, e, err_msg=what)
+        else:
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=what)
+
+
+def numpy(out):
+    return out.numpy() if isinstance(out, torch.Tensor) else tuple(o.numpy() for o in out)
+
+
+def _check(model, feeds, oracle="ort"):
+    """tdag.run, to_torch and to_onnx all give the oracle's outputs."""
+    expected = _expected(model, feeds, oracle)
+    prog = tdag.from_onnx(model)
+    args = [torch.from_numpy(np.require(v)) for v in feeds.values()]
+    _close(numpy(tdag.run(prog, *args)), expected, "tdag.run")
+    with torch.no_grad():
+        _close(numpy(tdag.to_torch(prog)(*args)), expected, "to_torch")
+    _close(numpy(run_onnx(tdag.to_onnx(prog), *args)), expected, "to_onnx")
+
+
+# -- GridSample, AffineGrid ---------------------------------------------------------------------
+
+GRID_SAMPLE = [  # (opset, mode, padding, align_corners, spatial)
+    (16, "bilinear", "zeros", 0, 2), (16, "bilinear", "border", 1, 2),
+    (16, "nearest", "reflection", 0, 2), (16, "bicubic", "zeros", 1, 2),
+    (20, "cubic", "reflection", 1, 2), (20, "cubic", "border", 0, 2),
+    (20, "linear", "reflection", 1, 2), (20, "nearest", "border", 1, 2),
+    (20, "linear", "zeros", 0, 3), (20, "nearest", "reflection", 1, 3),
+]
+
+
+@pytest.mark.parametrize("opset,mode,padding,align,spatial", GRID_SAMPLE)
+def test_grid_sample(opset, mode, padding, align, spatial):
+    x = _r(2, 3, *(5, 4, 3)[:spatial])
+    grid = _r(2, *(4, 3, 2)[:spatial], spatial, low=-1.4, high=1.4)  # some points outside
+    model, feeds = _model("GridSample", [("x", x), ("grid", grid)],
+                          dict(mode=mode, padding_mode=padding, align_corners=align), opset)
+    _check(model, feeds, "ort" if spatial == 2 else "ref")
+
+
+@pytest.mark.parametrize("spatial,align,runtime_size", [(2, 0, False), (2, 1, True),
+                                                         (3, 0, True), (3, 1, False)])
+def test_affine_grid(spatial, align, runtime_size):
+    theta = _r(2, spatial, spatial + 1)
+    size = np.array([2, 3, 4, 5, 6][:spatial + 2], np.int64)
+    model, feeds = _model("AffineGrid", [("theta", theta),
+                                         ("size", size if runtime_size else Const(size))],
+                          dict(align_corners=align))
+    _check(model, feeds, "ref")
+
+
+# -- NonMaxSuppression --------------------------------------------------------------------------
+
+def _boxes(batches, count, center):
+    centre, extent = _r(batches, count, 2, low=0, high=4), _r(batches, count, 2, low=0.5, high=2)
+    if center:
+        return np.concatenate([centre, extent], -1)
+    corner0, corner1 = centre - extent / 2, centre + extent / 2
+    flip = RNG.random((batches, count, 1)) < 0.5  # either diagonal is a valid box
+    y0 = np.where(flip, corner1[..., 1:], corner0[..., 1:])
+    y1 = np.where(flip, corner0[..., 1:], corner1[..., 1:])
+    return np.concatenate([y0, corner0[..., :1], y1, corner1[..., :1]], -1).astype(np.float32)
+
+
+@pytest.mark.parametrize("center,limit,iou,score", [(0, 3, 0.3, 0.2), (1, 5, 0.5, None),
+                                                     (0, 10, 0.0, 0.6), (1, 2, 0.7, 0.0)])
+def test_non_max_suppression(center, limit, iou, score):
+    boxes, scores = _boxes(2, 9, center), _r(2, 3, 9, low=0, high=1)
+    inputs = [("boxes", boxes), ("scores", scores),
+              ("limit", np.array([limit], np.int64)), ("iou", np.array([iou], np.float32)),
+              ("score", None if score is None else np.array([score], np.float32))]
+    model, feeds = _model("NonMaxSuppression", inputs, dict(center_point_box=center), 11)
+    model.graph.output[0].type.tensor_type.elem_type = I64
+    _check(model, feeds)
+
+
+def test_non_max_suppression_without_a_limit_selects_nothing():
+    model, feeds = _model("NonMaxSuppression", [("boxes", _boxes(1, 4, 0)),
+                                                ("scores", _r(1, 2, 4))], opset=11)
+    model.graph.output[0].type.tensor_type.elem_type = I64
+    _check(model, feeds)
+
+
+# -- RoiAlign, DeformConv -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode,transform,scale,ratio", [("avg", "half_pixel", 1.0, 2),
+                                                        ("avg", "output_half_pixel", 0.5, 3),
+                                                        ("max", "output_half_pixel", 1.0, 2),
+                                                        ("max", "half_pixel", 0.5, 1)])
+def test_roi_align(mode, transform, scale, ratio):
+    x = _r(2, 3, 8, 7)
+    rois = np.sort(_r(4, 2, 2, low=-2, high=12), axis=1).reshape(4, 4)  # x1 y1 x2 y2
+    model, feeds = _model("RoiAlign", [("x", x), ("rois", rois),
+                                       ("batch", np.array([0, 1, 1, 0], np.int64))],
+                          dict(mode=mode, coordinate_transformation_mode=transform,
+                               output_height=3, output_width=2, sampling_ratio=ratio,
+                               spatial_scale=scale), 22)
+    _check(model, feeds, "ref")
+
+
+@pytest.mark.parametrize("group,offset_group,mask,bias,stride,dilation,pad", [
+    (1, 1, False, False, 1, 1, 0), (2, 2, True, True, 1, 1, 1), (1, 2, True, False, 2, 1, 1),
+    (2, 1, False, True, 1, 2, 0)])
+def test_deform_conv(group, offset_group, mask, bias, stride, dilation, pad):
+    x, w = _r(2, 4, 6, 5), _r(6, 4 // group, 3, 2)
+    out_h = (6 + 2 * pad - dilation * 2 - 1) // stride + 1
+    out_w = (5 + 2 * pad - dilation * 1 - 1) // stride + 1
+    inputs = [("x", x), ("w", w), ("offset", _r(2, offset_group * 12, out_h, out_w, low=-2,
+                                               high=2)),
+              ("b", _r(6) if bias else None),
+              ("mask", _r(2, offset_group * 6, out_h, out_w, low=0, high=1) if mask else None)]
+    model, feeds = _model("DeformConv", inputs, dict(
+        group=group, offset_group=offset_group, kernel_shape=[3, 2], strides=[stride] * 2,
+        dilations=[dilation] * 2, pads=[pad] * 4), 22)
+    _check(model, feeds, "ref")
+
+
+# -- DFT ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opset,parts,axis,inverse,onesided,length", [
+    (17, 1, 1, 0, 0, None), (17, 2, 2, 0, 0, None), (17, 2, 1, 1, 0, None),
+    (17, 1, 2, 0, 1, None), (17, 1, 1, 0, 0, 9), (17, 2, 1, 1, 0, 4),
+    (20, 2, -2, 0, 0, None), (20, 1, 1, 0, 1, 8), (20, 2, 1, 1, 1, None), (20, 2, 1, 1, 1, 7)])
+def test_dft(opset, parts, axis, inverse, onesided, length):
+    x = _r(2, 6, 5, parts)
+    length_input = ("n", None if length is None else Const(np.array(length, np.int64)))
+    attrs = dict(inverse=inverse, onesided=onesided)
+    if opset < 20:
+        inputs, attrs["axis"] = [("x", x), length_input], axis
+    else:
+        inputs = [("x", x), length_input, ("axis", Const(np.array(axis, np.int64)))]
+    model, feeds = _model("DFT", inputs, attrs, opset)
+    _check(model, feeds, "ref")
+
+
+def test_dft_axis_given_at_run_time():
+    x = _r(2, 6, 6, 2)
+    for axis in (1, -3, 2):
+        model, feeds = _model("DFT", [("x", x), ("n", None), ("axis", np.array(axis, np.int64))],
+                              dict(inverse=1))
+        _check(model, feeds, "ref")
+
+
+# -- Resize -------------------------------------------------------------------------------------
+
+RESIZE = {
+    "cubic": dict(mode="cubic"),
+    "cubic_a_exclude": dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1),
+    "cubic_asymmetric": dict(mode="cubic", coordinate_transformation_mode="asymmetric"),
+    "linear_antialias": dict(mode="linear", antialias=1),
+    "cubic_antialias": dict(mode="cubic", antialias=1),
+    "linear_half_pixel_symmetric": dict(mode="linear",
+                                        coordinate_transformation_mode="half_pixel_symmetric"),
+    "nearest_pytorch_half_pixel": dict(mode="nearest", nearest_mode="round_prefer_ceil",
+                                       coordinate_transformation_mode="pytorch_half_pixel"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESIZE))
+@pytest.mark.parametrize("scales", [(1, 1, 0.6, 0.75), (1, 1, 1.7, 2.5)])
+def test_resize_scales(name, scales):
+    model, feeds = _model("Resize", [("x", _r(2, 3, 7, 6)), ("roi", None),
+                                     ("scales", Const(np.array(scales, np.float32)))],
+                          RESIZE[name], 19)
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize("policy,sizes", [("not_larger", (4, 9)), ("not_smaller", (4, 9)),
+                                          ("stretch", (3, 11))])
+def test_resize_sizes_keep_aspect_ratio(policy, sizes):
+    model, feeds = _model("Resize", [("x", _r(1, 2, 5, 6)), ("roi", None), ("scales", None),
+                                     ("sizes", Const(np.array(sizes, np.int64)))],
+                          dict(mode="linear", axes=[2, 3], keep_aspect_ratio_policy=policy),
+                          19)
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_resize_tf_crop_and_resize(mode):
+    roi = np.array([0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2], np.float32)  # partly outside: extrapolated
+    model, feeds = _model("Resize", [("x", _r(1, 2, 6, 6)), ("roi", Const(roi)), ("scales", None),
+                                     ("sizes", Const(np.array([1, 2, 4, 5], np.int64)))],
+                          dict(mode=mode, coordinate_transformation_mode="tf_crop_and_resize",
+                               extrapolation_value=3.0), 19)
+    _check(model, feeds, "ref")
+
+
+def test_resize_align_corners_with_a_fractional_length_is_refused():
+    model, _ = _model("Resize", [("x", _r(1, 1, 2, 4)), ("roi", None),
+                                 ("scales", Const(np.array([1, 1, 0.6, 0.6], np.float32)))],
+                      dict(mode="linear", coordinate_transformation_mode="align_corners"), 19)
+    with pytest.raises(tdag.UnsupportedOpError, match="align_corners"):
+        tdag.from_onnx(model)
