@@ -1,5 +1,5 @@
 """tdag: a portable tensor-DAG IR. Capture a model, reduce it to a few primitive ops,
-analyse and transform it as data, and turn it back into torch or ONNX.
+analyse and transform it as data, and turn it back into torch, ONNX or JAX.
 
 >>> import tdag
 >>> from tdag import ops
@@ -49,6 +49,15 @@ from tdag.view import to_networkx
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``tdag.to_jax`` imports jax on first use: ``import tdag`` works without jax."""
+    if name == "to_jax":
+        from tdag.reify.to_jax import to_jax  # noqa: PLC0415 (lazy on purpose)
+        return to_jax
+    raise AttributeError(f"module 'tdag' has no attribute {name!r}")
+
+
 __all__ = [
     # capture and build
     "from_jax", "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
@@ -62,7 +71,7 @@ __all__ = [
     "BatchError", "CostReport", "add_batch", "compose", "cost", "decode_loop", "extract",
     "replace", "simplify", "strip_batch",
     # reify
-    "to_onnx", "to_torch",
+    "to_jax", "to_onnx", "to_torch",
     # view
     "to_networkx",
     # errors

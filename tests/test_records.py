@@ -51,7 +51,7 @@ def test_every_record_is_complete(op):
     assert isinstance(rec.reason, str) and len(rec.reason) > 10, op
     assert isinstance(rec.traits, Trait)
     assert isinstance(rec.batch, BatchRule), f"{op.value}: batch rule {rec.batch!r}"
-    for fn in (rec.shape, rec.evaluate, rec.cost, rec.torch, rec.onnx):
+    for fn in (rec.shape, rec.evaluate, rec.cost, rec.torch, rec.onnx, rec.jax):
         assert callable(fn), op
     # a kernel is a kernel by its traits, and only then
     assert rec.has(Trait.KERNEL) == (op not in tdag.PRIMITIVES)

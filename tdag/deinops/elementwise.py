@@ -138,6 +138,21 @@ def _poly(g, t, dtype, coefficients):
     return out
 
 
+# lax's elementwise functions by name; sign is torch's (sign(nan) = 0)
+_JAX_UNARY = {Op.neg: "neg", Op.reciprocal: "reciprocal", Op.exp: "exp", Op.log: "log",
+              Op.sin: "sin", Op.cos: "cos", Op.tan: "tan", Op.asin: "asin", Op.acos: "acos",
+              Op.atan: "atan", Op.sinh: "sinh", Op.cosh: "cosh", Op.tanh: "tanh",
+              Op.asinh: "asinh", Op.acosh: "acosh", Op.atanh: "atanh", Op.erf: "erf",
+              Op.erfinv: "erf_inv", Op.sign: "sign"}
+
+
+def _unary_jax(node, a, cx):
+    out = getattr(cx.lax, _JAX_UNARY[node.op])(a[0])
+    if node.op is Op.sign and node.type.dtype.is_float:
+        return cx.jnp.where(cx.jnp.isnan(a[0]), cx.jnp.zeros_like(out), out)
+    return out
+
+
 def _neg_values(spec, facts, batch) -> Affine:
     return times(facts[0], -1)  # -(s*i + r) = -s*i + (-r)
 
@@ -147,7 +162,8 @@ for _op, (_fn, _float_only, _reason) in _UNARY.items():
               elementwise_cost, _reason,
               traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
               batch=Aligned(values=_neg_values if _op is Op.neg else None),
-              torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx)
+              torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx,
+              jax=_unary_jax)
 
 
 def same_operands(op: str, ins) -> None:
@@ -209,14 +225,15 @@ primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] 
           traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_add_values),
-          torch=_add_torch, onnx=_add_onnx)
+          torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1])
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
           traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_multiply_values),
-          torch=_multiply_torch, onnx=_multiply_onnx)
+          torch=_multiply_torch, onnx=_multiply_onnx,
+          jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1])
 
 
 class DivideMode(enum.Enum):
@@ -303,12 +320,24 @@ def _floor_divide_float(g, a: str, b: str, dtype: DType) -> str:
     return g.node("Where", [g.node("Equal", [b, zero]), true, floor])
 
 
+def _divide_jax(node, a, cx):
+    x, y = a
+    mode, jnp = node.spec.mode, cx.jnp
+    if mode is DivideMode.true:
+        return x / y
+    if mode is DivideMode.floor:
+        return jnp.floor_divide(x, y)
+    if mode is DivideMode.trunc:  # lax.div truncates integers, as C does
+        return jnp.trunc(x / y) if node.type.dtype.is_float else cx.lax.div(x, y)
+    return getattr(jnp, mode.value)(x, y)  # remainder (sign of b) or fmod (sign of a)
+
+
 primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
           "a*(1/b) rounds twice in float32 and is wrong for integer floor division; "
           "a - b*floor(a/b) is not an exact remainder in floats",
           traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(),
-          torch=_divide_torch, onnx=_divide_onnx)
+          torch=_divide_torch, onnx=_divide_onnx, jax=_divide_jax)
 
 
 def _pow_torch(node, a, code):
@@ -323,7 +352,7 @@ primitive(Op.pow, NoSpec, 2, _binary_shape_rule(Op.pow), lambda s, xs, r: torch.
           elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5",
           traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(),
-          torch=_pow_torch, onnx=_pow_onnx)
+          torch=_pow_torch, onnx=_pow_onnx, jax=lambda node, a, cx: cx.jnp.power(a[0], a[1]))
 
 
 # -- beyond exact compositions ----------------------------------------------------------------
@@ -364,7 +393,8 @@ primitive(Op.where, NoSpec, 3, _where_shape,
           "select by mask; c*a + (1-c)*b is wrong when a or b is inf (-inf masks)",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_where_values),
-          torch=_where_torch, onnx=_where_onnx)
+          torch=_where_torch, onnx=_where_onnx,
+          jax=lambda node, a, cx: cx.jnp.where(a[0], a[1], a[2]))
 
 
 class CompareKind(enum.Enum):
@@ -399,6 +429,15 @@ def _compare_torch(node, a, code):
 
 
 # ne is Not(Equal): ONNX has no NotEqual
+_JAX_COMPARE = {CompareKind.eq: "equal", CompareKind.ne: "not_equal", CompareKind.lt: "less",
+                CompareKind.le: "less_equal", CompareKind.gt: "greater",
+                CompareKind.ge: "greater_equal"}
+
+
+def _compare_jax(node, a, cx):
+    return getattr(cx.jnp, _JAX_COMPARE[node.spec.kind])(a[0], a[1])
+
+
 _ONNX_COMPARE = {CompareKind.eq: "Equal", CompareKind.lt: "Less", CompareKind.le: "LessOrEqual",
                  CompareKind.gt: "Greater", CompareKind.ge: "GreaterOrEqual"}
 
@@ -440,7 +479,7 @@ primitive(Op.compare, Compare, 2, _compare_shape,
           "comparisons make masks; no arithmetic composition yields a bool exactly",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_compare_values),
-          torch=_compare_torch, onnx=_compare_onnx)
+          torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,4 +514,5 @@ primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           "changes the element type; no arithmetic composition does",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE,
           batch=Aligned(values=_cast_values),
-          torch=_cast_torch, onnx=_cast_onnx)
+          torch=_cast_torch, onnx=_cast_onnx,
+          jax=lambda node, a, cx: a[0].astype(cx.dtype(node.spec.dtype)))

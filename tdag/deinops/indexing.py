@@ -111,11 +111,19 @@ def _gather_onnx(node, ins, g, cx):
     return g.node("Gather", ins, axis=node.spec.axis)
 
 
+def _gather_jax(node, a, cx):
+    table, index = a
+    if table.shape[node.spec.axis] == 0:  # no index is valid: traced only where it never
+        return cx.jnp.zeros(cx.shape(node.type.shape), table.dtype)  # runs (a scan of no trips)
+    # clip: an index past the table reads its edge (torch raises; jit cannot)
+    return cx.jnp.take(table, index, axis=node.spec.axis, mode="clip")
+
+
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
           traits=Trait.PICKS,
           batch=OperandRule(_gather_strip, _gather_insert, values=_gather_values),
-          torch=_gather_torch, onnx=_gather_onnx)
+          torch=_gather_torch, onnx=_gather_onnx, jax=_gather_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,4 +173,6 @@ primitive(Op.iota, Iota, 0, _iota_shape,
           # no operands, so never batched: the walkers copy it, except an iota over a
           # symbolic batch, the sample index
           traits=Trait.NONE, batch=Aligned(values=_iota_values, broadcast=_iota_sample),
-          torch=_iota_torch, onnx=_iota_onnx)
+          torch=_iota_torch, onnx=_iota_onnx,
+          jax=lambda node, a, cx: cx.jnp.arange(cx.resolve(node.spec.length),
+                                                dtype=cx.dtype(node.spec.dtype)))

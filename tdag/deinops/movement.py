@@ -69,6 +69,10 @@ def _permute_onnx(node, ins, g, cx):
     return g.node("Transpose", ins, perm=list(node.spec.perm))
 
 
+def _permute_jax(node, a, cx):
+    return cx.jnp.transpose(a[0], node.spec.perm) if node.spec.perm else a[0]
+
+
 # leaves every axis alone: the batch goes where the permutation sends it
 _PERMUTE_BATCH = AxisRule(
     nothing, lambda s, t, p: s.perm.index(p),
@@ -80,7 +84,7 @@ primitive(Op.permute, Permute, 1, _permute_shape,
           lambda spec, xs, r: xs[0].permute(spec.perm), movement_cost,
           "reorders axes; the mirror of itself (inverse permutation)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx)
+          batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx, jax=_permute_jax)
 
 
 # -- group / ungroup --------------------------------------------------------------------------
@@ -117,6 +121,12 @@ def reshape_onnx(node, ins, g, cx):
     return g.node("Reshape", [ins[0], g.shape(shape)], allowzero=int(zero))
 
 
+def reshape_jax(node, a, cx):
+    """A row-major reshape to the node's own shape: group, ungroup, squeeze and the reshape
+    kernel (the symbols resolved from the input shapes)."""
+    return a[0].reshape(cx.shape(node.type.shape))
+
+
 def _group_fold(spec: Group, in_type: TensorType, state, batch: Dim) -> tuple:
     """Merging the batch axis with others folds the batch into the merged axis, as a factor
     with ``inner`` elements after each batch index (torch's [b, s, d] -> [b*s, d])."""
@@ -139,7 +149,7 @@ _GROUP_BATCH = AxisRule(
 primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
           "merges adjacent axes (einops parentheses on the right); mirror of ungroup",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx)
+          batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx, jax=reshape_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +244,7 @@ _UNGROUP_BATCH = AxisRule(
 primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
           "splits one axis into several (einops parentheses on the left); mirror of group",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx)
+          batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx, jax=reshape_jax)
 
 
 # -- squeeze / unsqueeze ----------------------------------------------------------------------
@@ -280,7 +290,7 @@ _SQUEEZE_BATCH = AxisRule(
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
           "drops size-1 axes; mirror of unsqueeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx)
+          batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx, jax=reshape_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +324,10 @@ def _unsqueeze_onnx(node, ins, g, cx):
     return g.node("Unsqueeze", [ins[0], g.const(sorted(node.spec.axes))])
 
 
+def _unsqueeze_jax(node, a, cx):
+    return cx.jnp.expand_dims(a[0], sorted(node.spec.axes))  # axes name output positions
+
+
 def _unsqueeze_out(spec: Unsqueeze, in_type: TensorType, p: int) -> int:
     """Where input axis ``p`` lands: the ``p``-th output axis that is not inserted."""
     return [i for i in range(in_type.rank + len(spec.axes)) if i not in spec.axes][p]
@@ -329,7 +343,8 @@ _UNSQUEEZE_BATCH = AxisRule(
 primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movement_cost,
           "inserts size-1 axes; mirror of squeeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING,
-          batch=_UNSQUEEZE_BATCH, torch=_unsqueeze_torch, onnx=_unsqueeze_onnx)
+          batch=_UNSQUEEZE_BATCH, torch=_unsqueeze_torch, onnx=_unsqueeze_onnx,
+          jax=_unsqueeze_jax)
 
 
 # -- slice / pad ------------------------------------------------------------------------------
@@ -385,6 +400,14 @@ def _slice_onnx(node, ins, g, cx):
                             g.const(list(s.axes)), g.const(list(s.steps))])
 
 
+def _slice_jax(node, a, cx):
+    s = node.spec
+    index = [slice(None)] * a[0].ndim
+    for ax, start, stop, step in zip(s.axes, s.starts, s.stops, s.steps):
+        index[ax] = slice(cx.resolve(start), cx.resolve(stop), step)
+    return a[0][tuple(index)]
+
+
 def _slice_touched(spec: Slice, in_type: TensorType) -> set:
     """Axes the slice really cuts (a full-range slice of an axis leaves it alone)."""
     return {a for a, start, stop, step in zip(spec.axes, spec.starts, spec.stops, spec.steps)
@@ -413,7 +436,7 @@ _SLICE_BATCH = AxisRule(
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
           "takes a strided range of an axis; slice of pad recovers the input",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
-          batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx)
+          batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx, jax=_slice_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +489,14 @@ def _pad_onnx(node, ins, g, cx):
     return g.node("Pad", [ins[0], pads, g.const(value, dtype)], mode="constant")
 
 
+def _pad_jax(node, a, cx):
+    widths = [(cx.resolve(lo), cx.resolve(hi), 0) for lo, hi in node.spec.widths]
+    if not any(lo or hi for lo, hi, _ in widths):
+        return a[0]
+    value = cx.jnp.asarray(node.spec.value).astype(a[0].dtype)  # bool(value) for a mask
+    return cx.lax.pad(a[0], value, widths)
+
+
 def _pad_touched(spec: Pad, in_type: TensorType) -> set:
     return {a for a, (lo, hi) in enumerate(spec.widths)
             if not (is_static(lo) and lo == 0 and is_static(hi) and hi == 0)}
@@ -479,7 +510,7 @@ _PAD_BATCH = AxisRule(
 primitive(Op.pad, Pad, 1, _pad_shape, _pad_eval, movement_cost,
           "surrounds axes with a constant; mirror of slice (concat is pads + add)",
           traits=Trait.MOVEMENT | Trait.REMAP,
-          batch=_PAD_BATCH, torch=_pad_torch, onnx=_pad_onnx)
+          batch=_PAD_BATCH, torch=_pad_torch, onnx=_pad_onnx, jax=_pad_jax)
 
 
 # -- select / repeat --------------------------------------------------------------------------
@@ -508,6 +539,10 @@ def _select_onnx(node, ins, g, cx):
     return g.node("Gather", [ins[0], g.scalar_dim(node.spec.index)], axis=node.spec.axis)
 
 
+def _select_jax(node, a, cx):
+    return cx.lax.index_in_dim(a[0], cx.resolve(node.spec.index), node.spec.axis, keepdims=False)
+
+
 _SELECT_BATCH = AxisRule(
     lambda s, t: {s.axis}, lambda s, t, p: p if p < s.axis else p - 1,
     lambda s, t, p: Select(s.axis - (p < s.axis), s.index),
@@ -518,7 +553,7 @@ primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
           "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
-          batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx)
+          batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx, jax=_select_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,6 +597,11 @@ def _repeat_onnx(node, ins, g, cx):
     return g.node("Expand", [ins[0], g.shape(sizes, False)])
 
 
+def broadcast_jax(node, a, cx):
+    """A broadcast to the node's own shape: repeat and the expand kernel."""
+    return cx.jnp.broadcast_to(a[0], cx.shape(node.type.shape))
+
+
 def _repeat_broadcast(spec: Repeat, target, batch: Dim) -> tuple | None:
     """A repeat of a free value over the batch axis is the same for every sample: per
     sample, it repeats the other axes only (Batched), or to 1/batch the size (Folded)."""
@@ -594,4 +634,4 @@ primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,
           "broadcasts size-1 axes (explicit broadcasting); select or reduce undoes it",
           traits=(Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING
                   | Trait.INSERTING),
-          batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx)
+          batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx, jax=broadcast_jax)

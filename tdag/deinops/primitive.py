@@ -13,6 +13,7 @@ from tdag.ir.record import (
     Cost,
     CostRule,
     Evaluator,
+    JaxEmitter,
     NoSpec,
     OnnxEmitter,
     OpRecord,
@@ -27,10 +28,11 @@ from tdag.ir.types import TensorType
 
 def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
               cost: CostRule, reason: str, *, traits: Trait, batch: BatchRule | None = None,
-              torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None) -> OpRecord:
+              torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
+              jax: JaxEmitter) -> OpRecord:
     """Register the record of ``op``; called once per op by the module that defines it."""
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
-                             torch, onnx))
+                             torch, onnx, jax))
 
 
 def traffic(in_types: Sequence[TensorType], out: TensorType, flops: Dim = 0,

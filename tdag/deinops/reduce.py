@@ -100,7 +100,19 @@ def _reduce_onnx(node, ins, g, cx):
     return g.cast(out, dtype) if wide else out
 
 
+def _reduce_jax(node, a, cx):
+    """Bools reduce by any (sum, max) or all (prod, min), as torch's sum-then-cast does."""
+    axes, kind, x = node.spec.axes, node.spec.kind, a[0]
+    if not axes:
+        return x
+    if node.type.dtype is DType.bool:
+        fn = cx.jnp.any if kind in (ReduceKind.sum, ReduceKind.max) else cx.jnp.all
+    else:
+        fn = getattr(cx.jnp, kind.value)
+    return fn(x, axis=axes).astype(x.dtype)  # torch sums small ints in i64, then casts back
+
+
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
           "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
           traits=Trait.ACCUMULATES, batch=_REDUCE_BATCH,
-          torch=_reduce_torch, onnx=_reduce_onnx)
+          torch=_reduce_torch, onnx=_reduce_onnx, jax=_reduce_jax)

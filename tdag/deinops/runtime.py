@@ -90,7 +90,8 @@ primitive(Op.nonzero, NonZero, 1, _nonzero_shape, lambda s, xs, r: torch.nonzero
           "decides; from arange it would cost O(n x count) compares",
           traits=Trait.FRESH_SIZE,
           batch=Refuse("counts the nonzero elements of every sample together"),
-          torch=lambda node, a, code: f"torch.nonzero({a[0]})", onnx=_nonzero_onnx)
+          torch=lambda node, a, code: f"torch.nonzero({a[0]})", onnx=_nonzero_onnx,
+          jax=lambda node, a, cx: cx.jnp.argwhere(a[0]).astype(cx.dtype(DType.i64)))
 
 
 # -- arange of a run-time scalar ----------------------------------------------------------------
@@ -135,11 +136,21 @@ def _arange_onnx(node, ins, g, cx):
     return g.node("Sub", [g.node("CumSum", [ones, g.const(0)]), g.const(1)])
 
 
+def _arange_jax(node, a, cx):
+    """Runs eagerly only (``to_jax`` runs a TDAG with a fresh size without jit): the
+    length is a concrete value."""
+    n = int(a[0])
+    if n < 0:
+        raise TdagError(f"arange: the length is {n}, a size must be >= 0", node=node.name,
+                        origin=node.origin)
+    return cx.jnp.arange(n, dtype=cx.dtype(DType.i64))
+
+
 primitive(Op.arange, Arange, 1, _arange_shape, _arange_eval,
           lambda s, ins, out: Cost(0, ins[0].nbytes, out.nbytes),
           "0..t-1 for a scalar t that data decides: the one way a tensor's value becomes a "
           "size (.item(), ONNX shapes given at run time); iota's length is known before",
           traits=Trait.FRESH_SIZE,
           batch=Refuse("turns one value into a size shared by every sample"),
-          torch=_arange_torch, onnx=_arange_onnx)
+          torch=_arange_torch, onnx=_arange_onnx, jax=_arange_jax)
 

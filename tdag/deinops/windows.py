@@ -78,6 +78,16 @@ def _unfold_onnx(node, ins, g, cx):
     return g.node("Transpose", [picked], perm=perm)
 
 
+def _unfold_jax(node, a, cx):
+    """One strided slice per window offset, stacked on a last axis: the windows as XLA
+    slices (no gather)."""
+    s, x = node.spec, a[0]
+    n = x.shape[s.axis] - s.dilation * (s.size - 1) - 1
+    taps = [cx.lax.slice_in_dim(x, j * s.dilation, j * s.dilation + n + 1, s.step, s.axis)
+            for j in range(s.size)]
+    return cx.jnp.stack(taps, axis=-1)
+
+
 def _axis_drop(spec, in_type: TensorType, p: int):
     """The spec of an op on one axis (``spec.axis``) once axis ``p`` is gone."""
     return replace(spec, axis=spec.axis - (p < spec.axis))
@@ -94,7 +104,7 @@ _UNFOLD_BATCH = AxisRule(lambda s, t: {s.axis}, same_axis, _axis_drop, _axis_ins
 primitive(Op.unfold, Unfold, 1, _unfold_shape, _unfold_eval, movement_cost,
           "sliding windows of an axis, the window axis appended last (conv, pooling)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.EXPANDING | Trait.INSERTING,
-          batch=_UNFOLD_BATCH, torch=_unfold_torch, onnx=_unfold_onnx)
+          batch=_UNFOLD_BATCH, torch=_unfold_torch, onnx=_unfold_onnx, jax=_unfold_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +171,18 @@ def _fold_onnx(node, ins, g, cx):
     return g.node("Transpose", [out], perm=back)
 
 
+def _fold_jax(node, a, cx):
+    """Overlap-add: window offset j adds its column into every step-th cell from j*dilation."""
+    s = node.spec
+    x = cx.jnp.moveaxis(a[0], s.axis, -2)  # [..., n, k]
+    n, k = x.shape[-2], x.shape[-1]
+    out = cx.jnp.zeros(x.shape[:-2] + (cx.resolve(s.length),), x.dtype)
+    for j in range(k):
+        start = j * s.dilation
+        out = out.at[..., start:start + (n - 1) * s.step + 1:s.step].add(x[..., j])
+    return cx.jnp.moveaxis(out, -1, s.axis)
+
+
 _FOLD_BATCH = AxisRule(lambda s, t: {s.axis, t.rank - 1}, same_axis, _axis_drop, _axis_insert0,
                        mixing="overlap-adds along the batch axis")
 
@@ -168,4 +190,4 @@ _FOLD_BATCH = AxisRule(lambda s, t: {s.axis, t.rank - 1}, same_axis, _axis_drop,
 primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
           "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
           traits=Trait.MOVEMENT | Trait.ACCUMULATES,
-          batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx)
+          batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx, jax=_fold_jax)

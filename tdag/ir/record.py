@@ -13,7 +13,12 @@ registers a primitive's rules beside it. One ``OpRecord`` per op holds:
   families are queries on traits (``ops_with(Trait.VIEW)``);
 - ``batch``: how the op treats a batch axis (``tdag.ir.batching``), for strip/add batch;
 - ``torch``: the emitter of one line of torch code, ``(node, args, code) -> expression``;
-- ``onnx``: the emitter of ONNX nodes, ``(node, ins, graph, context) -> output name``.
+- ``onnx``: the emitter of ONNX nodes, ``(node, ins, graph, context) -> output name``;
+- ``jax``: the JAX emitter, called at trace time, ``(node, args, ctx) -> jax.Array``: ``args``
+  are the operands' arrays, ``ctx`` gives the namespaces (``ctx.jnp``, ``ctx.lax``,
+  ``ctx.nn``), ``ctx.resolve(dim)`` and ``ctx.shape(dims)`` for symbolic sizes bound from the
+  input shapes, and ``ctx.dtype(DType)`` (``tdag/reify/to_jax_context.py``). Emitters take
+  jax from ``ctx`` so that importing tdag never imports jax.
 
 A new target or a new analysis is one new field here, filled in every record; a new op is
 one new record, written next to its spec in ``tdag/deinops``. ``tdag.ir`` reads the registry
@@ -90,6 +95,7 @@ Evaluator = Callable[[object, "Sequence[torch.Tensor]", Resolve], "torch.Tensor"
 CostRule = Callable[[object, "Sequence[TensorType]", "TensorType"], Cost]
 TorchEmitter = Callable[..., str]   # (node, operand expressions, code generator) -> expression
 OnnxEmitter = Callable[..., str]    # (node, operand names, GraphBuilder, context) -> name
+JaxEmitter = Callable[..., object]  # (node, operand arrays, JaxContext) -> jax.Array
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class OpRecord:
     batch: "BatchRule"
     torch: TorchEmitter
     onnx: OnnxEmitter
+    jax: JaxEmitter
 
     def takes(self, count: int) -> bool:
         """Whether ``count`` operands are accepted."""

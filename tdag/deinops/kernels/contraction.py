@@ -108,13 +108,18 @@ def _einsum_onnx(node, ins, g, cx):
     return g.node("Add", [out, bias]) if bias and not plan.bias_inside else out
 
 
+def _einsum_jax(node, a, cx):
+    out = cx.jnp.einsum(node.spec.equation, a[0], a[1])  # XLA plans it as one dot_general
+    return out + a[2] if len(a) == 3 else out
+
+
 primitive(Op.einsum, Einsum, range(2, 4), _einsum_shape, _einsum_eval, _einsum_cost,
           "multiply + reduce-sum of broadcast operands materialises the whole product; "
           "matmul/bmm/linear never do",
           traits=Trait.KERNEL,
           batch=Refuse("is an einsum kernel whose equation names every axis and was planned as "
                        "one framework call for them: strip the batch before lowering"),
-          torch=_einsum_torch, onnx=_einsum_onnx)
+          torch=_einsum_torch, onnx=_einsum_onnx, jax=_einsum_jax)
 
 
 # -- convolutions -----------------------------------------------------------------------------
@@ -192,12 +197,33 @@ def _conv_onnx(node, ins, g, cx):
     return g.node("Conv", ins, **_conv_attrs(node.spec, kernel))
 
 
+_SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
+
+
+def conv_jax(cx, x, w, bias, stride, pads, dilation, groups, lhs_dilation=None):
+    """``lax.conv_general_dilated`` in torch's layouts (N, C, *S) and (O, I/g, *K), the
+    bias added per channel; ``pads`` one (lo, hi) pair per spatial axis."""
+    s = _SPATIAL[len(stride)]
+    out = cx.lax.conv_general_dilated(
+        x, w, window_strides=stride, padding=pads, lhs_dilation=lhs_dilation,
+        rhs_dilation=dilation, dimension_numbers=("NC" + s, "OI" + s, "NC" + s),
+        feature_group_count=groups)
+    return out if bias is None else out + bias.reshape((-1,) + (1,) * len(stride))
+
+
+def _conv_jax(node, a, cx):
+    s = node.spec
+    return conv_jax(cx, a[0], a[1], a[2] if len(a) == 3 else None, s.stride,
+                    [(p, p) for p in s.padding], s.dilation, s.groups)
+
+
 _CONV_BATCH = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch "
                      "before lowering")
 
 primitive(Op.conv, Conv, range(2, 4), _conv_shape, _conv_eval, _conv_cost,
           "pad + unfold + multiply + reduce materialises every window; conv kernels do not",
-          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx)
+          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx,
+          jax=_conv_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +277,23 @@ def _conv_transpose_onnx(node, ins, g, cx):
                   **_conv_attrs(node.spec, kernel))
 
 
+def _conv_transpose_jax(node, a, cx):
+    """The transposed conv as the conv of the input dilated by the stride with the flipped
+    kernel, its in and out channels swapped within each group, padded by the kernel span
+    less the padding (plus output_padding at the end)."""
+    s, w = node.spec, a[1]
+    n = len(s.stride)
+    ci, co_g, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    w = w.reshape((s.groups, ci // s.groups, co_g) + kernel).swapaxes(1, 2)
+    w = cx.jnp.flip(w.reshape((s.groups * co_g, ci // s.groups) + kernel), range(2, 2 + n))
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + op)
+            for k, p, op, d in zip(kernel, s.padding, s.output_padding, s.dilation)]
+    return conv_jax(cx, a[0], w, a[2] if len(a) == 3 else None, (1,) * n, pads, s.dilation,
+                    s.groups, lhs_dilation=s.stride)
+
+
 primitive(Op.conv_transpose, ConvTranspose, range(2, 4), _conv_t_shape, _conv_t_eval,
           _conv_t_cost, "fold of a windowed product materialises every window; "
           "transposed-conv kernels do not",
           traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_transpose_torch,
-          onnx=_conv_transpose_onnx)
+          onnx=_conv_transpose_onnx, jax=_conv_transpose_jax)

@@ -71,9 +71,36 @@ def _layer_norm_onnx(node, ins, g, cx):
 
 
 # mean (2), centre, square, sum, divide, add eps, rsqrt, scale: about 8 per element
+def normalize_jax(cx, x, axes, eps: float, center: bool = True):
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` (biased variance, as torch), or
+    without ``center`` the RMS norm ``x / sqrt(mean(x^2) + eps)``."""
+    jnp = cx.jnp
+    if center:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    return x * cx.lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + eps)
+
+
+def _affine_jax(out, a, weight: int, bias: int, shape=(-1,)):
+    """``out * a[weight] + a[bias]`` for those of the two operands given, each reshaped to
+    ``shape`` (a per-channel vector against (N, C, *S))."""
+    if len(a) > weight:
+        out = out * a[weight].reshape(shape)
+    if len(a) > bias:
+        out = out + a[bias].reshape(shape)
+    return out
+
+
+def _trailing_norm_jax(node, a, cx):
+    """layer_norm (centered, weight and bias) and rms_norm (weight only)."""
+    axes = tuple(range(a[0].ndim - node.spec.count, a[0].ndim))
+    out = normalize_jax(cx, a[0], axes, node.spec.eps, center=node.op is Op.layer_norm)
+    return _affine_jax(out, a, 1, 2, a[0].shape[a[0].ndim - node.spec.count:])
+
+
 primitive(Op.layer_norm, LayerNorm, range(1, 4), _layer_norm_shape, _layer_norm_eval,
           per_element(8), "mean/variance/rsqrt chain reads the input several times",
-          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx)
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx,
+          jax=_trailing_norm_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +133,8 @@ def _rms_norm_onnx(node, ins, g, cx):
 
 primitive(Op.rms_norm, RMSNorm, range(1, 3), _rms_norm_shape, _rms_norm_eval,
           per_element(5), "square/mean/rsqrt chain reads the input several times",
-          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_rms_norm_onnx)
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_rms_norm_onnx,
+          jax=_trailing_norm_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +184,18 @@ def _group_norm_onnx(node, ins, g, cx):
     return out
 
 
+def _group_norm_jax(node, a, cx):
+    x = a[0]
+    n, c = x.shape[:2]
+    grouped = x.reshape((n, node.spec.groups, -1))
+    out = normalize_jax(cx, grouped, (2,), node.spec.eps).reshape(x.shape)
+    return _affine_jax(out, a, 1, 2, (c,) + (1,) * (x.ndim - 2))
+
+
 primitive(Op.group_norm, GroupNorm, range(1, 4), _group_norm_shape, _group_norm_eval,
           per_element(8), "ungroup + mean/variance chain reads the input several times",
-          traits=Trait.KERNEL, batch=_CHANNELS, torch=_group_norm_torch, onnx=_group_norm_onnx)
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_group_norm_torch, onnx=_group_norm_onnx,
+          jax=_group_norm_jax)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +237,14 @@ def _batch_norm_onnx(node, ins, g, cx):
     return g.node("BatchNormalization", [x, scale, bias, mean, var], epsilon=node.spec.eps)
 
 
+def _batch_norm_jax(node, a, cx):
+    x, mean, var = a[:3]
+    channel = (-1,) + (1,) * (x.ndim - 2)
+    out = (x - mean.reshape(channel)) * cx.lax.rsqrt(var.reshape(channel) + node.spec.eps)
+    return _affine_jax(out, a, 3, 4, channel)
+
+
 primitive(Op.batch_norm, BatchNorm, range(3, 6), _batch_norm_shape, _batch_norm_eval,
           per_element(4), "broadcast subtract/scale/shift chain makes several passes",
-          traits=Trait.KERNEL, batch=_CHANNELS, torch=_batch_norm_torch, onnx=_batch_norm_onnx)
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_batch_norm_torch, onnx=_batch_norm_onnx,
+          jax=_batch_norm_jax)

@@ -109,13 +109,32 @@ def _attention_onnx(node, ins, g, cx):
     return g.node("MatMul", [g.node("Where", [dead, zero, probs]), v])
 
 
+def _attention_jax(node, a, cx):
+    """The exact composition: ``jax.nn.dot_product_attention`` wants a (B, T, N, H) layout
+    and its own masks, where this kernel takes any leading axes and a broadcast mask; a row
+    whose every key is masked gives zeros, as torch's kernels give."""
+    jnp = cx.jnp
+    q, k, v = a[:3]
+    scores = jnp.einsum("...le,...se->...ls", q, k) * node.spec.scale
+    masks = [a[3]] if len(a) == 4 else []
+    if node.spec.causal:  # keep s <= l, the top-left aligned lower triangle
+        masks.append(jnp.tril(jnp.ones(scores.shape[-2:], bool)))
+    for mask in masks:
+        scores = jnp.where(mask, scores, -jnp.inf) if mask.dtype == bool else scores + mask
+    weights = cx.nn.softmax(scores, axis=-1)
+    if masks:  # a query that may see no key gets zeros, as torch's fused kernels give
+        hidden = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
+        weights = jnp.where(hidden, jnp.zeros_like(weights), weights)
+    return jnp.einsum("...ls,...sv->...lv", weights, v)
+
+
 primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eval,
           _attention_cost, "two contractions and a softmax materialise the score matrix; "
           "fused attention does not",
           traits=Trait.KERNEL,
           batch=Refuse("reads q, k, v and a mask as [..., L, E] with their leading axes "
                        "broadcast together: strip the batch before lowering"),
-          torch=_attention_torch, onnx=_attention_onnx)
+          torch=_attention_torch, onnx=_attention_onnx, jax=_attention_jax)
 
 
 # -- recurrence -------------------------------------------------------------------------------
@@ -230,9 +249,40 @@ def _lstm_onnx(node, ins, g, cx):
     return x
 
 
+def _lstm_layer_jax(cx, x, weights, h, c, reverse: bool):
+    """One layer in one direction as a ``lax.scan`` over time; the input projection of every
+    step is one matmul before the loop. Gates in torch's order (i, f, g, o)."""
+    jnp, nn = cx.jnp, cx.nn
+    w_ih, w_hh, b_ih, b_hh = weights
+    projected = jnp.einsum("tbi,gi->tbg", x, w_ih) + (b_ih + b_hh)
+
+    def step(carry, x_t):
+        h, c = carry
+        i, f, g, o = jnp.split(x_t + h @ w_hh.T, 4, axis=-1)
+        c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+        h = nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+
+    return cx.lax.scan(step, (h, c), projected, reverse=reverse)[1]  # in time order
+
+
+def _lstm_jax(node, a, cx):
+    s = node.spec
+    x, weights, h0s, c0s = lstm_parts(s, a)
+    if s.reverse:
+        x = cx.jnp.flip(x, 0)
+    directions = 2 if s.bidirectional else 1
+    for layer in range(s.layers):
+        cells = range(layer * directions, (layer + 1) * directions)
+        outs = [_lstm_layer_jax(cx, x, weights[k], h0s[k], c0s[k], reverse=k > cells[0])
+                for k in cells]  # the second cell of a layer runs backward
+        x = cx.jnp.concatenate(outs, axis=-1)  # forward first, as torch concatenates
+    return cx.jnp.flip(x, 0) if s.reverse else x
+
+
 primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
           "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++",
           traits=Trait.KERNEL,
           batch=Refuse("works on the framework's fixed [T, B, I] layout with [B, H] states: "
                        "strip the batch before lowering"),
-          torch=_lstm_torch, onnx=_lstm_onnx)
+          torch=_lstm_torch, onnx=_lstm_onnx, jax=_lstm_jax)

@@ -92,12 +92,37 @@ def _max_pool_onnx(node, ins, g, cx):
                   pads=list(s.padding) * 2, dilations=list(s.dilation))
 
 
+def _window_jax(cx, x, spec: Pool, init, combine):
+    """``lax.reduce_window`` over the trailing spatial axes, padded with ``init``."""
+    lead = (1,) * (x.ndim - len(spec.kernel))
+    return cx.lax.reduce_window(  # a Python scalar init: JAX's differentiable max/sum windows
+        x, init, combine, lead + tuple(spec.kernel),
+        lead + tuple(spec.stride), [(0, 0)] * len(lead) + [(p, p) for p in spec.padding],
+        window_dilation=lead + tuple(spec.dilation))
+
+
+def _max_pool_jax(node, a, cx):
+    return _window_jax(cx, a[0], node.spec, -cx.jnp.inf, cx.lax.max)
+
+
+def _avg_pool_jax(node, a, cx):
+    """The window sum over the cell count: the kernel's size, or with ``exclude_pad`` the
+    real cells only (the same window sum over ones)."""
+    s = node.spec
+    total = _window_jax(cx, a[0], s, 0.0, cx.lax.add)
+    if s.exclude_pad and any(s.padding):
+        return total / _window_jax(cx, cx.jnp.ones(a[0].shape[2:], a[0].dtype)[None, None], s,
+                                   0.0, cx.lax.add)
+    return total / product(s.kernel)
+
+
 _LAYOUT = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch before "
                  "lowering")
 
 primitive(Op.max_pool, Pool, 1, _pool_shape_rule("max_pool"), _max_pool_eval, _pool_cost,
           "pad + unfold + reduce-max materialises every window",
-          traits=Trait.KERNEL, batch=_LAYOUT, torch=_max_pool_torch, onnx=_max_pool_onnx)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_max_pool_torch, onnx=_max_pool_onnx,
+          jax=_max_pool_jax)
 
 
 def _avg_pool_torch(node, a, code):
@@ -119,7 +144,8 @@ def _avg_pool_onnx(node, ins, g, cx):
 
 primitive(Op.avg_pool, Pool, 1, _pool_shape_rule("avg_pool"), _avg_pool_eval, _pool_cost,
           "pad + unfold + reduce-sum + scale materialises every window",
-          traits=Trait.KERNEL, batch=_LAYOUT, torch=_avg_pool_torch, onnx=_avg_pool_onnx)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_avg_pool_torch, onnx=_avg_pool_onnx,
+          jax=_avg_pool_jax)
 
 
 # -- resizing ---------------------------------------------------------------------------------
@@ -207,6 +233,42 @@ def _exact_scales(x_type, spec) -> tuple | None:
     return tuple(scales)
 
 
+def _source_scale(spec: Resize, i: int, n: int, out: int) -> np.float32:
+    """torch's step in input cells per output cell (area_pixel_compute_scale), in float32."""
+    if spec.mode == "linear" and spec.align_corners:
+        return np.float32((n - 1) / (out - 1)) if out > 1 else np.float32(0)
+    if spec.scales is not None:
+        return np.float32(1.0 / spec.scales[i])
+    return np.float32(n) / np.float32(out)
+
+
+def _resize_axis_jax(cx, x, spec: Resize, i: int):
+    """Resize spatial axis ``i`` as torch's CPU kernel does: the source coordinate of each
+    output cell in float32, then the floor cell (nearest) or a lerp of two cells (linear).
+    The coordinates are static: the gathers and weights are constants."""
+    axis, out = 2 + i, int(spec.sizes[i])
+    n = x.shape[axis]
+    scale, dst = _source_scale(spec, i, n, out), np.arange(out, dtype=np.float32)
+    if spec.mode == "nearest":
+        index = np.minimum(np.floor(dst * scale).astype(np.int64), n - 1)
+        return cx.jnp.take(x, index, axis=axis)
+    src = dst * scale if spec.align_corners else np.maximum(scale * (dst + 0.5) - 0.5, 0)
+    lo = src.astype(np.int64)
+    hi = lo + (lo < n - 1)
+    shape = (out,) + (1,) * (x.ndim - axis - 1)
+    weight = cx.jnp.asarray((src - lo).reshape(shape), x.dtype)
+    a, b = cx.jnp.take(x, lo, axis=axis), cx.jnp.take(x, hi, axis=axis)
+    return a * (1 - weight) + b * weight
+
+
+def _resize_jax(node, a, cx):
+    x = a[0]
+    for i in range(len(node.spec.sizes)):  # nearest and (bi/tri)linear are separable
+        x = _resize_axis_jax(cx, x, node.spec, i)
+    return x
+
+
 primitive(Op.resize, Resize, 1, _resize_shape, _resize_eval, _resize_cost,
           "gathers and weighted sums per axis materialise each pass; one resize does not",
-          traits=Trait.KERNEL, batch=_LAYOUT, torch=_resize_torch, onnx=_resize_onnx)
+          traits=Trait.KERNEL, batch=_LAYOUT, torch=_resize_torch, onnx=_resize_onnx,
+          jax=_resize_jax)

@@ -1,0 +1,316 @@
+"""tdag.to_jax: every op's JAX emitter, models, controllers, state and guards.
+
+- every primitive on its differential cases (``test_primitives.CASES``) and every kernel on
+  the lowering tables' programs (``test_reify.KERNEL_PROGRAMS``) against ``tdag.run``;
+- the test zoo (``test_from_torch.MODELS``) through from_torch and to_jax, jitted, against
+  torch eager at several batch sizes, and its gradients against torch autograd;
+- ONNX light models against onnxruntime on the original (two by default, all nine slow);
+- If / Loop / state programs, ONNX's own control-flow conformance cases, against tdag.run;
+- wrong inputs raise ShapeError; ``import tdag`` works without jax.
+
+Tolerances: floats within rtol 1e-4 and atol 1e-4 x the largest reference magnitude (XLA
+sums in its own order), bf16/f16 as test_reify; integers and bools exactly.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+jax = pytest.importorskip("jax")
+
+import tdag  # noqa: E402
+from tdag.ir.record import REGISTRY  # noqa: E402
+from tdag.reify.to_jax_context import jax_dtype  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_from_torch  # noqa: E402
+import test_lower  # noqa: E402
+import test_primitives  # noqa: E402
+import test_program  # noqa: E402
+import test_reify  # noqa: E402
+from onnx_cases import node_cases  # noqa: E402
+
+_INT = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """Bit for bit, bfloat16 and float8 included (numpy's view of JAX's ml_dtypes)."""
+    t = t.detach().contiguous()
+    bits = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+                  [t.element_size()]).numpy()
+    return bits.view(jax_dtype(tdag.DType.of(t.dtype)))
+
+
+def to_torch(a) -> torch.Tensor:
+    a = np.asarray(a)
+    bits = torch.from_numpy(a.view(_INT[a.dtype.itemsize]).copy())
+    from tdag.reify.to_jax_context import tdag_dtype
+    return bits.view(tdag_dtype(a.dtype, "an output").torch)
+
+
+def run_jax(fn, args, **kw):
+    outs = fn(*[to_numpy(a) for a in args], **kw)
+    return tuple(to_torch(o) for o in outs) if isinstance(outs, tuple) else to_torch(outs)
+
+
+def check(prog, args, lower=True, what=""):
+    """to_jax against tdag.run on ``args``; returns the JAX function."""
+    fn = tdag.to_jax(prog, lower=lower)
+    test_reify.assert_close(run_jax(fn, args), tdag.run(prog, *args), what)
+    return fn
+
+
+# -- the records ------------------------------------------------------------------------------
+
+def test_every_record_has_a_jax_emitter():
+    assert all(callable(rec.jax) for rec in REGISTRY.values())
+
+
+def test_the_dtype_table_covers_every_dtype():
+    for dtype in tdag.DType:
+        assert np.dtype(jax_dtype(dtype)).itemsize == dtype.itemsize, dtype
+
+
+def test_import_tdag_does_not_import_jax():
+    code = ("import sys; sys.modules['jax'] = None\n"
+            "import tdag, tdag.reify, tdag.lower, tdag.refine\n"
+            "from tdag import ops\n"
+            "p = tdag.trace(lambda x: ops.softmax(x, -1), tdag.TensorSpec((2, 3)))\n"
+            "tdag.to_torch(p)\n"
+            "try:\n    tdag.to_jax(p)\nexcept ImportError:\n    print('no jax')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no jax"
+
+
+def _primitive_cases():
+    """Every differential case; the first of each op in the default run, the rest slow."""
+    seen: set = set()
+    for c in test_primitives.CASES:
+        marks = [pytest.mark.slow] if c.op in seen else []
+        seen.add(c.op)
+        yield pytest.param(c, id=c.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_primitive_cases()))
+def test_every_primitive_matches_the_interpreter(case):
+    prog = test_primitives.build(case)
+    fn = tdag.to_jax(prog, lower=False)
+    rng = np.random.default_rng(len(case.id))
+    for dims in case.bindings:
+        args = [torch.from_numpy(np.array(x.draw(rng, dims))) for x in case.ins]
+        test_reify.assert_close(run_jax(fn, args), tdag.run(prog, *args), f"{case.id} at {dims}")
+
+
+@pytest.mark.parametrize("name", list(test_reify.KERNEL_PROGRAMS))
+def test_every_kernel_matches_the_interpreter(name):
+    fn, specs = test_reify.KERNEL_PROGRAMS[name]
+    prog = tdag.trace(fn, *specs)
+    jitted = tdag.to_jax(prog)
+    for batch in (1, 3):
+        args = test_lower._args(prog, batch)
+        test_reify.assert_close(run_jax(jitted, args), tdag.run(prog, *args), f"{name} at {batch}")
+
+
+@pytest.mark.parametrize("width", [4, 16])
+def test_attention_rows_with_every_key_masked_give_zeros(width):
+    mask = torch.rand(5, 8) > 0.3
+    mask[1] = False
+    fn = lambda q, k, v: tdag.ops.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, attn_mask=tdag.ops.const(mask))
+    S = tdag.TensorSpec
+    prog = tdag.trace(fn, S(("b", 2, 5, 4)), S(("b", 2, 8, 4)), S(("b", 2, 8, width)))
+    check(prog, test_lower._args(prog, 3), what=f"fully masked row, width {width}")
+
+
+# -- the test zoo -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def zoo():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model, inputs = test_from_torch._model(name)
+            prog = tdag.from_torch(model, inputs(2), dynamic_batch=True)
+            cache[name] = model, inputs, tdag.to_jax(prog)
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", list(test_from_torch.MODELS))
+def test_zoo_matches_torch_eager(zoo, name):
+    model, inputs, fn = zoo(name)
+    assert fn.staged, fn.unstaged_because
+    assert set(fn.params) <= set(dict(model.named_parameters()) | dict(model.named_buffers()))
+    for batch in (2, 3, 1):
+        args = inputs(batch)
+        with torch.no_grad():
+            ref = tuple(torch.utils._pytree.tree_leaves(model(*args)))
+        test_reify.assert_close(run_jax(fn, args), ref, f"{name} at batch {batch}")
+
+
+def test_apply_is_jittable_and_its_gradient_is_torchs(zoo):
+    model, inputs, fn = zoo("cnn")
+    (x,) = inputs(3)
+    trainable = {k: v for k, v in fn.params.items() if k in dict(model.named_parameters())}
+
+    def loss(params):
+        return (fn.apply({**fn.params, **params}, to_numpy(x)) ** 2).sum()
+
+    with jax.enable_x64(True):
+        value, grads = jax.jit(jax.value_and_grad(loss))(trainable)
+    model.zero_grad()
+    (model(x) ** 2).sum().backward()
+    np.testing.assert_allclose(float(value), (model(x) ** 2).sum().item(), rtol=1e-4)
+    for name, p in model.named_parameters():
+        scale = p.grad.abs().max().item()
+        np.testing.assert_allclose(np.asarray(grads[name]), p.grad.numpy(), rtol=1e-3,
+                                   atol=1e-4 * scale, err_msg=name)
+
+
+# -- ONNX light models ------------------------------------------------------------------------
+
+LIGHT = os.path.join(os.path.dirname(__import__("onnx").__file__), "backend", "test", "data",
+                     "light")
+FAST_LIGHT = ["squeezenet", "shufflenet"]
+SLOW_LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "vgg19",
+              "zfnet512"]
+
+
+@pytest.mark.parametrize("name", FAST_LIGHT)
+def test_light_onnx_models_match_onnxruntime(name):
+    _light(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_LIGHT)
+def test_light_onnx_models_match_onnxruntime_slow(name):
+    _light(name)
+
+
+def _light(name):
+    """As test_onnx_robust: the original on onnxruntime against to_jax of its Program."""
+    import onnx
+    from guards import run_onnx
+    path = os.path.join(LIGHT, f"light_{name}.onnx")
+    original = onnx.load(path)
+    weights = {i.name for i in original.graph.initializer}  # old files list them as inputs
+    data = next(i for i in original.graph.input if i.name not in weights)
+    shape = [d.dim_value for d in data.type.tensor_type.shape.dim]
+    x = torch.rand(*shape, generator=torch.Generator().manual_seed(0))
+    got = run_jax(tdag.to_jax(tdag.from_onnx(path)), [x])
+    torch.testing.assert_close(got, run_onnx(original, x), rtol=1e-4, atol=1e-5)
+
+
+# -- controllers and state --------------------------------------------------------------------
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_becomes_lax_cond(sign):
+    fn = check(test_program.if_program(), [sign * (torch.rand(3, 3) + 0.1)], what="if")
+    assert fn.staged
+
+
+@pytest.mark.parametrize("count", [0, 5])
+def test_counted_loop_becomes_a_scan(count):
+    fn = check(test_program.affine_loop(count), [torch.randn(3, 4)], what="loop")
+    assert fn.staged
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_symbolic_loop_with_scans(n):
+    x = torch.randint(-5, 6, (n, 3)).float()
+    check(test_program.row_sum_loop(), [x], what="scan loop")
+
+
+@pytest.mark.parametrize("count", [None, 3])
+def test_while_loop_becomes_a_while_loop(count):
+    fn = check(_without_scans(test_program.doubling_loop(count)), [torch.tensor([1.0, 2.0])],
+               what="while")
+    assert fn.staged
+
+
+@pytest.mark.parametrize("count", [None, 3])
+def test_while_loop_with_scans_runs_in_python(count):
+    """How many trips a while loop stacks is the data's: no single trace."""
+    fn = check(test_program.doubling_loop(count), [torch.tensor([1.0, 2.0])], what="while")
+    assert not fn.staged and "stacks" in fn.unstaged_because
+
+
+def _without_scans(prog):
+    """``prog``'s last loop without its scanned outputs."""
+    *before, loop = prog.main.steps
+    body = replace(loop.body, outputs=loop.body.outputs[:-loop.scanned])
+    loop = replace(loop, body=body, outputs=loop.outputs[:-loop.scanned], scanned=0)
+    main = replace(prog.main, steps=(*before, loop), outputs=loop.outputs)
+    return tdag.Program(prog.graphs, main, prog.state)
+
+
+@pytest.mark.parametrize("steps", [None, 5])
+def test_state_is_carried_as_a_pytree(steps):
+    prog = test_program.accumulator_program(steps)
+    x = torch.tensor([[1.0, 2.0]])
+    fn = tdag.to_jax(prog)
+    ref, ref_state = tdag.run(prog, x, return_state=True)
+    out, state = fn(to_numpy(x), return_state=True)
+    test_reify.assert_close(to_torch(out), ref)
+    assert set(state) == set(ref_state)
+    for k in state:
+        test_reify.assert_close(to_torch(state[k]), ref_state[k], k)
+    # fed back, carried on, as tdag.run(..., state=) does
+    again, _ = fn(to_numpy(x), state=state)
+    ref_again, ref_state2 = tdag.run(prog, x, state=ref_state, return_state=True)
+    test_reify.assert_close(to_torch(again), ref_again)
+    with jax.enable_x64(True):
+        pure = jax.jit(fn.apply)(fn.params, to_numpy(x), state=state)[1]
+    test_reify.assert_close(to_torch(pure["total"]), ref_state2["total"])
+
+
+CONTROL = node_cases(("test_loop", "test_if", "test_scan", "test_rnn", "test_gru", "test_lstm"),
+                     modules=("loop", "if_", "scan", "rnn", "gru", "lstm"))
+_CONTROL_RUN = sorted(n for n in CONTROL if not any(s in n for s in ("seq", "opt")))
+
+
+@pytest.mark.parametrize("name", _CONTROL_RUN)
+def test_onnx_control_conformance_matches_the_interpreter(name):
+    model, ins, _ = CONTROL[name]
+    prog = tdag.from_onnx(model)
+    args = [torch.from_numpy(np.array(a)) for a in ins]
+    check(prog, args, what=name)
+
+
+def test_a_size_only_data_decides_runs_unstaged():
+    """nonzero's row count is the data's: no single trace; each call still runs."""
+    prog = tdag.trace(lambda x: tdag.ops.nonzero(x > 0.0), tdag.TensorSpec(("n",)))
+    fn = tdag.to_jax(prog)
+    assert not fn.staged and "nonzero" in fn.unstaged_because
+    for x in (torch.tensor([1.0, -1.0, 2.0]), torch.tensor([-1.0, -2.0])):
+        test_reify.assert_close(run_jax(fn, [x]), tdag.run(prog, x))
+
+
+# -- guards -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, words", [
+    (np.zeros((2, 16), np.float64), "%x"),        # dtype
+    (np.zeros((2, 16, 1), np.float32), "%x"),     # rank
+    (np.zeros((2, 15), np.float32), "%x"),        # a static size
+])
+def test_a_wrong_input_raises_shape_error(zoo, bad, words):
+    _, _, fn = zoo("mlp")
+    with pytest.raises(tdag.ShapeError, match=words):
+        fn(bad)
+
+
+def test_one_value_per_symbol():
+    prog = tdag.trace(lambda a, b: a + b, tdag.TensorSpec(("n",)), tdag.TensorSpec(("n",)))
+    fn = tdag.to_jax(prog)
+    assert fn(np.ones(3, np.float32), np.ones(3, np.float32)).shape == (3,)
+    with pytest.raises(tdag.ShapeError, match="n = 3"):
+        fn(np.ones(3, np.float32), np.ones(4, np.float32))
