@@ -13,16 +13,18 @@ import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 import torch
 
 import tdag
+from tdag import ops
 from io_programs import control_program
 from tdag.cli import main as cli_main
 from tdag.models import tiny_vit
 from tdag.refine.cost import cost as cost_of_primitives
-from tdag.view.page import page_data, page_html, write_page
+from tdag.view.page import CHUNK, page_data, page_html, write_page
 
 BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
                                                "google-chrome"))), None)
@@ -121,6 +123,29 @@ def test_page_data_is_the_program(demo):
     # a scope with nothing of its own and one child is shown as that child: blocks.0.attn
     labels = graph["scopes"]["label"]
     assert "patch_embed" in labels and "attn" in labels
+
+
+def _flat(steps: int):
+    """A program with no module scopes: 5 * steps nodes in one chain."""
+    def chain(x):
+        for _ in range(steps):
+            x = ops.exp(x) * 0.5 + x
+        return x
+    return tdag.trace(chain, tdag.TensorSpec((4, 8)))
+
+
+def test_a_program_without_scopes_opens_in_chunks(tmp_path):
+    prog = _flat(300)
+    (graph,) = page_data(prog)["graphs"]
+    own = Counter(graph["nodes"]["scope"])
+    assert max(own.values()) <= CHUNK < len(prog.graph.nodes)
+    labels, parents = graph["scopes"]["label"], graph["scopes"]["parent"]
+    chunks = [s for s, p in enumerate(parents) if p == 0]
+    assert [labels[s] for s in chunks[:2]] == ["tensors 1-100", "tensors 101-200"]
+    if BROWSER is not None:
+        path = tmp_path / "flat.html"
+        write_page(prog, str(path))
+        check_opens_expands_and_finds(path, tmp_path, _tensors(prog))
 
 
 def test_page_is_self_contained(demo):

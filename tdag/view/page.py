@@ -27,6 +27,7 @@ from tdag.ir.symbols import Dim, free_symbols, symbol
 from tdag.refine.cost import cost
 from tdag.view.facts import TensorFacts, graph_facts
 
+CHUNK = 100  # the most tensors a group shows as its own boxes; more go in sub-groups
 _COST_COLUMNS = ("flops", "matmul_flops", "bytes_read", "bytes_written", "fused_bytes")
 
 
@@ -66,11 +67,13 @@ def page_data(prog: Program | TDAG, title: str = "", **sizes: int) -> dict:
 
 def _graph_data(rows: list[TensorFacts], strings: "_Strings", numbers: "_Numbers") -> dict:
     scopes, scope_of = _display_scopes(rows)
+    row_scope = [scope_of[r.scope] for r in rows]
+    _chunk(scopes, row_scope)
     index = {r.name: i for i, r in enumerate(rows)}
     nodes: dict = {"name": [r.name for r in rows],
                    "op": [strings(r.op) for r in rows],
                    "type": [strings(str(r.type)) for r in rows],
-                   "scope": [scope_of[r.scope] for r in rows],
+                   "scope": row_scope,
                    "prov": [strings(r.provenance) for r in rows],
                    "in": [[index[n] for n in r.inputs] for r in rows]}
     for column in _COST_COLUMNS:
@@ -104,6 +107,24 @@ def _display_scopes(rows: list[TensorFacts]) -> tuple[dict, dict]:
     for kid in children[""]:
         visit(kid, 0, "")
     return {"label": labels, "parent": parents}, index
+
+
+def _chunk(scopes: dict, row_scope: list[int]) -> None:
+    """A scope with more than CHUNK tensors of its own (a program with no module scopes)
+    holds them in groups of CHUNK, "tensors 1-100", ..., in order: no group draws thousands
+    of boxes at once. Rewrites ``row_scope`` and extends the tree ``scopes`` in place."""
+    own: dict[int, list[int]] = {}
+    for row, scope in enumerate(row_scope):
+        own.setdefault(scope, []).append(row)
+    for scope, members in own.items():
+        if len(members) <= CHUNK:
+            continue
+        for start in range(0, len(members), CHUNK):
+            part = members[start:start + CHUNK]
+            scopes["label"].append(f"tensors {start + 1}-{start + len(part)}")
+            scopes["parent"].append(scope)
+            for row in part:
+                row_scope[row] = len(scopes["label"]) - 1
 
 
 def _add_path(path: str, children: dict) -> None:
