@@ -262,3 +262,30 @@ def test_resize_align_corners_with_a_fractional_length_is_refused():
                       dict(mode="linear", coordinate_transformation_mode="align_corners"), 19)
     with pytest.raises(tdag.UnsupportedOpError, match="align_corners"):
         tdag.from_onnx(model)
+
+
+# -- STFT, MelWeightMatrix ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("parts,step,runtime_step,window,length,onesided", [
+    (1, 4, True, True, None, 1), (1, 3, False, False, 10, 1), (2, 5, True, False, 8, 0),
+    (1, 6, False, True, None, 0), (1, 4, True, False, "runtime", 1)])
+def test_stft(parts, step, runtime_step, window, length, onesided):
+    step_value = np.array(step, np.int64)
+    inputs = [("signal", _r(2, 40, parts)),
+              ("step", step_value if runtime_step else Const(step_value)),
+              ("window", _r(12, low=0, high=1) if window else None),
+              ("length", None if length is None else np.array(9, np.int64)
+               if length == "runtime" else Const(np.array(length, np.int64)))]
+    model, feeds = _model("STFT", inputs, dict(onesided=onesided), 17)
+    _check(model, feeds, "ref")
+
+
+@pytest.mark.parametrize("bins,length,rate,low,high", [(8, 16, 8192, 0.0, 4096.0),
+                                                        (5, 32, 16000, 100.0, 7000.0),
+                                                        (12, 64, 22050, 20.0, 9000.0)])
+def test_mel_weight_matrix(bins, length, rate, low, high):
+    model, feeds = _model("MelWeightMatrix", [
+        ("bins", np.array(bins, np.int32)), ("length", np.array(length, np.int32)),
+        ("rate", np.array(rate, np.int32)), ("low", np.array(low, np.float32)),
+        ("high", np.array(high, np.float32))], opset=17)
+    _check(model, feeds, "ref")

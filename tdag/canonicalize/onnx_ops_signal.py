@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from onnx import TensorProto
+
 from tdag import ops
 from tdag.canonicalize.onnx_ops import _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
@@ -157,3 +159,90 @@ def _pick_axis(axis, x, length, inverse: bool, onesided: bool):
     legal = ops.logical_and(ops.ge(axis, 0), ops.lt(axis, rank - 1))
     index = ops.add(axis, ops.checked_zero(legal))
     return ops.gather(ops.stack(results, 0), index, 0, wrap=False)
+
+
+# -- STFT ---------------------------------------------------------------------------------------
+
+def _scalar_or_static(ctx, value, what: str):
+    """An i64 scalar input: an int where it is known while importing, else a 0-d tensor."""
+    known = _static_int(ctx, value, what)
+    if known is not None:
+        return known
+    return ops.cast(ops.reshape(ctx.tensor(value), ()), DType.i64)
+
+
+@register("STFT")
+def _stft(ctx, signal, frame_step, window=None, frame_length=None):
+    """Frames of frame_length samples every frame_step (1 + (T - L) // step of them, a fresh
+    size where the step is given at run time), each times the window, then a DFT of length
+    L along the frame (the matrices built from run-time positions where L is)."""
+    signal = ctx.tensor(signal)
+    if signal.ndim != 3 or signal.shape[-1] not in (1, 2) or not is_static(signal.shape[1]):
+        raise UnsupportedOpError(f"STFT of a signal {signal.type} (a static (B, T, 1 or 2))")
+    window = ctx.tensor(window) if window is not None else None
+    if frame_length is not None:
+        length = _scalar_or_static(ctx, frame_length, "frame_length")
+    elif window is not None:
+        length = window.shape[0]
+    else:
+        length = signal.shape[1]
+    step = _scalar_or_static(ctx, frame_step, "frame_step")
+    count = (signal.shape[1] - length) // step + 1 if isinstance(length, int) and \
+        isinstance(step, int) else ops.add(ops.floor_divide(ops.sub(signal.shape[1], length),
+                                                            step), 1)
+    frames = _positions(count, ctx.builder)
+    taps = _positions(length, ctx.builder)
+    index = ops.add(ops.unsqueeze(ops.mul(frames, step), 1), ops.unsqueeze(taps, 0))
+    framed = ops.gather(signal, index, 1, wrap=False)  # (B, F, L, parts)
+    if window is not None:
+        framed = ops.mul(framed, ops.unsqueeze(ops.cast(window, signal.dtype), 1))
+    re = ops.select(framed, -1, 0)
+    im = ops.select(framed, -1, 1) if signal.shape[-1] == 2 else None
+    onesided = ctx.flag("onesided", 1)
+    bins = (length // 2 + 1 if isinstance(length, int) else
+            ops.add(ops.floor_divide(length, 2), 1)) if onesided else length
+    columns = _positions(bins, ctx.builder) if bins is not length else taps
+    out_re, out_im = _forward(re, im, taps, columns, length)
+    return ops.stack([out_re, out_im], -1)
+
+
+# -- MelWeightMatrix ----------------------------------------------------------------------------
+
+def _scalar_f64(ctx, value):
+    return ops.cast(ops.reshape(ctx.tensor(value), ()), DType.f64)
+
+
+@register("MelWeightMatrix")
+def _mel_weight_matrix(ctx, mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
+    """(dft_length // 2 + 1, num_mel_bins) triangular filters, as the ONNX reference: M + 2
+    edges evenly spaced in mel (the step is the range over M + 2), each turned back to hertz
+    and to a DFT bin floor((L + 1) hz / rate); filter i rises from edge i to edge i + 1 and
+    falls to edge i + 2. Both sizes come from the inputs at run time (fresh sizes)."""
+    count = ops.cast(ops.reshape(ctx.tensor(mel_bins), ()), DType.i64)
+    length = ops.cast(ops.reshape(ctx.tensor(dft_length), ()), DType.i64)
+    filters = ops.cast(_positions(count, ctx.builder), DType.f64)  # i, (M,)
+    spectrum = ops.cast(_positions(ops.add(ops.floor_divide(length, 2), 1), ctx.builder),
+                        DType.f64)  # j, (L // 2 + 1,)
+
+    def mel(hz):
+        return ops.div(ops.mul(ops.log(ops.add(ops.div(hz, 700.0), 1.0)), 2595.0),
+                       math.log(10))
+
+    low, high = mel(_scalar_f64(ctx, lower_hz)), mel(_scalar_f64(ctx, upper_hz))
+    step = ops.div(ops.sub(high, low), ops.add(ops.cast(count, DType.f64), 2.0))
+    scale = ops.add(ops.cast(length, DType.f64), 1.0)
+    rate = _scalar_f64(ctx, sample_rate)
+
+    def edge(k: float):  # the DFT bin of edge i + k, (1, M)
+        mels = ops.add(ops.mul(ops.add(filters, k), step), low)
+        hz = ops.mul(ops.sub(ops.exp(ops.mul(ops.div(mels, 2595.0), math.log(10))), 1.0), 700.0)
+        return ops.unsqueeze(ops.floor(ops.div(ops.mul(scale, hz), rate)), 0)
+
+    left, centre, right = edge(0.0), edge(1.0), edge(2.0)
+    j = ops.unsqueeze(spectrum, 1)
+    rising = ops.where(ops.eq(centre, left), 1.0,
+                       ops.div(ops.sub(j, left), ops.maximum(ops.sub(centre, left), 1.0)))
+    falling = ops.div(ops.sub(right, j), ops.maximum(ops.sub(right, centre), 1.0))
+    out = ops.where(ops.logical_and(ops.ge(j, left), ops.le(j, centre)), rising, 0.0)
+    out = ops.where(ops.logical_and(ops.ge(j, centre), ops.lt(j, right)), falling, out)
+    return ops.cast(out, ctx.dtype(ctx.attr("output_datatype", TensorProto.FLOAT)))
