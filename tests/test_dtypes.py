@@ -241,3 +241,20 @@ def test_uint64_right_shift_is_logical():
     _same(tdag.to_torch(prog)(x, s), out)
     (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy(), s.numpy()])
     assert ort_out.tolist() == out.tolist()
+
+
+class _ToFloat8(torch.nn.Module):
+    def forward(self, x, i):
+        return x.to(torch.float8_e4m3fn), x.to(torch.float8_e5m2), i.to(torch.float8_e4m3fn)
+
+
+def test_from_torch_keeps_torchs_float8_conversions():
+    """torch saturates a conversion to float8_e4m3fn (not to e5m2); the imported program
+    says so with a clamp before tdag's cast, and computes what torch does."""
+    x = torch.tensor([1.0, 500.0, 0.3, float("inf"), float("nan"), -1e6])
+    i = torch.tensor([3, 1000, -2000])
+    prog = tdag.from_torch(_ToFloat8(), (x, i))
+    for ours, theirs, module in zip(tdag.run(prog, x, i), _ToFloat8()(x, i),
+                                    tdag.to_torch(prog)(x, i)):
+        _same_values(_numpy(ours), _numpy(theirs))
+        _same_values(_numpy(module), _numpy(theirs))

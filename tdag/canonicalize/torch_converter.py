@@ -260,7 +260,7 @@ class Converter:
         if not isinstance(result, Tensor):
             result = self.builder.const(result, expected.dtype)
         if result.dtype is not expected.dtype:
-            result = ops.cast(result, expected.dtype)
+            result = torch_conversion(result, expected.dtype)
         if not shapes_equal(result.shape, expected.shape):
             raise TdagError(f"{node.target} became {result.type} but torch computed "
                             f"{expected}: a bug in tdag's entry for it",
@@ -373,3 +373,11 @@ def unsupported_error(problems) -> UnsupportedOpError:
     return error
 
 
+def torch_conversion(x: Tensor, dtype: DType) -> Tensor:
+    """torch's conversion to ``dtype`` as tdag ops: tdag's cast, except that torch saturates
+    a conversion to float8_e4m3fn (1e6 and inf give 448, NaN stays NaN), which tdag's cast,
+    as ONNX's ``saturate=0`` and torch's other float8 kinds, does not."""
+    if dtype is DType.f8e4m3fn and x.dtype not in (DType.f8e4m3fn, DType.bool):
+        top = torch.finfo(torch.float8_e4m3fn).max
+        x = ops.clamp(x, -top, top)
+    return ops.cast(x, dtype)
