@@ -7,10 +7,12 @@ import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
 
+import onnx
 import pytest
 import torch
 import torch.nn as nn
@@ -242,6 +244,18 @@ def test_lowered_bytes_are_below_unfused_on_a_conv_model():
     unlowered = tdag.cost(tdag.from_torch(model, (x,)), lowered=False)
     assert unlowered.matmul_flops == report.matmul_flops
     assert unlowered.unfused_bytes == report.unfused_bytes
+
+
+def test_squeezenet_headline_bytes_leave_out_im2col(capsys):
+    """onnx's light SqueezeNet (no module paths in its node names: the nodes as they run)."""
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        "light_squeezenet.onnx")
+    data = json.loads(run(capsys, path, "--json"))
+    total = data["total"]
+    assert total["unfused_bytes"] > 8e9 > 1e8 > total["bytes"]  # 8.7 GB of im2col windows
+    convs = [r for r in data["rows"] if r["op"] == "conv"]
+    assert len(convs) == 26 and all(r["name"].endswith(" conv") for r in convs)
+    assert sum(r["matmul_flops"] for r in convs) == total["matmul_flops"]
 
 
 def _score_value_flops(b, heads, length, e):

@@ -7,10 +7,11 @@ half the work. The mask is *structurally* causal when
 - the kernel says so (``Attention.causal``: the lowering recognised an iota comparison
   ``j <= i``), or
 - the mask operand is, through views, casts, a bool ``and`` (multiply), a float ``add`` or the
-  condition of a ``where``, a constant whose last two axes hold a lower-triangular pattern
-  (``tril`` with an offset): what an ``arange(L)[:, None] >= arange(S)`` comparison of fixed
-  length folds to. Another mask combined with it (padding) only removes more, so the causal
-  share stays an upper bound of the useful work.
+  condition of a ``where``, a value that only constants decide (a constant, or a comparison
+  of two constant aranges, evaluated) whose last two axes hold a lower-triangular pattern
+  (``tril`` with an offset): an ``arange(L)[:, None] >= arange(S)`` of fixed length.
+  Another mask combined with it (padding) only removes more, so the causal share stays an
+  upper bound of the useful work.
 
 Only the two contractions (scores and values) count as skipped; the softmax's flops do not.
 """
@@ -22,30 +23,75 @@ import torch
 from tdag.deinops.kernels.sequence import Attention
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
-from tdag.ir.record import Trait, has
-from tdag.ir.symbols import Dim, as_dim, dims_equal
+from tdag.ir.record import REGISTRY, Trait, has
+from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
 from tdag.ir.types import DType
 
 _MAX_DEPTH = 12  # masks are built a few ops away from the kernel; do not walk the whole graph
+_MAX_ELEMENTS = 2**26  # a mask evaluated to read its pattern: 64M bools at most
+# the ops a mask is built with from aranges: evaluated when only constants feed them
+_MASK_OPS = frozenset((Op.compare, Op.multiply, Op.add, Op.where, Op.cast, Op.expand,
+                       Op.reshape, Op.repeat, Op.unsqueeze, Op.squeeze, Op.permute, Op.slice))
 
 
-def masked_flops(graph: TDAG, node: Node, types: dict, producers: dict,
-                 matmul_flops: Dim) -> Dim:
-    """The contraction flops a causal kernel skips at attention ``node`` (0 when its mask is
-    not structurally causal); ``types`` and ``producers`` map names to types and nodes."""
-    if node.op is not Op.attention:
-        return 0
-    q, k = types[node.inputs[0]], types[node.inputs[1]]
-    length, keys = q.shape[-2], k.shape[-2]
-    if isinstance(node.spec, Attention) and node.spec.causal:
-        offset = 0  # torch's is_causal keeps j <= i (top-left aligned)
-    elif len(node.inputs) == 4:
-        offset = _causal_offset(graph, node.inputs[3], producers, 0)
-        if offset is None:
+class CausalMasks:
+    """The causal masks of one TDAG, each mask's pattern worked out once (every layer of a
+    decoder reads the same one)."""
+
+    def __init__(self, graph: TDAG, types: dict):
+        self.graph, self.types = graph, types
+        self.producers = {n.name: n for n in graph.nodes}
+        self.offsets: dict = {}  # mask name -> its diagonal offset, or None
+
+    def masked_flops(self, node: Node, matmul_flops: Dim) -> Dim:
+        """The contraction flops a causal kernel skips at attention ``node`` (0 when its mask
+        is not structurally causal)."""
+        if node.op is not Op.attention:
             return 0
-    else:
-        return 0
-    return as_dim(sympy.expand(matmul_flops * (1 - _kept_share(length, keys, offset))))
+        q, k = self.types[node.inputs[0]], self.types[node.inputs[1]]
+        if isinstance(node.spec, Attention) and node.spec.causal:
+            offset = 0  # torch's is_causal keeps j <= i (top-left aligned)
+        elif len(node.inputs) == 4:
+            offset = self.offset(node.inputs[3], 0)
+            if offset is None:
+                return 0
+        else:
+            return 0
+        share = _kept_share(q.shape[-2], k.shape[-2], offset)
+        return as_dim(sympy.expand(matmul_flops * (1 - share)))
+
+    def offset(self, name: str, depth: int) -> int | None:
+        """The diagonal offset of the causal pattern ``name`` holds or is built from."""
+        if name not in self.offsets:
+            self.offsets[name] = self._offset(name, depth)
+        return self.offsets[name]
+
+    def _offset(self, name: str, depth: int) -> int | None:
+        if depth > _MAX_DEPTH:
+            return None
+        value = self._value(name)
+        if value is not None:
+            return _triangular_offset(value)
+        node = self.producers.get(name)
+        for operand in (_mask_operands(node) if node is not None else ()):
+            offset = self.offset(operand, depth + 1)
+            if offset is not None:
+                return offset
+        return None
+
+    def _value(self, name: str, depth: int = 0) -> torch.Tensor | None:
+        """The mask's values where only constants decide them (a comparison of two aranges
+        too large for constant folding), by the ops' reference evaluators; else None."""
+        if name in self.graph.weights:
+            return self.graph.weights[name].value
+        node = self.producers.get(name)
+        if node is None or depth > _MAX_DEPTH or node.op not in _MASK_OPS or \
+                not all(is_static(d) for d in node.type.shape) or node.type.numel > _MAX_ELEMENTS:
+            return None
+        operands = [self._value(i, depth + 1) for i in node.inputs]
+        if any(v is None or v.is_meta for v in operands):
+            return None
+        return REGISTRY[node.op].evaluate(node.spec, operands, int)
 
 
 def _kept_share(length: Dim, keys: Dim, offset: int) -> Dim:
@@ -60,23 +106,7 @@ def _kept_share(length: Dim, keys: Dim, offset: int) -> Dim:
     return (length * (length + 1) / 2 + (keys - length) * length) / (length * keys)
 
 
-def _causal_offset(graph: TDAG, name: str, nodes: dict, depth: int) -> int | None:
-    """The diagonal offset of a causal pattern ``name`` is built from, or None."""
-    if depth > _MAX_DEPTH:
-        return None
-    if name in graph.weights:
-        return _triangular_offset(graph.weights[name].value)
-    node = nodes.get(name)
-    if node is None:
-        return None
-    for operand in _mask_operands(node, graph):
-        offset = _causal_offset(graph, operand, nodes, depth + 1)
-        if offset is not None:
-            return offset
-    return None
-
-
-def _mask_operands(node: Node, graph: TDAG) -> tuple:
+def _mask_operands(node: Node) -> tuple:
     """The operands a mask keeps its causal zeros through (an ``or`` would not)."""
     if has(node.op, Trait.VIEW) or node.op is Op.cast:
         return node.inputs[:1]
@@ -109,4 +139,4 @@ def _triangular_offset(value: torch.Tensor | None) -> int | None:
     return offset
 
 
-__all__ = ["masked_flops"]
+__all__ = ["CausalMasks"]

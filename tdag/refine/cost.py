@@ -64,7 +64,7 @@ from tdag.ir.record import REGISTRY, Trait, ops_with
 from tdag.ir.symbols import Dim, as_dim, symbol
 from tdag.ir.verify import trips_name
 from tdag.refine import cost_table
-from tdag.refine.causal import masked_flops
+from tdag.refine.causal import CausalMasks
 from tdag.refine.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
@@ -469,7 +469,7 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
     reads, writes = fused_traffic(graph, access, sizes)
     matmul = contraction_flops(graph, access)
     views = ops_with(Trait.VIEW)
-    producers = None
+    masks = None
     rule_cache: dict = {}
     result = {}
     for node in graph.nodes:
@@ -481,8 +481,8 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         mm = c.matmul_flops or matmul.get(node.name, 0)  # a kernel's, or a contraction's
         masked = 0
         if node.op is Op.attention:
-            producers = producers or {n.name: n for n in graph.nodes}
-            masked = masked_flops(graph, node, types, producers, mm)
+            masks = masks or CausalMasks(graph, types)
+            masked = masks.masked_flops(node, mm)
         # run op by op, a view (reshape, expand, permute) is a strided view: no data moves
         moved = (0, 0) if node.op in views else (c.bytes_read, c.bytes_written)
         result[node.name] = Figures(c.flops, mm, masked, *moved, c.bytes_read, c.bytes_written,

@@ -1,7 +1,7 @@
 """The cost report as rows: a readable table, plain data (JSON) and CSV.
 
 Rows ``by``: "layer" (the module-scope tree, indented, in the order the model runs; ``depth``
-cuts it), "op", "scope" (every scope, flat), "node", "graph" or "step". The data of
+cuts it; a program without module paths lists its nodes as they run), "op", "scope" (every scope, flat), "node", "graph" or "step". The data of
 ``report.to_dict()`` (``tdag cost --json``), schema ``tdag.cost/1``::
 
     {"schema": "tdag.cost/1",
@@ -74,11 +74,11 @@ def format_table(report, by: str = "layer", depth: int | None = None, sizes: dic
     """``to_dict``'s data as an aligned text table under a line with the unfused and fused
     totals (and the device); the total is the last line."""
     data = to_dict(report, by, depth, sizes, device, sort)
-    if by in ("op", "node"):  # views and folded primitives: nothing runs, nothing to read
+    if by in ("op", "node") or not report.scopes.children:  # views, folded primitives: idle
         data["rows"] = [r for r in data["rows"] if r["flops"] != 0 or r["bytes"] != 0]
     columns = [("flops", "flops"), ("matmul_flops", "matmul flops")]
     if data["total"]["masked_flops"] not in (0, "0"):
-        columns.append(("useful_flops", "causal flops"))
+        columns.append(("useful_flops", "useful flops"))  # a causal kernel's
     columns += [("bytes_read", "bytes read"), ("bytes_written", "bytes written"),
                 ("intensity", "flops/byte"), ("flops_share", "% flops")]
     if sort == "bytes":
@@ -119,6 +119,10 @@ class _Row:
 
 
 def _rows(report, by: str, depth: int | None) -> list[_Row]:
+    if by == "layer" and not report.scopes.children:  # no module paths: nodes as they run
+        return [_Row(f"%{n} {report.node_info[(g, n)][0]}", f"{g}:%{n}", 1,
+                     report.per_node[(g, n)], [(g, n)], *report.node_info[(g, n)][:2])
+                for g, n in report.per_node]
     if by == "layer":
         return _scope_rows(report, depth, tree=True)
     if by == "scope":
