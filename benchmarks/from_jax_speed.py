@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 import tdag  # noqa: E402
-from test_from_jax import CNN, MLP, TransformerBlock, _randomized  # noqa: E402
+from test_from_jax import CNN, MLP, TransformerBlock, random_variables  # noqa: E402
 
 # name -> (flax module, input shape): sizes where kernels, not dispatch, take the time
 MODELS = {
@@ -74,7 +74,7 @@ def bench(name: str, rounds: int) -> dict:
     cls, shape = MODELS[name]
     module = cls()
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    variables = _randomized(module.init(jax.random.PRNGKey(0), x))
+    variables = random_variables(module, x)
     jitted = jax.jit(module.apply)
     prog = tdag.from_jax(module.apply, variables, x)
     session = _session(tdag.to_onnx(prog))
