@@ -1,8 +1,9 @@
 """The cost report as rows: a readable table, plain data (JSON) and CSV.
 
 Rows ``by``: "layer" (the module-scope tree, indented, in the order the model runs; ``depth``
-cuts it; a program without module paths lists its nodes as they run), "op", "scope" (every scope, flat), "node", "graph" or "step". The data of
-``report.to_dict()`` (``tdag cost --json``), schema ``tdag.cost/1``::
+cuts it; a program without module paths lists its nodes as they run), "op", "scope" (every
+scope, flat), "node", "graph" or "step". The data of ``report.to_dict()`` (``tdag cost
+--json``), schema ``tdag.cost/1``::
 
     {"schema": "tdag.cost/1",
      "by": "layer", "depth": 2 | null, "sort": "flops" | "bytes" | null,
