@@ -22,7 +22,7 @@ ALLOWED = {
     "lower": {"ir", "deinops", "refine"},
     "reify": {"ir", "deinops", "refine", "lower"},
 }
-FRONT_ENDS = {"torch": ("torch_", "aten"), "onnx": ("onnx_",)}
+FRONT_ENDS = {"torch": ("torch_", "aten"), "onnx": ("onnx_",), "jax": ("jax_",)}
 
 
 def _imports(path: pathlib.Path):
