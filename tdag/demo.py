@@ -61,7 +61,7 @@ def main(out_dir: str | None = None) -> int:
 
     t = _step("2. cost: tdag.cost(prog)")
     report = tdag.cost(prog)
-    print("\n".join("  " + line for line in report.table(by="scope", depth=2).splitlines()))
+    print("\n".join("  " + line for line in report.table(by="layer", depth=2).splitlines()))
     batch_symbol = str(prog.inputs[0].type.shape[0])  # the dynamic batch dimension's name
     sizes = report.evaluate(**{batch_symbol: 2})
     with FlopCounterMode(display=False) as counter, torch.no_grad():
