@@ -258,3 +258,20 @@ def test_from_torch_keeps_torchs_float8_conversions():
                                     tdag.to_torch(prog)(x, i)):
         _same_values(_numpy(ours), _numpy(theirs))
         _same_values(_numpy(module), _numpy(theirs))
+
+
+@pytest.mark.parametrize("kind,want", [("sum", (2 ** 64 - 1 + 2 ** 63 + 5) % 2 ** 64),
+                                       ("max", 2 ** 64 - 1), ("min", 5)])
+def test_uint64_reductions_past_the_int64_range(kind, want):
+    """onnxruntime has no uint64 reductions and torch none either: both run on int64, with
+    the top bit flipped for max / min and in 32-bit halves for a sum (int64 sums overflow)."""
+    from tdag.deinops.reduce import Reduce, ReduceKind  # noqa: PLC0415
+    from tdag.ir.op import Op  # noqa: PLC0415
+    prog = tdag.trace(lambda x: x.builder.emit(Op.reduce, Reduce(ReduceKind(kind), (0,)), x),
+                      tdag.TensorSpec((3,), "uint64"))
+    x = torch.tensor([2 ** 64 - 1, 2 ** 63, 5], dtype=torch.uint64)
+    out = tdag.run(prog, x)
+    assert out.dtype == torch.uint64 and out.item() == want
+    _same(tdag.to_torch(prog)(x), out)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy()])
+    assert ort_out.dtype == np.uint64 and int(ort_out) == want

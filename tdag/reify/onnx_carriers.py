@@ -10,14 +10,16 @@ uint32 on int64 and one meeting bfloat16 or float8 on float32 (float8 views too)
 hold every value; the Cast back wraps modulo 2**16 (2**32), the narrow type's own
 arithmetic, or rounds once to the narrow float, as torch's CPU kernels for bfloat16 compute
 in float32 and round once. uint64 has no wider type: its
-``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0); any
-other op whose kernel onnxruntime lacks fails when the session is made, naming the op.
+``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0), its
+reductions run on int64 exactly (``_reduce_u64``); any other op whose kernel onnxruntime
+lacks fails when the session is made, naming the op.
 ONNX's Neg takes no unsigned type at all: ``0 - x`` wraps as negation does.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from tdag.errors import UnsupportedOpError
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.types import FLOAT8, DType
@@ -33,6 +35,8 @@ def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
     out = node.type.dtype
     if node.op is Op.where and out is DType.u64:
         return _select_u64(g, ins)
+    if node.op is Op.reduce and out is DType.u64 and node.spec.axes:
+        return _reduce_u64(node, ins[0], cx, g, emit)
     if node.op is Op.neg and out in (DType.u8, DType.u64):  # ONNX's Neg takes no unsigned
         return g.node("Sub", [g.const(0, out), ins[0]])
     types = [*dtypes, out]
@@ -58,6 +62,29 @@ class _Widened:
 
     def __getattr__(self, attr):
         return getattr(self._cx, attr)
+
+
+def _reduce_u64(node, x: str, cx, g, emit: Callable) -> str:
+    """A uint64 reduction, which onnxruntime has no kernel for, on int64 (where its sums
+    would overflow, undefined in C++): max and min with the top bit flipped (unsigned order
+    becomes signed order); a sum as the sums of the 32-bit halves, joined modulo 2**64."""
+    kind = node.spec.kind.value
+    wide = node.replace(type=node.type.with_dtype(DType.i64))
+    widened = _Widened(cx, {node.inputs[0]: cx.type(node.inputs[0]).with_dtype(DType.i64)})
+    reduce = lambda v: emit(wide, [g.cast(v, DType.i64)], widened)  # noqa: E731
+    if kind in ("max", "min"):
+        top = g.const(2 ** 63, DType.u64)
+        flipped = g.node("BitwiseXor", [x, top])
+        return g.node("BitwiseXor", [g.cast(reduce(flipped), DType.u64), top])
+    if kind == "sum":
+        shift = g.const(32, DType.u64)
+        low = g.node("BitwiseAnd", [x, g.const(2 ** 32 - 1, DType.u64)])
+        high = g.node("BitShift", [x, shift], direction="RIGHT")
+        high_sum = g.node("BitShift", [g.cast(reduce(high), DType.u64), shift], direction="LEFT")
+        return g.node("Add", [high_sum, g.cast(reduce(low), DType.u64)])
+    raise UnsupportedOpError(f"reduce[{kind}] on uint64: onnxruntime has no uint64 kernel for "
+                             "it, and its int64 products overflow", node=node.name,
+                             origin=node.origin)
 
 
 def _select_u64(g, ins: Sequence[str]) -> str:
