@@ -127,6 +127,13 @@ def test_floor_division_by_one_is_kept_for_floats():
     assert any(n.op is Op.divide for n in simplify(prog).graph.nodes)
 
 
+def test_integer_remainder_by_one_stays_zero():
+    """x % 1 is 0, not x (the x / 1 -> x rule once took it; Col2Im's stride-1 taps)."""
+    prog = tdag.trace(lambda x: ops.remainder(x, 1), tdag.TensorSpec((3,), "int64"))
+    x = torch.tensor([-3, 4, 5])
+    assert torch.equal(tdag.run(simplify(prog), x), torch.zeros(3, dtype=torch.int64))
+
+
 def test_constant_folding_leaves_big_results_alone():
     big = torch.randn(100, 100)
     prog = tdag.trace(lambda x: x + ops.exp(ops.const(big)), tdag.TensorSpec((100, 100)))

@@ -169,6 +169,8 @@ def _add_zero(node, ctx):
 
 
 def _div_one(node, ctx):
+    if node.spec.mode in (DivideMode.remainder, DivideMode.fmod):
+        return NoMatch("a remainder")  # x % 1 is 0, not x
     if node.spec.mode is not DivideMode.true and node.type.dtype.is_float:
         return NoMatch("a rounding division of floats")  # floor(x / 1) is not x
     if not _is(ctx.consts.scalar(node.inputs[1]), 1):
