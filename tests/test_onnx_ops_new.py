@@ -289,3 +289,24 @@ def test_mel_weight_matrix(bins, length, rate, low, high):
         ("rate", np.array(rate, np.int32)), ("low", np.array(low, np.float32)),
         ("high", np.array(high, np.float32))], opset=17)
     _check(model, feeds, "ref")
+
+
+# -- Col2Im -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("image,block,strides,dilations,pads,runtime", [
+    ((5, 6), (2, 3), (1, 1), (1, 1), (0, 0, 0, 0), False),
+    ((7, 6), (3, 2), (2, 1), (1, 2), (1, 0, 1, 1), True),
+    ((4, 5, 3), (2, 2, 1), (1, 2, 1), (1, 1, 1), (0, 1, 0, 0, 1, 0), True),
+    ((6, 6), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), False)])
+def test_col2im(image, block, strides, dilations, pads, runtime):
+    rank = len(image)
+    blocks = [(image[d] + pads[d] + pads[rank + d] - dilations[d] * (block[d] - 1) - 1)
+              // strides[d] + 1 for d in range(rank)]
+    x = _r(2, 3 * int(np.prod(block)), int(np.prod(blocks)))
+    image_shape, block_shape = np.array(image, np.int64), np.array(block, np.int64)
+    inputs = [("x", x), ("image", image_shape if runtime else Const(image_shape)),
+              ("block", block_shape if runtime else Const(block_shape))]
+    model, feeds = _model("Col2Im", inputs, dict(strides=list(strides),
+                                                 dilations=list(dilations), pads=list(pads)), 18)
+    _check(model, feeds, "ref")
+

@@ -11,11 +11,16 @@ column-to-image and non-maximum suppression. Entries follow onnx_ops.py's conven
 """
 from __future__ import annotations
 
+import functools
+import operator
+
 from tdag import ops
 from tdag.canonicalize.onnx_ops import register
+from tdag.canonicalize.onnx_ops_signal import _positions
 from tdag.deinops import boxes as box_ops
 from tdag.deinops import sampling, sorting
 from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
@@ -243,3 +248,79 @@ def _deform_conv(ctx, x, w, offset, bias=None, mask=None):
     if bias is not None:
         out = ops.add(out, ops.reshape(ctx.tensor(bias), (-1, 1, 1)))
     return out
+
+
+# -- Col2Im -------------------------------------------------------------------------------------
+
+def _elements(ctx, value, count: int, what: str) -> list:
+    """The elements of a 1-d i64 input: ints where known while importing, else 0-d
+    tensors read at run time."""
+    known = ctx.known(value)
+    if known is not None and known.static:
+        return [int(v) for v in known.dims()]
+    t = ops.cast(ctx.tensor(value), DType.i64)
+    if t.shape != (count,):
+        raise InvalidModelError(f"Col2Im: {what} must hold {count} values, got {t.type}")
+    return [ops.select(t, 0, k) for k in range(count)]
+
+
+def _static_or(fn, op):
+    """``fn`` on two ints (a static result), else the tdag op on tensors."""
+    def apply(a, b):
+        return fn(a, b) if isinstance(a, int) and isinstance(b, int) else op(a, b)
+    return apply
+
+
+_add, _sub = _static_or(operator.add, ops.add), _static_or(operator.sub, ops.sub)
+_mul, _div = _static_or(operator.mul, ops.mul), _static_or(operator.floordiv, ops.floor_divide)
+
+
+def _grid_axis(positions, axis: int, rank: int):
+    """1-d positions shaped to lie along ``axis`` of a rank-``rank`` grid."""
+    shape = [1] * rank
+    shape[axis] = -1
+    return ops.reshape(positions, tuple(shape))
+
+
+@register("Col2Im")
+def _col2im(ctx, x, image_shape, block_shape):
+    """The inverse of im2col: each output pixel sums, over the kernel taps k, the column of
+    the block whose tap k lands on it (the block index is (y + pad - k * dilation) / stride
+    where that divides and lies in range). Gathered per (channel, pixel, tap), then summed
+    over taps; image and block shapes given at run time make fresh sizes."""
+    x = ctx.tensor(x)
+    if x.ndim != 3 or not is_static(x.shape[2]):
+        raise InvalidModelError(f"Col2Im: the input must be (N, C * prod(block), L), got "
+                                f"{x.type}")
+    rank = ctx.tensor(image_shape).shape[0] if ctx.known(image_shape) is None else \
+        len(ctx.known(image_shape).dims())
+    image = _elements(ctx, image_shape, rank, "image_shape")
+    block = _elements(ctx, block_shape, rank, "block_shape")
+    strides, dilations = ctx.sizes("strides", rank, 1, 1), ctx.sizes("dilations", rank, 1, 1)
+    pads = ctx.sizes("pads", 2 * rank, 0, 0)
+    taps = functools.reduce(_mul, block)
+    channels = _div(x.shape[1], taps)
+    counts = [_add(_div(_sub(_add(size, pads[d] + pads[rank + d] - 1),
+                             _mul(_sub(block[d], 1), dilations[d])), strides[d]), 1)
+              for d, size in enumerate(image)]
+    grid = rank + 2  # (C, *image, K)
+    tap = _grid_axis(_positions(taps, ctx.builder), grid - 1, grid)
+    column = ops.mul(_grid_axis(_positions(channels, ctx.builder), 0, grid), taps)
+    column = ops.add(column, tap)
+    block_index, valid, inner = None, None, functools.reduce(_mul, block[1:], 1)
+    for d in range(rank):  # tap d's coordinate, then the block it reads along axis d
+        k_d = ops.remainder(_div(tap, inner), block[d]) if d < rank - 1 else \
+            ops.remainder(tap, block[d])
+        inner = _div(inner, block[d + 1]) if d + 1 < rank else 1
+        y = _grid_axis(_positions(image[d], ctx.builder), 1 + d, grid)
+        shifted = ops.sub(ops.add(y, pads[d]), ops.mul(k_d, dilations[d]))
+        along = ops.floor_divide(shifted, strides[d])
+        ok = ops.logical_and(ops.logical_and(ops.ge(shifted, 0),
+                                             ops.eq(ops.remainder(shifted, strides[d]), 0)),
+                             ops.lt(along, counts[d]))
+        valid = ok if valid is None else ops.logical_and(valid, ok)
+        block_index = along if block_index is None else \
+            ops.add(ops.mul(block_index, counts[d]), along)
+    flat = ops.where(valid, ops.add(ops.mul(column, x.shape[2]), block_index), 0)
+    values = ops.gather(ops.reshape(x, (x.shape[0], -1)), flat, 1, wrap=False)
+    return ops.sum(ops.where(ops.unsqueeze(valid, 0), values, 0.0), -1)
