@@ -152,7 +152,7 @@ ELEMENTWISE = {
     "transcendental": lambda x, y: (jnp.exp(x), jnp.log(jnp.abs(x) + 0.1), jnp.log1p(jnp.abs(x)),
                                     jnp.expm1(x), jnp.tanh(x), jax.nn.sigmoid(x),
                                     jax.scipy.special.erf(x), lax.rsqrt(jnp.abs(y) + 0.5),
-                                    jnp.sqrt(jnp.abs(y))),
+                                    jnp.sqrt(jnp.abs(y)), jnp.cbrt(x), jnp.exp2(y)),
     "erf_inv": lambda x, y: jax.scipy.special.erfinv(jnp.tanh(x) * 0.9),
     "select_clamp": lambda x, y: (jnp.where(x > y, x, y), jnp.clip(x, -0.5, 0.5),
                                   lax.clamp(-0.2, x, 0.3), lax.select_n(x > 0, x, y)),
@@ -367,14 +367,35 @@ def test_closed_over_arrays_are_consts():
                for w in prog.graph.weights.values())
 
 
-def test_dynamic_shapes_keep_the_batch_symbolic():
-    apply, variables, x = model_case("mlp")
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_dynamic_shapes_keep_the_batch_symbolic(name):
+    apply, variables, x = model_case(name)
     prog = tdag.from_jax(apply, variables, x, dynamic_shapes={1: {0: "batch"}})
-    assert str(prog.input_types[0]) == "f32[batch,16]"
-    for n in (1, 7):
-        x = rand(n, 16)
+    assert str(prog.input_types[0]) == f"f32[batch,{','.join(map(str, x.shape[1:]))}]"
+    for n in (1, 3):
+        x = rand(n, *x.shape[1:])
         _close(tdag.run(prog, torch.from_numpy(x)), jax.jit(apply)(variables, x), f"batch {n}",
                1e-4)
+
+
+def test_weights_read_in_a_scan_body_keep_their_names():
+    def rnn(params, xs):
+        def step(h, x):
+            h = jnp.tanh(h @ params["w"] + x + params["b"])
+            return h, h * 2
+        return lax.scan(step, jnp.zeros(3, jnp.float32), xs)
+    prog = check(rnn, {"w": rand(3, 3) * 0.5, "b": rand(3)}, rand(6, 3), onnx=True)
+    assert set(dict(tdag.to_torch(prog).named_parameters())) == {"w", "b"}
+
+
+def test_nodes_carry_the_flax_module_path_and_source_line():
+    apply, variables, x = model_case("transformer")
+    prog = tdag.from_jax(apply, variables, x)
+    scopes = {node.origin.scope for node in prog.graph.nodes}
+    assert {"TransformerBlock.Dense_0", "TransformerBlock.LayerNorm_1",
+            "TransformerBlock.MultiHeadDotProductAttention_0.query"} <= scopes
+    assert all(node.origin.op.startswith("jax.") for node in prog.graph.nodes)
+    assert any("linen" in node.origin.location for node in prog.graph.nodes)
 
 
 def test_unsupported_primitives_are_listed_together_with_their_lines():

@@ -67,7 +67,7 @@ def convert_cond(w: Walker, eqn, index: int) -> None:
     passed = _passed(w, operands)
     outs = [w.shared.fresh() for _ in eqn.outs]
     names = {x: w.env[x].name for x in passed + preds}
-    w.steps.append(_chain(w, branches, operands, passed, preds, names, outs, eqn.where))
+    w.steps.append(_chain(w, branches, operands, passed, preds, names, outs, eqn))
     _bind(w, eqn, outs, [type_of(r.aval) for r in eqn.outs])
 
 
@@ -75,27 +75,27 @@ def _is_tensor(w: Walker, x) -> bool:
     return isinstance(x, Ref) and isinstance(w.env.get(x), Tensor)
 
 
-def _branch(w: Walker, closed, operands: list, passed: list, extra: list, where: str) -> Block:
+def _branch(w: Walker, closed, operands: list, passed: list, extra: list, caller) -> Block:
     """A branch's Block: inputs the passed operands and then ``extra`` (values the branch
     ignores, taken so that both branches of an If share a signature)."""
     refs, env, inputs = _enter(w, operands, passed)
     extra_in = [Outer(w.shared.fresh(), t.type) for t in extra]
-    eqns, outs = flatten_closed(closed, refs, w.shared.traced, where)
+    eqns, outs = flatten_closed(closed, refs, w.shared.traced, caller)
     return w.nested("branch", env).block(inputs + extra_in, eqns, outs)
 
 
-def _chain(w, branches, operands, passed, preds, names: dict, outs, where: str) -> If:
+def _chain(w, branches, operands, passed, preds, names: dict, outs, caller) -> If:
     """The If choosing ``branches[0]`` on ``preds[0]``, else the rest; ``names`` are the
     names of the passed operands and the conditions in the block the If stands in."""
     rest = preds[1:]
     extra = [w.env[p] for p in rest]
-    then = _branch(w, branches[0], operands, passed, extra, where)
+    then = _branch(w, branches[0], operands, passed, extra, caller)
     if len(branches) == 2:
-        other = _branch(w, branches[1], operands, passed, extra, where)
+        other = _branch(w, branches[1], operands, passed, extra, caller)
     else:  # one level down, the same values under the names of the else block's inputs
         inner = {x: w.shared.fresh() for x in passed + rest}
         inner_outs = [w.shared.fresh() for _ in outs]
-        step = _chain(w, branches[1:], operands, passed, rest, inner, inner_outs, where)
+        step = _chain(w, branches[1:], operands, passed, rest, inner, inner_outs, caller)
         other = Block(tuple(Value(inner[x], w.env[x].type) for x in passed + rest), (step,),
                       tuple(inner_outs))
     return If(names[preds[0]], tuple(names[x] for x in passed + rest), then, other,
@@ -114,14 +114,14 @@ def convert_while(w: Walker, eqn, index: int) -> None:
     carry = [w.pin(x) for x in eqn.ins[n_cond + n_body:]]
     consts = [w.pin(x) if _is_tensor(w, x) else x for x in cond_consts + body_consts]
     w.close(index, keep=[*carry, *[x for x in consts if isinstance(x, Ref)]])
-    first = _inline(w, p["cond_jaxpr"], consts[:n_cond] + carry, eqn.where)[0]
+    first = _inline(w, p["cond_jaxpr"], consts[:n_cond] + carry, eqn)[0]
     passed = _passed(w, consts)
     refs, env, inputs = _enter(w, [*carry, *consts], [*carry, *passed])
     counter = Outer(w.shared.fresh("i"), TensorType((), DType.i64))
     body_eqns, new_carry = flatten_closed(p["body_jaxpr"], refs[len(carry) + n_cond:] +
-                                          refs[:len(carry)], w.shared.traced, eqn.where)
+                                          refs[:len(carry)], w.shared.traced, eqn)
     cond_eqns, keep = flatten_closed(p["cond_jaxpr"], refs[len(carry):len(carry) + n_cond] +
-                                     new_carry, w.shared.traced, eqn.where)
+                                     new_carry, w.shared.traced, eqn)
     through = [env[r] for r, x in zip(refs[len(carry):], consts) if x in passed]
     sub = w.nested("while", env)
     body = sub.block([counter, *inputs], body_eqns + cond_eqns,
@@ -143,11 +143,11 @@ def _refs_of(sub: Walker, outers: list) -> list:
     return refs
 
 
-def _inline(w: Walker, closed, operands: list, where: str) -> list:
+def _inline(w: Walker, closed, operands: list, caller) -> list:
     """Run a jaxpr here, in this block: a nested walker's steps read this block's values
     by name and are appended to it. Returns the block names of its outputs."""
     refs, env, _ = _enter(w, operands, [])
-    eqns, outs = flatten_closed(closed, refs, w.shared.traced, where)
+    eqns, outs = flatten_closed(closed, refs, w.shared.traced, caller)
     sub = w.nested("inline", env)
     block = sub.block([], eqns, outs)
     w.steps.extend(block.steps)
@@ -181,7 +181,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
                                                   wrap=False), 0)
             slices.append(x_t)
     body_in = refs[len(carry):len(carry) + len(consts)] + refs[:len(carry)] + slices
-    eqns, outs = flatten_closed(p["jaxpr"], body_in, w.shared.traced, eqn.where)
+    eqns, outs = flatten_closed(p["jaxpr"], body_in, w.shared.traced, eqn)
     through = [env[r] for r, x in zip(refs[len(carry):], consts + xs)
                if x in passed or x in xs]
     body = sub.block([counter, *inputs], eqns,

@@ -32,7 +32,13 @@ from tdag.canonicalize.jax_trace import (
     type_of,
 )
 from tdag.deinops.builder import Builder, Tensor
-from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
+from tdag.errors import (
+    ConversionError,
+    InvalidModelError,
+    ShapeError,
+    TdagError,
+    UnsupportedOpError,
+)
 from tdag.ir.graph import Value
 from tdag.ir.names import FreshNames
 from tdag.ir.program import Block, Call, Program
@@ -265,6 +271,9 @@ class Walker:
             self.report(eqn, exc)
         except TdagError as exc:
             raise InvalidModelError(f"jax.{eqn.prim} at {eqn.where}: {exc.message}") from exc
+        except Exception as exc:  # a gap in tdag's table, not in the function
+            raise ConversionError(f"jax.{eqn.prim} at {eqn.where}: {type(exc).__name__}: "
+                                  f"{exc}") from exc
 
     def report(self, eqn: Eqn, exc: Exception) -> None:
         what = exc.message if isinstance(exc, TdagError) else str(exc)

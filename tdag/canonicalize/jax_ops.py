@@ -119,6 +119,11 @@ def _integer_pow(ctx, x):
     return ops.reciprocal(result) if y < 0 else result
 
 
+@op("cbrt")
+def _cbrt(ctx, x):
+    return ops.mul(ops.sign(x), ops.pow(ops.abs(x), 1.0 / 3.0))
+
+
 @op("exp2")
 def _exp2(ctx, x):
     return ops.exp(ops.mul(x, float(np.log(2.0))))
@@ -191,8 +196,9 @@ def _convert(ctx, x):
     return ops.cast(x, target)
 
 
-@op("stop_gradient", "optimization_barrier", "copy", "copy_p", "reduce_precision")
+@op("stop_gradient", "optimization_barrier", "copy", "sharding_constraint")
 def _identity(ctx, *xs):
+    """Primitives that only matter to differentiation, scheduling or placement."""
     return list(xs) if len(xs) != 1 else xs[0]
 
 

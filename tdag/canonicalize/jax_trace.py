@@ -129,9 +129,14 @@ def source_line(source_info) -> str:
         return ""
 
 
-def scope_of(source_info) -> str:
-    stack = getattr(source_info, "name_stack", None)
-    return str(stack).replace("/", ".") if stack is not None else ""
+def scope_of(source_info, outer: str = "") -> str:
+    """The module path of an equation: its name stack (flax pushes module names) under the
+    scope of the call it was inlined from; entries that are not names (an einsum's
+    equation) are left out."""
+    stack = str(getattr(source_info, "name_stack", "") or "")
+    parts = [p for p in outer.split(".") + stack.split("/")
+             if re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", p)]
+    return ".".join(parts)
 
 
 def trace(fn, example_args, dynamic_shapes) -> Traced:
@@ -275,14 +280,15 @@ class _Flattener:
                                          as_torch(array))
             self.n_consts += 1
 
-    def eqns(self, eqns, env: dict, outer: str = "") -> list:
-        """The flat equations; ``outer`` is the source line of the call they were inlined
-        from (an equation inside jax's own functions has none of the user's)."""
+    def eqns(self, eqns, env: dict, outer: tuple[str, str] = ("", "")) -> list:
+        """The flat equations; ``outer`` is the (source line, scope) of the call they were
+        inlined from (an equation inside jax's own functions has no line of the user's)."""
         from jax._src import core  # noqa: PLC0415
         out = []
         for eqn in eqns:
             name = eqn.primitive.name
-            where = source_line(eqn.source_info) or outer
+            where = source_line(eqn.source_info) or outer[0]
+            scope = scope_of(eqn.source_info, outer[1])
             ins = [_operand(env, v) for v in eqn.invars]
             if name in INLINED and INLINED[name] in eqn.params:
                 inner = eqn.params[INLINED[name]]
@@ -291,7 +297,7 @@ class _Flattener:
                 sub = {}
                 self.bind_consts(sub, jaxpr.constvars, consts)
                 sub.update(zip(jaxpr.invars, ins[:len(jaxpr.invars)]))
-                out += self.eqns(jaxpr.eqns, sub, where)
+                out += self.eqns(jaxpr.eqns, sub, (where, scope))
                 for var, inner_out in zip(eqn.outvars, jaxpr.outvars):
                     if not isinstance(var, core.DropVar):
                         env[var] = _operand(sub, inner_out)
@@ -302,18 +308,18 @@ class _Flattener:
                 if not isinstance(var, core.DropVar):
                     env[var] = ref
                 outs.append(ref)
-            out.append(Eqn(name, dict(eqn.params), ins, outs, where, scope_of(eqn.source_info)))
+            out.append(Eqn(name, dict(eqn.params), ins, outs, where, scope))
         return out
 
 
-def flatten_closed(closed_jaxpr, ins: list, traced: Traced, outer: str) -> tuple[list, list]:
+def flatten_closed(closed_jaxpr, ins: list, traced: Traced, outer: Eqn) -> tuple[list, list]:
     """A control-flow body (a ClosedJaxpr) on the operands ``ins``: (eqns, outs); ``outer``
-    is the control-flow equation's source line."""
+    is the control-flow equation (its line and scope are the body's where it has none)."""
     flattener = _Flattener(traced)
     flattener.n_consts = sum(1 for h in traced.held.values() if h.kind is TensorKind.const)
     env: dict = {}
     jaxpr = closed_jaxpr.jaxpr
     flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
     env.update(zip(jaxpr.invars, ins))
-    eqns = flattener.eqns(jaxpr.eqns, env, outer)
+    eqns = flattener.eqns(jaxpr.eqns, env, (outer.where, outer.scope))
     return eqns, [_operand(env, v) for v in jaxpr.outvars]
