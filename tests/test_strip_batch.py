@@ -269,6 +269,23 @@ def test_the_sample_index_used_other_than_as_an_offset_is_refused(fn, reason):
         strip_batch(prog)
 
 
+def test_at_a_static_batch_an_iota_of_its_length_is_read_as_positions_or_samples():
+    # positions: arange(3) along the features of a [3, 3] batch (the first reading)
+    positions = tdag.trace(lambda x: x + ops.cast(ops.unsqueeze(ops.iota(3), 0), "f32"),
+                           tdag.TensorSpec((3, 3)))
+    check_strip(positions, (torch.randn(3, 3),))
+    # samples: each sample's own rows by arange(batch) * 7 + j (the second reading)
+    rows = tdag.trace(own_rows, tdag.TensorSpec((3, 7, 3)))
+    stripped = check_strip(rows, (torch.randn(3, 7, 3),))
+    x = torch.randn(4, 7, 3)
+    assert close(outputs(add_batch(stripped, "n"), x), (x.exp(),))
+    # neither reading strips the sample index added as data: the first reading's error
+    data = tdag.trace(lambda x: x + ops.cast(ops.unsqueeze(ops.iota(3), 1), "f32"),
+                      tdag.TensorSpec((3, 4)))
+    with pytest.raises(BatchError, match="does not depend on the batch"):
+        strip_batch(data)
+
+
 # -- controllers ------------------------------------------------------------------------------
 
 def _loop_program(count=3) -> Program:
@@ -385,15 +402,26 @@ def test_transformers_model_with_a_symbolic_batch_strips(name):
                                    rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "whisper_encoder", "gpt2_no_cache",
-                                  "llama_no_cache"])
-def test_transformers_model_captured_at_batch_1_strips_and_rebatches(name):
-    # a batch of one: constants of size 1 on the batch axis are the one sample's
+def check_captured_at(name: str, batch: int) -> None:
+    """Captured at a static ``batch``: per sample as eager, and re-batched at 3."""
     module, args = _hf(name)
-    prog = tdag.from_torch(module, args(1))
-    check_per_sample_equals_eager(module, prog, args(1))
+    prog = tdag.from_torch(module, args(batch))
+    check_per_sample_equals_eager(module, prog, args(batch))
     rebatched = add_batch(strip_batch(prog), "n")
     example = args(3)
     with torch.no_grad():
         torch.testing.assert_close(tdag.run(rebatched, *example), module(*example),
                                    rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "whisper_encoder", "gpt2_no_cache",
+                                  "llama_no_cache"])
+def test_transformers_model_captured_at_batch_1_strips_and_rebatches(name):
+    # a batch of one: constants of size 1 on the batch axis are the one sample's
+    check_captured_at(name, 1)
+
+
+@pytest.mark.parametrize("name", ["gpt2_no_cache", "llama_no_cache"])
+def test_transformers_model_captured_at_a_static_batch_strips_and_rebatches(name):
+    # the causal mask's arange(batch) at a static batch of 2: read as the sample index
+    check_captured_at(name, 2)

@@ -9,7 +9,16 @@ from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.movement import Group, Permute, Squeeze
 from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
-from tdag.ir.batching import Affine, Aligned, Batched, Folded, Mixes, OperandRule, nonnegative
+from tdag.ir.batching import (
+    Affine,
+    Aligned,
+    Batched,
+    Folded,
+    Mixes,
+    OperandRule,
+    SampleCount,
+    nonnegative,
+)
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
@@ -161,9 +170,10 @@ def _iota_sample(spec: Iota, target, batch: Dim) -> tuple | None:
 
 
 def _counts_samples(spec: Iota, batch: Dim) -> bool:
-    # only a symbolic length says it counts samples: iota(3) at a static batch of 3 may be
-    # three positions
-    return not is_static(batch) and dims_equal(spec.length, batch)
+    # a symbolic length says it counts samples; iota(3) at a static batch of 3 may be three
+    # positions, read as samples only where strip_batch says so (SampleCount)
+    return (not is_static(batch) or isinstance(batch, SampleCount)) and \
+        dims_equal(spec.length, batch)
 
 
 primitive(Op.iota, Iota, 0, _iota_shape,

@@ -83,6 +83,13 @@ class Affine:
 UNKNOWN = Affine()
 
 
+class SampleCount(int):
+    """A static batch size whose iota is the sample index: strip_batch's second reading of
+    a static batch. At a batch of 3, ``arange(3)`` may be three positions (the first
+    reading, which leaves it free) or the sample index (``arange(batch)`` in transformers'
+    masks); an iota of a symbolic batch's length is always the latter."""
+
+
 @dataclass(frozen=True)
 class Pick:
     """Returned by a ``values`` hook: the node is operand ``operand`` (a ``where`` whose

@@ -56,6 +56,7 @@ from tdag.ir.batching import (
     OperandRule,
     Pick,
     Refuse,
+    SampleCount,
     divide,
 )
 from tdag.ir.graph import TDAG, Node, Value, Weight
@@ -83,6 +84,20 @@ def strip_batch(prog: Program, axis: int = 0) -> Program:
     if not prog.inputs:
         raise BatchError("strip_batch: the program has no inputs, so no batch axis")
     batch = _batch_size(prog.inputs, axis)
+    try:
+        return _strip(prog, axis, batch)
+    except BatchError as positions:
+        if not is_static(batch) or batch < 2:
+            raise
+        # a static batch: an iota of its length read as the sample index instead (a
+        # transformers mask's arange(batch)); either reading that strips is exact
+        try:
+            return _strip(prog, axis, SampleCount(batch))
+        except BatchError:
+            raise positions from None
+
+
+def _strip(prog: Program, axis: int, batch: Dim) -> Program:
     states = [Batched(axis)] * len(prog.inputs)
     return _rewrite_program(prog, states, lambda g, s: _Strip(g, s, batch).run(),
                             lambda t, s: _strip_type(t, s, batch), "strip_batch")
@@ -405,8 +420,8 @@ class _Strip(_Rewriter):
         key = (name, "full")
         if key not in self.cache:
             x = self.emit(user, Op.unsqueeze, Unsqueeze((state.axis,)), [self.env[name]])
-            self.cache[key] = self.emit(user, Op.repeat, Repeat((state.axis,), (self.batch,)),
-                                        [x])
+            size = int(self.batch) if is_static(self.batch) else self.batch  # no SampleCount
+            self.cache[key] = self.emit(user, Op.repeat, Repeat((state.axis,), (size,)), [x])
             # at a symbolic batch, the node is refused where it is live in the end (not a
             # dead branch: the size n of the negative-index wrap where(i < 0, i + n, i))
             self.deferred[self.cache[key]] = error
