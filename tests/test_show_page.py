@@ -22,6 +22,7 @@ import tdag
 from tdag import ops
 from io_programs import control_program
 from tdag.cli import main as cli_main
+from tdag.ir.program import all_steps
 from tdag.models import tiny_vit
 from tdag.refine.cost import cost as cost_of_primitives
 from tdag.view.page import CHUNK, page_data, page_html, write_page
@@ -180,6 +181,9 @@ def test_controllers_and_several_tdags(tmp_path):
     result = selftest(path)
     assert result["errors"] == [] and result["tensors"] == _tensors(prog)
     assert result["search"]["found"]
+    # a frame for the controllers and one per TDAG; a box per controller, nested ones too
+    assert result["frames"] == 1 + len(prog.graphs)
+    assert result["controllers"] == len(list(all_steps(prog.main))) > len(prog.main.steps)
 
 
 def test_cli_show_writes_the_page(demo, tmp_path):

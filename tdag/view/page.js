@@ -411,7 +411,9 @@ function openAtStart(g) {
 // write what happened into <pre id="selftest"> for `chromium --dump-dom` to read
 function selftest() {
   const shown = () => canvas.querySelectorAll(".item").length;
-  const result = { tensors: DATA.graphs.reduce((t, g) => t + g.n, 0), shownAtStart: shown() };
+  const result = { tensors: DATA.graphs.reduce((t, g) => t + g.n, 0), shownAtStart: shown(),
+                   frames: canvas.querySelectorAll(".frame").length,
+                   controllers: canvas.querySelectorAll(".step").length };
   const closed = canvas.querySelector(".group.collapsed");
   if (closed) {
     const gi = closed.dataset.g, s = closed.dataset.scope;
