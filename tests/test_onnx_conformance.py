@@ -29,7 +29,9 @@ MODULES = ("gatherelements", "gathernd", "scatterelements", "scatternd", "topk",
            "reversesequence", "meanvariancenormalization",
            # element types
            "cast", "castlike", "add", "sub", "max", "less", "div", "bitwisexor", "celu",
-           "einsum")
+           "einsum",
+           # function bodies that compute their shapes; slices along an axis
+           "unique")
 CASES = [
     "test_gather_elements_negative_indices", "test_gathernd_example_int32_batch_dim1",
     "test_scatter_elements_with_reduction_max", "test_scatternd_add",
@@ -58,6 +60,10 @@ CASES = [
     "test_bitshift_right_uint64", "test_bitwise_xor_ui64_bcast_3v1d", "test_bitwise_not_3d",
     "test_quantizelinear_e4m3fn", "test_quantizelinear_uint16", "test_dequantizelinear_e5m2",
     "test_celu_bfloat16", "test_einsum_batch_matmul_bfloat16",
+    # function bodies that compute their shapes (Shape -> Gather -> Div/Mod -> Concat ->
+    # Reshape/Expand); Unique's distinct slices
+    "test_attention_4d_gqa_expanded", "test_layer_normalization_2d_axis_negative_1_expanded",
+    "test_unique_sorted_with_axis_3d",
 ]
 
 
