@@ -37,7 +37,9 @@ import tdag.lower
 from tdag.demo import main as demo_main
 from tdag.errors import TdagError
 from tdag.view.page import write_page
+from tdag.lower.cost import lowered_for_cost
 from tdag.refine import cost_table, roofline
+from tdag.refine.cost import cost as cost_of
 
 
 def _load(path: str, dynamic_batch: bool = False):
@@ -174,8 +176,11 @@ def _cost(prog, args) -> None:
     dev = _device(args)
     if args.plot and dev is None:
         raise TdagError("--plot needs a device: --device NAME or --peak-tflops/--bandwidth-gbs")
-    with _progress("costing", 1) as bar:
-        report = tdag.cost(prog, lowered=not args.unlowered)
+    with _progress("lowering", 2) as bar:  # the two long steps of a large model
+        lowered = None if args.unlowered else lowered_for_cost(prog)
+        bar.update()
+        bar.set_description("tdag: costing")
+        report = cost_of(prog, lowered)
         bar.update()
     sizes = _sizes(args.size)
     if args.json or args.csv or args.plot:

@@ -220,6 +220,13 @@ def test_python_m_tdag_cost_is_quiet_when_piped(files):
     assert done.stderr == ""  # no progress bar on a pipe
 
 
+def test_progress_shows_on_a_terminal(files, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["cost", files["tdag"], "--by", "op"]) == 0
+    err = capsys.readouterr().err
+    assert "tdag: loading tiny.tdag" in err and "tdag: costing" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--plot", "x.png"], "--plot needs a device"),
     (["--peak-tflops", "1"], "both --peak-tflops and --bandwidth-gbs"),

@@ -27,7 +27,12 @@ def cost(prog: Program | TDAG, lowered: bool = True) -> CostReport:
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
-    return cost_of(prog, lower(prog, _KEEP_STEPS) if lowered else None)
+    return cost_of(prog, lowered_for_cost(prog) if lowered else None)
+
+
+def lowered_for_cost(prog: Program) -> Program:
+    """The lowered program ``cost`` counts: its TDAGs and controllers are the source's."""
+    return lower(prog, _KEEP_STEPS)
 
 
 # every pass but join_calls: the lowered program keeps the source's TDAGs and controllers, so
@@ -35,4 +40,4 @@ def cost(prog: Program | TDAG, lowered: bool = True) -> CostReport:
 _KEEP_STEPS = tuple(p for p in DEFAULT if p != "join_calls")
 
 
-__all__ = ["cost"]
+__all__ = ["cost", "lowered_for_cost"]
