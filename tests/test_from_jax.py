@@ -154,6 +154,7 @@ ELEMENTWISE = {
                                     jax.scipy.special.erf(x), lax.rsqrt(jnp.abs(y) + 0.5),
                                     jnp.sqrt(jnp.abs(y)), jnp.cbrt(x), jnp.exp2(y)),
     "erf_inv": lambda x, y: jax.scipy.special.erfinv(jnp.tanh(x) * 0.9),
+    "atan2": lambda x, y: (jnp.arctan2(x, y), jnp.arctan2(y, jnp.zeros_like(y))),
     "select_clamp": lambda x, y: (jnp.where(x > y, x, y), jnp.clip(x, -0.5, 0.5),
                                   lax.clamp(-0.2, x, 0.3), lax.select_n(x > 0, x, y)),
     "compare_logic": lambda x, y: ((x < y) & (x > -1), (x >= y) | (y <= 0), ~(x == y),
@@ -206,7 +207,7 @@ REDUCTIONS = {
                         lax.reduce_window(x, 0.0, lax.add, (1, 3, 2), (1, 1, 2),
                                           ((0, 0), (1, 1), (0, 1)))),
     "cumulative": lambda x: (jnp.cumsum(x, 1), lax.cummax(x, 2), lax.cumsum(x, 0, reverse=True),
-                             lax.cummin(x, 1), jnp.cumprod(x * 0.5, 2)),
+                             lax.cummin(x, 1), jnp.cumprod(x * 0.5, 2), lax.cumlogsumexp(x, 1)),
 }
 
 
@@ -219,8 +220,10 @@ MOVEMENT = {
     "reshape_transpose": lambda x: (x.reshape(4, 15).T, jnp.transpose(x, (2, 0, 1)),
                                     x[None, :, None], jnp.squeeze(x[:, :1], 1),
                                     jnp.broadcast_to(x[:, :, :1], (3, 4, 5))),
-    "concat_slice": lambda x: (jnp.concatenate([x, x * 2], 1), x[1:, ::2, 1:4],
-                               lax.slice(x, (0, 1, 0), (3, 4, 5), (2, 2, 3)), x[::-1, :, ::-1]),
+    "concat_stack_split": lambda x: (jnp.concatenate([x, x * 2], 1), x[1:, ::2, 1:4],
+                                     jnp.stack(jnp.split(x, 2, axis=1), 0)[1],
+                                     jnp.split(x, [1, 3], axis=2)[1], jnp.tile(x[:1], (2, 1, 1)),
+                                     lax.slice(x, (0, 1, 0), (3, 4, 5), (2, 2, 3)), x[::-1, :, ::-1]),
     "pad": lambda x: (lax.pad(x, 0.5, ((1, 2, 0), (-1, 1, 1), (0, -2, 2))),
                       jnp.pad(x, ((0, 0), (2, 1), (1, 0)), mode="constant")),
     "iota": lambda x: x + jnp.arange(5, dtype=jnp.float32) + lax.broadcasted_iota(
@@ -358,6 +361,12 @@ def test_jit_custom_derivatives_and_remat_are_inlined():
         y = jax.checkpoint(lambda a: jnp.sin(a) * a)(y)
         return _softplus(y) + _clip_gradient(x) + jax.nn.relu(x) + jax.nn.gelu(x)
     check(fn, rand(3, 4))
+
+
+def test_flax_rnn_drops_its_dead_rng_code():
+    # nn.RNN makes its initial carry with an RNG key no inference result depends on
+    module, x = nn.RNN(nn.LSTMCell(6)), rand(2, 5, 3)
+    check(module.apply, random_variables(module, x), x)
 
 
 def test_closed_over_arrays_are_consts():

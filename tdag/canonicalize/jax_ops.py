@@ -119,6 +119,15 @@ def _integer_pow(ctx, x):
     return ops.reciprocal(result) if y < 0 else result
 
 
+@op("atan2")
+def _atan2(ctx, y, x):
+    """atan(y / x) moved to the quadrant of (x, y); on the y axis +-pi/2 (0 at the origin)."""
+    base = ops.atan(ops.div(y, x))
+    turned = ops.add(base, ops.where(ops.ge(y, 0), np.pi, -np.pi))
+    axis = ops.mul(ops.sign(y), np.pi / 2)
+    return ops.where(ops.gt(x, 0), base, ops.where(ops.lt(x, 0), turned, axis))
+
+
 @op("cbrt")
 def _cbrt(ctx, x):
     return ops.mul(ops.sign(x), ops.pow(ops.abs(x), 1.0 / 3.0))

@@ -75,7 +75,8 @@ def _argmax(ctx, x):
 # -- windows --------------------------------------------------------------------------------------
 
 _IDENTITY = {"sum": lambda x: 0.0, "prod": lambda x: 1.0,
-             "max": lambda x: fill_value(x, True), "min": lambda x: fill_value(x, False)}
+             "max": lambda x: fill_value(x, True), "min": lambda x: fill_value(x, False),
+             "logsumexp": lambda x: float("-inf")}
 
 
 @op("reduce_window_sum", "reduce_window_max", "reduce_window_min")
@@ -100,7 +101,7 @@ def _reduce_window(ctx, x):
     return ops.reduce(x, kind, tuple(range(rank, rank + windows)))
 
 
-@op("cumsum", "cumprod", "cummax", "cummin")
+@op("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 def _cumulative(ctx, x):
     """Each output reduces the window of the input up to it (from it, reversed)."""
     kind = ctx.prim.removeprefix("cum")
@@ -113,4 +114,6 @@ def _cumulative(ctx, x):
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, n - 1) if ctx.params.get("reverse") else (n - 1, 0)
     windows = ops.unfold(ops.pad(x, widths, _IDENTITY[kind](x)), axis, n)
+    if kind == "logsumexp":
+        return ops.logsumexp(windows, x.ndim)
     return ops.reduce(windows, kind, (x.ndim,))

@@ -48,6 +48,11 @@ def _concatenate(ctx, *xs):
     return ops.concat(list(xs), ctx.params["dimension"])
 
 
+@op("stack")
+def _stack(ctx, *xs):
+    return ops.stack(list(xs), ctx.params["axis"])
+
+
 @op("split")
 def _split(ctx, x):
     return ops.split(x, list(ctx.params["sizes"]), ctx.params["axis"])

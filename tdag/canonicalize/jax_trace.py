@@ -188,8 +188,9 @@ def trace(fn, example_args, dynamic_shapes) -> Traced:
         traced.inputs.append((name, env[var]))
     flattener = _Flattener(traced)
     flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
-    traced.eqns = flattener.eqns(jaxpr.eqns, env)
+    eqns = flattener.eqns(jaxpr.eqns, env)
     traced.outs = [_operand(env, v) for v in jaxpr.outvars]
+    traced.eqns = live_eqns(eqns, traced.outs)
     traced.out_tree = jax.tree_util.tree_structure(out_shape)
     return traced
 
@@ -322,4 +323,17 @@ def flatten_closed(closed_jaxpr, ins: list, traced: Traced, outer: Eqn) -> tuple
     flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
     env.update(zip(jaxpr.invars, ins))
     eqns = flattener.eqns(jaxpr.eqns, env, (outer.where, outer.scope))
-    return eqns, [_operand(env, v) for v in jaxpr.outvars]
+    outs = [_operand(env, v) for v in jaxpr.outvars]
+    return live_eqns(eqns, outs), outs
+
+
+def live_eqns(eqns: list, outs: list) -> list:
+    """The equations some output depends on. Flax computes RNG keys for initializers that
+    inference never calls (``nn.RNN``'s carry): dead code, of types tdag has no use for."""
+    live = {x for x in outs if isinstance(x, Ref)}
+    kept = []
+    for eqn in reversed(eqns):
+        if any(r in live for r in eqn.outs):
+            kept.append(eqn)
+            live.update(x for x in eqn.ins if isinstance(x, Ref))
+    return kept[::-1]
