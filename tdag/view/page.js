@@ -9,7 +9,7 @@ const DATA = JSON.parse(document.getElementById("program").textContent);
 const STR = DATA.strings;
 const SVG_NS = "http://www.w3.org/2000/svg";
 const BOX_W = 150, BOX_H = 34, GAP_X = 16, GAP_Y = 28, PAD = 10, HEAD = 22, ROW_MAX = 12;
-const OPEN_AT_START = 60;  // groups open breadth-first while this many boxes show, no more
+const OPEN_AT_START = 60;  // groups open at start while this many boxes show, no more
 const view = document.getElementById("view"), canvas = document.getElementById("canvas");
 const state = { colour: "flops", zoom: 1, selected: null, matches: [], match: -1 };
 
@@ -393,12 +393,14 @@ document.getElementById("colour").addEventListener("change", (e) => {
 document.getElementById("zoomin").onclick = () => { state.zoom *= 1.25; render(); };
 document.getElementById("zoomout").onclick = () => { state.zoom /= 1.25; render(); };
 
-// at start, groups open breadth-first while the page stays small enough to read at once
+// at start, groups open costliest first (the layers before the embedding's details) while
+// the page stays small enough to read at once
 function openAtStart(g) {
   let shown = boxesOf(g, 0).length;
   const queue = [...g.kids[0]];
   while (queue.length) {
-    const s = queue.shift();
+    queue.sort((a, b) => g.sum.flops[a] - g.sum.flops[b] || g.count[a] - g.count[b]);
+    const s = queue.pop();
     const more = boxesOf(g, s).length - 1;
     if (shown + more > OPEN_AT_START) continue;
     g.expanded[s] = 1;
