@@ -223,7 +223,8 @@ MOVEMENT = {
     "concat_stack_split": lambda x: (jnp.concatenate([x, x * 2], 1), x[1:, ::2, 1:4],
                                      jnp.stack(jnp.split(x, 2, axis=1), 0)[1],
                                      jnp.split(x, [1, 3], axis=2)[1], jnp.tile(x[:1], (2, 1, 1)),
-                                     lax.slice(x, (0, 1, 0), (3, 4, 5), (2, 2, 3)), x[::-1, :, ::-1]),
+                                     lax.slice(x, (0, 1, 0), (3, 4, 5), (2, 2, 3)),
+                                     x[::-1, :, ::-1]),
     "pad": lambda x: (lax.pad(x, 0.5, ((1, 2, 0), (-1, 1, 1), (0, -2, 2))),
                       jnp.pad(x, ((0, 0), (2, 1), (1, 0)), mode="constant")),
     "iota": lambda x: x + jnp.arange(5, dtype=jnp.float32) + lax.broadcasted_iota(
