@@ -16,6 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import tdag
 from tdag.ir.record import REGISTRY, Cost
 from tdag import ops as C
+from tdag.deinops.bitcast import BitCast
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
@@ -58,6 +59,7 @@ HAND = [
     # cast moves bytes, no flops
     (Op.cast, Cast(DType.f16), [T(10)], Cost(0, 40, 20)),
     (Op.cast, Cast(DType.i64), [T(10, dtype="bool")], Cost(0, 10, 80)),
+    (Op.bitcast, BitCast(DType.i32), [T(10)], Cost(0, 40, 40)),
     # gather: the index and the picked rows only (5 of 1000 rows of 16 f32)
     (Op.gather, Gather(0), [T(1000, 16), T(5, dtype="i64")], Cost(0, 5 * 8 + 5 * 64, 5 * 64)),
     (Op.gather, Gather(1), [T(2, 100), T(3, dtype="i32")], Cost(0, 12 + 24, 24)),

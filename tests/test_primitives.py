@@ -19,6 +19,7 @@ import sympy
 import torch
 
 import tdag
+from tdag.deinops.bitcast import BitCast
 from tdag.deinops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
@@ -269,6 +270,22 @@ for _src, _dst, _gen in _CASTS:
     for _shape in [(), (0,), (3, 4), ("b",)]:
         case(Op.cast, Cast(_dst), [In(_shape, _src, _gen)],
              lambda s, d, x: x.astype(_NP[s.dtype]), f"{_src.value}-{_dst.value}-{_shape}")
+
+
+# bitcast: the bits as another type of the same width (integers drawn to be ordinary floats)
+_BITCASTS = [
+    (DType.f32, DType.i32, uniform(-3, 3)),
+    (DType.i32, DType.f32, integers(0x3F000000, 0x40800000)),
+    (DType.f64, DType.i64, choice([0.0, -0.0, 1.5, -2.25, np.inf, 1e-310])),
+    (DType.i64, DType.f64, integers(-2 ** 62, 2 ** 62)),
+    (DType.i8, DType.u8, integers(-128, 128)),
+    (DType.f16, DType.i16, uniform(-3, 3)),
+]
+for _src, _dst, _gen in _BITCASTS:
+    for _shape in [(), (3, 4), ("b",)]:
+        case(Op.bitcast, BitCast(_dst), [In(_shape, _src, _gen)],
+             lambda s, d, x: x.view(_NP[s.dtype]), f"{_src.value}-{_dst.value}-{_shape}",
+             exact=True)
 
 
 # -- indexing and generators ------------------------------------------------------------------

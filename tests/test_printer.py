@@ -15,6 +15,7 @@ from io_programs import control_program, core_program, dtype_program, tiny_progr
 import tdag
 from tdag import FileFormatError, InvalidModelError, Program
 from tdag.deinops.builder import Builder
+from tdag.deinops.bitcast import BitCast
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
@@ -133,6 +134,7 @@ def _every_spec_graph() -> TDAG:
     e(Op.where, NoSpec(), masks[0], x, x)
     for dtype in DType:
         e(Op.cast, Cast(dtype), x)
+    e(Op.bitcast, BitCast(DType.i32), x)
     e(Op.gather, Gather(1), x, i)
     e(Op.iota, Iota(2 * s + 1, DType.f32))
     nz = e(Op.nonzero, NonZero("nz"), masks[0])

@@ -17,6 +17,7 @@ import torch
 
 from tdag import ops
 from tdag.deinops import sorting, writes
+from tdag.deinops.bitcast import bitcast
 from tdag.canonicalize.onnx_ops import _cumsum_symbolic, _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
@@ -422,6 +423,15 @@ def _bitwise(combine):
 register("BitwiseAnd")(_bitwise("and"))
 register("BitwiseOr")(_bitwise("or"))
 register("BitwiseXor")(_bitwise("xor"))
+
+
+@register("BitCast")
+def _bit_cast(ctx, x):
+    x, dtype = ctx.tensor(x), ctx.dtype(ctx.attr("to"))
+    if x.dtype.itemsize != dtype.itemsize:
+        raise InvalidModelError(f"BitCast from {x.dtype.value} to {dtype.value}: the widths "
+                                "differ")
+    return bitcast(x, dtype)
 
 
 # -- sequences of a run-time length -------------------------------------------------------------

@@ -48,8 +48,8 @@ _E4M3FN_OVERFLOW = 464.0
 
 def carried(node, input_dtypes: Sequence[DType]) -> bool:
     """Whether ``node`` runs on carriers: an operand or its result has a carried type, and it
-    is not a cast or a view (torch runs those on every type)."""
-    if node.op is Op.cast or has(node.op, Trait.VIEW):
+    is not a cast, a bitcast or a view (torch runs those on every type)."""
+    if node.op in (Op.cast, Op.bitcast) or has(node.op, Trait.VIEW):
         return False
     dtypes = [*input_dtypes, node.type.dtype]
     if not any(d in CARRIER for d in dtypes):

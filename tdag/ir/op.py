@@ -51,6 +51,7 @@ class Op(enum.Enum):
     where = "where"
     compare = "compare"
     cast = "cast"
+    bitcast = "bitcast"
     # indexing and generators
     gather = "gather"
     iota = "iota"

@@ -41,7 +41,7 @@ def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
         return g.node("Sub", [g.const(0, out), ins[0]])
     types = [*dtypes, out]
     view = has(node.op, Trait.VIEW) and not any(d.is_float8 for d in types)
-    if node.op is Op.cast or view or not any(d in CARRIER for d in types):
+    if node.op in (Op.cast, Op.bitcast) or view or not any(d in CARRIER for d in types):
         return emit(node, list(ins), cx)
     wide = [g.cast(x, CARRIER[d]) if d in CARRIER else x for x, d in zip(ins, dtypes)]
     widened = {n: cx.type(n).with_dtype(CARRIER[d]) for n, d in zip(node.inputs, dtypes)

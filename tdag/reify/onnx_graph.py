@@ -120,9 +120,13 @@ class GraphBuilder:
     def cast(self, x: str, dtype: DType) -> str:
         if dtype is DType.f8e8m0fnu:
             return self._cast_e8m0(x)
-        if dtype.is_float8:  # tdag's cast, as torch's, does not saturate (ONNX's default)
+        if dtype.is_float8:  # tdag's cast does not saturate (ONNX's default does)
             return self.node("Cast", [x], to=ONNX_DTYPE[dtype], saturate=0)
         return self.node("Cast", [x], to=ONNX_DTYPE[dtype])
+
+    def bitcast(self, x: str, dtype: DType) -> str:
+        """x's bits as ``dtype`` (ONNX's BitCast, opset 26)."""
+        return self.node("BitCast", [x], to=ONNX_DTYPE[dtype])
 
     def _cast_e8m0(self, x: str) -> str:
         """tdag's (torch's) cast to float8_e8m0: |x| to the nearest power of two, 0 and

@@ -20,6 +20,7 @@ import os
 import onnx
 from onnx import helper
 
+from tdag.deinops.bitcast import BITCAST_OPSET, needs_onnx_bitcast
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
@@ -65,8 +66,8 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) 
     if opset < 18:
         raise ValueError(f"to_onnx needs opset 18 or later, got {opset}")
     if opset < least:
-        raise UnsupportedOpError(f"element type {dtype.value} needs ONNX opset {least} or "
-                                 f"later; to_onnx was asked for opset {opset}")
+        raise UnsupportedOpError(f"element type {dtype.value} (or a bitcast to it) needs ONNX "
+                                 f"opset {least} or later; to_onnx was asked for opset {opset}")
     return _Exporter(prog, opset).model()
 
 
@@ -76,13 +77,19 @@ _TYPE_OPSET = {**{d: 19 for d in FLOAT8}, DType.f8e8m0fnu: 24}
 
 
 def _least_opset(prog: Program) -> tuple:
-    """(the least opset holding every element type of ``prog``, the type that needs it)."""
+    """(the least opset holding every element type of ``prog`` and its bitcasts, the type
+    that needs it)."""
     types = {t.dtype for g in prog.graphs.values()
              for t in [v.type for v in g.inputs] + [w.type for w in g.weights.values()] +
              [n.type for n in g.nodes]}
     types |= {w.type.dtype for w in prog.state.values()}
-    return max(((_TYPE_OPSET.get(d, 18), d) for d in types), key=lambda p: p[0],
-               default=(18, None))
+    needs = [(_TYPE_OPSET.get(d, 18), d) for d in types]
+    for g in prog.graphs.values():
+        types_of = {v.name: v.type for v in g.inputs} | \
+            {n: w.type for n, w in g.weights.items()} | {n.name: n.type for n in g.nodes}
+        needs += [(BITCAST_OPSET, n.type.dtype) for n in g.nodes if n.op is Op.bitcast and
+                  needs_onnx_bitcast(types_of[n.inputs[0]].dtype, n.type.dtype)]
+    return max(needs, key=lambda p: p[0], default=(18, None))
 
 
 class _Exporter:
