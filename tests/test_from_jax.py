@@ -332,6 +332,17 @@ def test_scan_stacks_its_outputs(fn):
     assert loop.count == 5 and loop.scanned == 1
 
 
+def test_scan_over_a_symbolic_length():
+    prog = tdag.from_jax(_scan_reverse, rand(5, 3), rand(3), dynamic_shapes={0: {0: "n"}})
+    assert str(prog.input_types[0]) == "f32[n,3]"
+    for n in (2, 7):
+        xs, h = rand(n, 3), rand(3)
+        args = (torch.from_numpy(xs), torch.from_numpy(h))
+        expected = jax.jit(_scan_reverse)(xs, h)
+        _close(tdag.run(prog, *args), expected, f"run n={n}", ATOL)
+        _close(tdag.to_torch(prog)(*args), expected, f"to_torch n={n}", ATOL)
+
+
 def test_control_flow_in_onnx():
     check(_cond, rand(3, 4), rand(3, 4), onnx=True)
     check(_scan, rand(5, 3), rand(3), onnx=True)

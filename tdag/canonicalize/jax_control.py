@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tdag import ops
-from tdag.canonicalize.jax_trace import Outer, Ref, flatten_closed, type_of
+from tdag.canonicalize.jax_trace import Outer, Ref, dim_of, flatten_closed, type_of
 from tdag.deinops.builder import Tensor
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, If, Loop
+from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType, TensorType
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
     step i of each xs by a gather (``length-1-i`` reversed), ys are stacked by the Loop (and
     put back in order after it where reversed)."""
     p = eqn.params
-    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    n_consts, n_carry, length = p["num_consts"], p["num_carry"], dim_of(p["length"])
     reverse = bool(p.get("reverse", False))
     consts = [w.pin(x) if _is_tensor(w, x) else x for x in eqn.ins[:n_consts]]
     carry = [w.pin(x) for x in eqn.ins[n_consts:n_consts + n_carry]]
@@ -174,7 +175,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
     slices = []
     with sub.builder.active():
         i = sub.read(_refs_of(sub, [counter])[0])
-        step = ops.sub(length - 1, i) if reverse else i
+        step = ops.sub(_last(length), i) if reverse else i
         for r in refs[len(carry) + len(consts):]:
             x_t = Ref(None)
             sub.env[x_t] = ops.squeeze(ops.gather(sub.read(r), ops.reshape(step, 1), 0,
@@ -199,8 +200,14 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
         w.env[ref] = Outer(name, t)
         if reverse:  # the stack holds step length-1 first: put it in order
             with w.builder.active():
-                w.env[ref] = ops.gather(w.read(ref), ops.sub(length - 1, ops.iota(length)),
+                w.env[ref] = ops.gather(w.read(ref), ops.sub(_last(length), ops.iota(length)),
                                         0, wrap=False)
+
+
+def _last(length):
+    """``length - 1`` as a number or, for a symbolic length, a scalar tensor."""
+    last = as_dim(length - 1)
+    return last if is_static(last) else ops.dim_tensor(last)
 
 
 # primitive -> fn(walker, eqn, index): the equations that become controllers

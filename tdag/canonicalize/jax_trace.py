@@ -141,7 +141,10 @@ def scope_of(source_info, outer: str = "") -> str:
 
 def trace(fn, example_args, dynamic_shapes) -> Traced:
     """Trace ``fn`` on the example arguments and flatten its jaxpr."""
-    import jax  # noqa: PLC0415
+    try:
+        import jax  # noqa: PLC0415  (tdag imports without jax; from_jax needs it)
+    except ImportError as exc:
+        raise CaptureError("from_jax needs jax: pip install 'tdag[jax]'") from exc
 
     arrays, names, held_leaves = [], _arg_names(fn, len(example_args)), []
     abstract = []
