@@ -248,6 +248,11 @@ def test_lowered_bytes_are_below_unfused_on_a_conv_model():
     stem = report.scopes.find("stem").total  # conv 3->8, 3x3, pad 1: input, weight, bias, output
     assert stem.bytes == (2 * 3 * 16 * 16 + 8 * 3 * 9 + 8 + 2 * 8 * 16 * 16) * 4
     assert stem.unfused_bytes > 9 * stem.bytes  # the im2col windows, written and read
+    for table in (report.per_node, report.per_op, report.per_graph):  # every figure lands once
+        for field in ("flops", "bytes", "unfused_bytes", "fused_bytes"):
+            assert sum(getattr(f, field) for f in table.values()) == getattr(report, field)
+    conv = report.per_op["conv"]  # the kernel's row carries its primitives' unfused traffic
+    assert conv.unfused_bytes > 9 * conv.bytes
     unlowered = tdag.cost(tdag.from_torch(model, (x,)), lowered=False)
     assert unlowered.matmul_flops == report.matmul_flops
     assert unlowered.unfused_bytes == report.unfused_bytes

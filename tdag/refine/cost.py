@@ -62,6 +62,7 @@ from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.op import Op
 from tdag.ir.record import REGISTRY, Trait, ops_with
 from tdag.ir.symbols import Dim, as_dim, symbol
+from tdag.ir.types import Origin
 from tdag.ir.verify import trips_name
 from tdag.refine import cost_table
 from tdag.refine.causal import CausalMasks
@@ -398,6 +399,7 @@ class _Rows:
         self.info: dict = {}     # (graph, node) -> (op name, scope, dtype name)
         self.graphs: dict = {}   # graph -> _Acc
         self.target: dict = {}   # source Origin -> the lowered row it belongs to
+        self.lowered_rows: frozenset = frozenset()  # the lowered program's rows
 
     def add_program(self, prog: Program, keep: frozenset) -> tuple[dict, dict]:
         """Add every node of ``prog`` (the ``keep`` fields of its figures, times the calls
@@ -412,7 +414,7 @@ class _Rows:
             for node in prog.graphs[gname].nodes:
                 fig = figures[node.name].only(keep)
                 graph_acc.add(fig)
-                key = self.target.get(node.origin) or (gname, node.name)
+                key = self._row_of(gname, node)
                 if key not in self.info:
                     self.info[key] = (node.op.value, node.origin.scope, node.type.dtype.value)
                 self.nodes.setdefault(key, _Acc()).add(fig, times)
@@ -421,16 +423,24 @@ class _Rows:
         return calls, one_call
 
     def attribute_by_origin(self, lowered: Program) -> None:
-        """Send each source node's figures to the lowered node of the same provenance: the
-        kernel that replaced it where there is one (else the first node of that origin)."""
+        """From now on, send a node's figures to the lowered node of the same name (the
+        lowering keeps a node's name where it keeps or replaces the node), else to the one of
+        the same provenance: the kernel that absorbed it, or the first of that origin."""
+        self.lowered_rows = frozenset(self.nodes)
         for gname, graph in lowered.graphs.items():
             for node in graph.nodes:
-                key = (gname, node.name)
-                if key in self.nodes and (node.origin not in self.target or
-                                          REGISTRY[node.op].has(Trait.KERNEL) and not
-                                          REGISTRY[Op(self.info[self.target[node.origin]][0])]
-                                          .has(Trait.KERNEL)):
-                    self.target[node.origin] = key
+                if node.origin == _NO_ORIGIN:
+                    continue  # built without provenance: nothing ties it to another node
+                known = self.target.get(node.origin)
+                if known is None or _is_kernel(node.op.value) and not \
+                        _is_kernel(self.info[known][0]):
+                    self.target[node.origin] = (gname, node.name)
+
+    def _row_of(self, gname: str, node) -> tuple:
+        key = (gname, node.name)
+        if key in self.lowered_rows or node.origin not in self.target:
+            return key
+        return self.target[node.origin]
 
     def per_node(self) -> dict:
         return {key: acc.value() for key, acc in self.nodes.items()}
@@ -443,6 +453,13 @@ class _Rows:
             for figures, times in acc.counts.items():
                 into.add(figures, times)
         return {k: a.value() for k, a in groups.items()}
+
+
+_NO_ORIGIN = Origin()
+
+
+def _is_kernel(op_name: str) -> bool:
+    return REGISTRY[Op(op_name)].has(Trait.KERNEL)
 
 
 def _add_steps(a: StepCost, b: StepCost) -> StepCost:
