@@ -119,12 +119,48 @@ def _conv_transpose(ctx, x, w, b=None):
     return y
 
 
+def _torch_style(kernel, begins, ends) -> bool:
+    """Whether torch's pooling kernels take these pads (at most half the kernel)."""
+    return all(max(b, e) <= k // 2 for k, b, e in zip(kernel, begins, ends))
+
+
+def _pool_windows(x, kind: str, kernel, strides, dilations, begins, ends, ceil: bool,
+                  fill: float):
+    """ONNX pooling as pad + unfold + reduce, for what torch's pooling kernels do not take
+    (dilated averages, pads past half the kernel): x (N, C, *S) padded by (begins, ends)
+    with ``fill``, every window reduced (``kind`` sum or max). In ceil mode the last window
+    may reach past the end pads: those cells are neutral (0, -inf) and never counted; a
+    window that would start in the end padding is dropped."""
+    neutral = 0.0 if kind == "sum" else float("-inf")
+    for i, length in enumerate(x.shape[2:]):
+        if not is_static(length):
+            raise UnsupportedOpError(f"pooling a symbolic axis {length} with dilations or "
+                                     f"pads past half the kernel")
+        axis, span = 2 + i, dilations[i] * (kernel[i] - 1) + 1
+        room = length + begins[i] + ends[i] - span
+        count = (-(-room // strides[i]) if ceil else room // strides[i]) + 1
+        if ceil and (count - 1) * strides[i] >= length + begins[i]:
+            count -= 1
+        after = (count - 1) * strides[i] + span - length - begins[i]  # < ends[i]: cropped
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (begins[i], min(after, ends[i]))
+        x = ops.pad(x, widths, fill)
+        if after > ends[i]:
+            widths[axis] = (0, after - ends[i])
+            x = ops.pad(x, widths, neutral)
+        x = ops.unfold(x, axis, kernel[i], strides[i], dilations[i])
+    return ops.reduce(x, kind, tuple(range(x.ndim - len(kernel), x.ndim)))
+
+
 @register("MaxPool")
 def _max_pool(ctx, x):
     x = ctx.tensor(x)
     kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
     ctx.flag("storage_order", 0)  # only the Indices output, not computed, depends on it
+    if not _torch_style(kernel, begins, ends):
+        return _pool_windows(x, "max", kernel, strides, dilations, begins, ends,
+                             ctx.flag("ceil_mode", 0), float("-inf")), None
     x, padding = _pre_pad(x, begins, ends, float("-inf"))
     y = ops.max_pool(x, kernel, strides, padding, dilations, ctx.flag("ceil_mode", 0))
     return y, None  # Indices: not computed
@@ -136,9 +172,14 @@ def _avg_pool(ctx, x):
     kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
     include = ctx.flag("count_include_pad", 0)  # ONNX's default is not torch's
-    if any(d != 1 for d in dilations):
-        raise UnsupportedOpError("AveragePool: dilations")
     ceil = ctx.flag("ceil_mode", 0)
+    if any(d != 1 for d in dilations) or not _torch_style(kernel, begins, ends):
+        # window sums over the cells a window counts (the pads too with count_include_pad)
+        ones = ops.full((1, 1, *x.shape[2:]), 1.0, x.dtype, like=x)
+        sums, counts = (_pool_windows(t, "sum", kernel, strides, dilations, begins, ends,
+                                      ceil, fill) for t, fill in ((x, 0.0),
+                                                                  (ones, float(include))))
+        return ops.div(sums, counts)
     if begins != ends and not include:
         # the mean of the real cells: windowed sums of x and of a ones mask, padded alike
         ones = ops.full((1, 1, *x.shape[2:]), 1.0, x.dtype, like=x)
