@@ -186,7 +186,7 @@ def _cost(prog, args) -> None:
     if args.json or args.csv or args.plot:
         data = report.to_dict(args.by, args.depth, sizes, dev, args.sort)
         if args.plot:
-            roofline.plot(data, dev, args.plot)
+            roofline.plot(data, dev, args.plot, cost_table.main_dtype(report))
             print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(data, indent=1))

@@ -106,6 +106,16 @@ def format_table(report, by: str = "layer", depth: int | None = None, sizes: dic
     return "\n".join(lines)
 
 
+def main_dtype(report) -> str:
+    """The dtype most contractions run in (the roof a plot draws), f32 where none."""
+    counts: dict = {}
+    for key, fig in report.per_node.items():
+        if fig.matmul_flops != 0:
+            dtype = report.node_info[key][2]
+            counts[dtype] = counts.get(dtype, 0) + 1
+    return max(counts, key=counts.get) if counts else "f32"
+
+
 # -- rows -------------------------------------------------------------------------------------
 
 class _Row:
@@ -224,4 +234,4 @@ def _cell(row: dict, key: str) -> str:
     return value
 
 
-__all__ = ["BY", "ROW_KEYS", "SCHEMA", "format_table", "to_csv", "to_dict"]
+__all__ = ["BY", "ROW_KEYS", "SCHEMA", "format_table", "main_dtype", "to_csv", "to_dict"]
