@@ -429,3 +429,10 @@ def test_unsupported_primitives_are_listed_together_with_their_lines():
     assert "fft" in message and "population_count" in message
     line = fn.__code__.co_firstlineno
     assert f"test_from_jax.py:{line + 1}" in message and f"test_from_jax.py:{line + 2}" in message
+
+
+def test_an_unsupported_primitive_in_a_loop_body_is_reported_with_its_line():
+    def fn(xs):
+        return lax.scan(lambda c, x: (c + lax.population_count(x), c), 0, xs)[1]
+    with pytest.raises(tdag.UnsupportedOpError, match=r"population_count at .*test_from_jax"):
+        tdag.from_jax(fn, np.arange(4, dtype=np.int32))

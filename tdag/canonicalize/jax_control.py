@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from tdag import ops
 from tdag.canonicalize.jax_trace import Outer, Ref, dim_of, flatten_closed, type_of
-from tdag.deinops.builder import Tensor
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, If, Loop
 from tdag.ir.symbols import as_dim, is_static
@@ -29,9 +28,9 @@ def _passed(w: Walker, operands: list) -> list:
                                               Outer)]
 
 
-def _enter(w: Walker, operands: list, passed: list) -> tuple[list, dict]:
-    """Placeholder Refs for a body's operands and its env: a passed operand becomes a fresh
-    block input, any other keeps its value (a weight or a literal)."""
+def _enter(w: Walker, operands: list, passed: list) -> tuple[list, dict, list]:
+    """Placeholder Refs for a body's operands, its env and its Block's inputs: a passed
+    operand becomes a fresh block input, any other keeps its value (a weight, a literal)."""
     refs, env, inputs = [], {}, []
     for x in operands:
         ref = Ref(getattr(x, "aval", None))
@@ -63,17 +62,12 @@ def convert_cond(w: Walker, eqn, index: int) -> None:
             ref = Ref(None)
             w.env[ref] = ops.reshape(ops.eq(k, b), ())
             preds.append(ref)
-    operands = [w.pin(x) if _is_tensor(w, x) else x for x in operands]
     w.close(index, keep=[*preds, *[x for x in operands if isinstance(x, Ref)]])
     passed = _passed(w, operands)
     outs = [w.shared.fresh() for _ in eqn.outs]
     names = {x: w.env[x].name for x in passed + preds}
     w.steps.append(_chain(w, branches, operands, passed, preds, names, outs, eqn))
     _bind(w, eqn, outs, [type_of(r.aval) for r in eqn.outs])
-
-
-def _is_tensor(w: Walker, x) -> bool:
-    return isinstance(x, Ref) and isinstance(w.env.get(x), Tensor)
 
 
 def _branch(w: Walker, closed, operands: list, passed: list, extra: list, caller) -> Block:
@@ -113,7 +107,7 @@ def convert_while(w: Walker, eqn, index: int) -> None:
     cond_consts = eqn.ins[:n_cond]
     body_consts = eqn.ins[n_cond:n_cond + n_body]
     carry = [w.pin(x) for x in eqn.ins[n_cond + n_body:]]
-    consts = [w.pin(x) if _is_tensor(w, x) else x for x in cond_consts + body_consts]
+    consts = cond_consts + body_consts
     w.close(index, keep=[*carry, *[x for x in consts if isinstance(x, Ref)]])
     first = _inline(w, p["cond_jaxpr"], consts[:n_cond] + carry, eqn)[0]
     passed = _passed(w, consts)
@@ -164,7 +158,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
     p = eqn.params
     n_consts, n_carry, length = p["num_consts"], p["num_carry"], dim_of(p["length"])
     reverse = bool(p.get("reverse", False))
-    consts = [w.pin(x) if _is_tensor(w, x) else x for x in eqn.ins[:n_consts]]
+    consts = eqn.ins[:n_consts]
     carry = [w.pin(x) for x in eqn.ins[n_consts:n_consts + n_carry]]
     xs = [w.pin(x) for x in eqn.ins[n_consts + n_carry:]]
     w.close(index, keep=[*carry, *xs, *[x for x in consts if isinstance(x, Ref)]])
