@@ -222,7 +222,7 @@ def test_packed_types_are_refused_by_name(elem):
 def test_float8e8m0_needs_opset_24():
     prog = tdag.trace(lambda x: ops.cast(x, DType.f8e8m0fnu), tdag.TensorSpec((2,)))
     assert tdag.to_onnx(prog).opset_import[0].version == 24
-    with pytest.raises(UnsupportedOpError, match="f8e8m0fnu needs ONNX opset 24"):
+    with pytest.raises(UnsupportedOpError, match="f8e8m0fnu .*needs ONNX opset 24"):
         tdag.to_onnx(prog, opset=20)
 
 
@@ -275,3 +275,36 @@ def test_uint64_reductions_past_the_int64_range(kind, want):
     _same(tdag.to_torch(prog)(x), out)
     (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy()])
     assert ort_out.dtype == np.uint64 and int(ort_out) == want
+
+
+class _ViewBits(torch.nn.Module):
+    def forward(self, x):
+        return x.view(torch.int32) + 1, x.view(torch.uint8)
+
+
+def test_from_torch_view_dtype_is_a_bitcast():
+    x = torch.tensor([1.0, -2.5, float("nan")])
+    with pytest.raises(UnsupportedOpError, match="view of f32 as u8, a type of another width"):
+        tdag.from_torch(_ViewBits(), (x,))
+    prog = tdag.from_torch(lambda_module(lambda x: x.view(torch.int32) + 1), (x,))
+    assert torch.equal(tdag.run(prog, x), x.view(torch.int32) + 1)
+    assert torch.equal(tdag.to_torch(prog)(x), x.view(torch.int32) + 1)
+
+
+def lambda_module(fn) -> torch.nn.Module:
+    class Wrapped(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+    return Wrapped()
+
+
+def test_float_bitcast_needs_onnx_opset_26():
+    from tdag.deinops.bitcast import bitcast  # noqa: PLC0415
+    prog = tdag.trace(lambda x: bitcast(x, DType.i32), tdag.TensorSpec((2,)))
+    x = torch.tensor([1.0, -0.0])
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [x.numpy()])
+    assert ort_out.tolist() == x.view(torch.int32).tolist()
+    with pytest.raises(UnsupportedOpError, match="needs ONNX opset 26"):
+        tdag.to_onnx(prog, opset=21)
+    ints = tdag.trace(lambda x: bitcast(x, DType.u16), tdag.TensorSpec((2,), "int16"))
+    assert tdag.to_onnx(ints, opset=18).opset_import[0].version == 18  # a wrapping Cast

@@ -29,7 +29,7 @@ MODULES = ("gatherelements", "gathernd", "scatterelements", "scatternd", "topk",
            "reversesequence", "meanvariancenormalization",
            # element types
            "cast", "castlike", "add", "sub", "max", "less", "div", "bitwisexor", "celu",
-           "einsum",
+           "einsum", "bitcast",
            # function bodies that compute their shapes; slices along an axis
            "unique")
 CASES = [
@@ -59,7 +59,8 @@ CASES = [
     "test_sub_uint16", "test_max_uint16", "test_less_uint64", "test_top_k_uint64",
     "test_bitshift_right_uint64", "test_bitwise_xor_ui64_bcast_3v1d", "test_bitwise_not_3d",
     "test_quantizelinear_e4m3fn", "test_quantizelinear_uint16", "test_dequantizelinear_e5m2",
-    "test_celu_bfloat16", "test_einsum_batch_matmul_bfloat16",
+    "test_celu_bfloat16", "test_einsum_batch_matmul_bfloat16", "test_bitcast_float32_to_int32",
+    "test_bitcast_uint16_to_int16",
     # function bodies that compute their shapes (Shape -> Gather -> Div/Mod -> Concat ->
     # Reshape/Expand); Unique's distinct slices
     "test_attention_4d_gqa_expanded", "test_layer_normalization_2d_axis_negative_1_expanded",

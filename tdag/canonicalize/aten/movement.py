@@ -1,16 +1,26 @@
 """Movement ATen ops: views, reshapes, slicing, concatenation, padding, flips."""
 from __future__ import annotations
 
+import torch
+
 from tdag import ops
 from tdag.canonicalize.aten.registry import aten
+from tdag.deinops.bitcast import bitcast
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static
+from tdag.ir.types import DType
 
 _END = 2 ** 62  # ATen writes an open slice end as INT64_MAX
 
 
 @aten("view", "_unsafe_view", "reshape", "view_copy", "_reshape_alias")
 def view(x, size, *strides):
+    if isinstance(size, torch.dtype):  # view.dtype: the same bits read as another type
+        dtype = DType.of(size)
+        if dtype.itemsize != x.dtype.itemsize:
+            raise UnsupportedOpError(f"view of {x.dtype.value} as {dtype.value}, a type of "
+                                     "another width (the last axis would change)")
+        return bitcast(x, dtype)
     return ops.reshape(x, tuple(size))
 
 
