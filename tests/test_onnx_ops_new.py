@@ -317,11 +317,14 @@ def test_col2im(image, block, strides, dilations, pads, runtime):
 @pytest.mark.parametrize("op,dilations,pads,ceil,include", [
     ("AveragePool", (2, 1), (0, 0, 0, 0), 0, 0), ("AveragePool", (2, 2), (1, 2, 1, 0), 1, 1),
     ("AveragePool", (1, 1), (2, 2, 2, 2), 0, 1), ("AveragePool", (1, 2), (2, 0, 2, 2), 1, 0),
-    ("MaxPool", (1, 1), (2, 2, 2, 2), 0, 0), ("MaxPool", (2, 1), (2, 1, 2, 0), 1, 0)])
+    ("MaxPool", (1, 1), (2, 2, 2, 2), 0, 0), ("MaxPool", (2, 1), (2, 1, 2, 0), 1, 0),
+    ("LpPool", (2, 1), (2, 2, 2, 2), 0, 0), ("LpPool", (1, 1), (1, 0, 1, 1), 1, 0)])
 def test_pooling_beyond_torch(op, dilations, pads, ceil, include):
     attrs = dict(kernel_shape=[3, 3], strides=[2, 2], dilations=list(dilations),
                  pads=list(pads), ceil_mode=ceil)
     if op == "AveragePool":
         attrs["count_include_pad"] = include
+    if op == "LpPool":
+        attrs["p"] = 3
     model, feeds = _model(op, [("x", _r(2, 3, 9, 8))], attrs, 19)
     _check(model, feeds)

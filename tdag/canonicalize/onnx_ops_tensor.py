@@ -529,16 +529,14 @@ def _mvn(ctx, x):
 
 @register("LpPool")
 def _lp_pool(ctx, x):
-    """(sum over each window of |x|**p) ** (1/p): a window mean of |x|**p over the whole
-    kernel (pads count as zeros), times the kernel's size."""
-    from tdag.canonicalize.onnx_ops_nn import _kernel, _pre_pad, _window  # noqa: PLC0415
+    """(sum over each window of |x|**p) ** (1/p), pads counting as zeros: window sums of
+    |x|**p (dilations and pads past half the kernel included)."""
+    from tdag.canonicalize.onnx_ops_nn import _kernel, _pool_windows, _window  # noqa: PLC0415
     x = ctx.tensor(x)
     kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
-    if any(d != 1 for d in dilations):
-        raise UnsupportedOpError("LpPool: dilations")
     p = ctx.attr("p", 2)
     powered = ops.pow(ops.abs(x), float(p))
-    powered, padding = _pre_pad(powered, begins, ends)
-    mean = ops.avg_pool(powered, kernel, strides, padding, ctx.flag("ceil_mode", 0), True)
-    return ops.pow(ops.mul(mean, float(math.prod(kernel))), 1.0 / p)
+    sums = _pool_windows(powered, "sum", kernel, strides, dilations, begins, ends,
+                         ctx.flag("ceil_mode", 0), 0.0)
+    return ops.pow(sums, 1.0 / p)
