@@ -104,7 +104,8 @@ class Shared:
         self.traced = traced
         self.graphs: dict = {}
         self.problems: list = []  # (primitive, source line, what)
-        self.names = FreshNames()  # block-level names: inputs, controllers' outputs
+        # block-level names (inputs, controllers' outputs) never a weight's: a TDAG has both
+        self.names = FreshNames(h.name for h in traced.held.values())
         self.graph_names = FreshNames()
 
     def fresh(self, hint: str = "v") -> str:

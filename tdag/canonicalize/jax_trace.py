@@ -185,7 +185,7 @@ def trace(fn, example_args, dynamic_shapes) -> Traced:
     for var, (path, leaf, arg) in zip(jaxpr.invars[:n_weights], leaves):
         ref = env[var] = Ref(var.aval)
         traced.held[ref] = Held(_weight_name(path, names[arg]), _kind_of(path),
-                                as_torch(leaf))
+                                as_torch(np.asarray(leaf, dtype=var.aval.dtype)))
     for var, (name, _) in zip(jaxpr.invars[n_weights:], arrays):
         env[var] = Ref(var.aval)
         traced.inputs.append((name, env[var]))
