@@ -146,16 +146,26 @@ def test_uint64_orders_past_the_int64_range():
     assert _binary(ops.maximum, DType.u64, [TOP, 1], [1, 2]).tolist() == [TOP, 2]
 
 
-def test_uint64_division_names_op_type_and_framework():
+def test_uint64_division_past_the_int64_range():
+    """torch has no uint64 division: tdag divides on int64 bits (shift, divide, correct)."""
+    rng = np.random.default_rng(0)
+    a = [int(v) for v in rng.integers(0, 2 ** 64, 64, dtype=np.uint64)] + [2 ** 64 - 1] * 4
+    b = [int(v) >> int(s) for v, s in zip(rng.integers(1, 2 ** 64, 64, dtype=np.uint64),
+                                          rng.integers(0, 64, 64))]
+    b = [max(v, 1) for v in b] + [1, 2 ** 63, 2 ** 64 - 1, 3]
+    assert _binary(ops.floor_divide, DType.u64, a, b).tolist() == \
+        [x // y for x, y in zip(a, b)]
+    assert _binary(ops.remainder, DType.u64, a, b).tolist() == [x % y for x, y in zip(a, b)]
+
+
+def test_uint64_op_torch_lacks_names_op_type_and_framework():
     spec = tdag.TensorSpec((2,), "uint64")
-    prog = tdag.trace(lambda a, b: ops.floor_divide(a, b), spec, spec)
-    with pytest.raises(UnsupportedOpError, match=r"divide on uint64: torch has no uint64"):
+    prog = tdag.trace(lambda a, b: ops.pow(a, b), spec, spec)
+    with pytest.raises(UnsupportedOpError, match=r"pow on uint64: torch has no uint64 kernel"):
         tdag.to_torch(prog)
-    args = [torch.tensor([TOP, 9], dtype=torch.uint64), torch.tensor([2, 4], dtype=torch.uint64)]
-    with pytest.raises(UnsupportedOpError, match="divide on uint64"):
+    args = [torch.tensor([TOP, 3], dtype=torch.uint64), torch.tensor([1, 2], dtype=torch.uint64)]
+    with pytest.raises(UnsupportedOpError, match="pow on uint64"):
         tdag.run(prog, *args)
-    (ort_out,) = _ort_run(tdag.to_onnx(prog), [_numpy(a) for a in args])  # onnxruntime has it
-    assert ort_out.tolist() == [TOP // 2, 2]
 
 
 # -- casts to float8 --------------------------------------------------------------------------

@@ -13,8 +13,8 @@ result back, which is exact:
 - uint64 in int64 by reinterpreting its bits: exact for the ops two's complement shares with
   unsigned arithmetic (add, multiply, negate, equality, moving values); for the ops that
   order values (comparisons, max and min) the top bit is flipped too, which maps unsigned
-  order onto signed order; any other (division, conversion to float) raises
-  UnsupportedOpError naming op, type and framework.
+  order onto signed order; division by the shift-and-correct of Hacker's Delight (9-3,
+  ``divide_u64``); any other raises UnsupportedOpError naming op, type and framework.
 
 Casts are torch's own conversions (they exist between every pair of types), with one fix:
 torch saturates a cast to float8_e4m3fn (1e6 gives 448), where tdag's cast, as ONNX's
@@ -101,6 +101,8 @@ def run_carried(node, evaluate: Callable, args: Sequence[torch.Tensor]) -> torch
     """``evaluate(args)`` on carriers where ``node`` needs them, narrowed back."""
     if _is_e4m3fn_cast(node):
         return cast_value(args[0], DType.f8e4m3fn)
+    if _is_u64_divide(node):
+        return divide_u64(args[0], args[1], node.spec.mode.value)
     if not carried(node, [DType.of(a.dtype) for a in args]):
         return evaluate(args)
     ordered = _u64_ordered(node)
@@ -109,6 +111,31 @@ def run_carried(node, evaluate: Callable, args: Sequence[torch.Tensor]) -> torch
 
 def _is_e4m3fn_cast(node) -> bool:
     return node.op is Op.cast and node.spec.dtype is DType.f8e4m3fn
+
+
+def _is_u64_divide(node) -> bool:
+    return node.op is Op.divide and node.type.dtype is DType.u64
+
+
+def divide_u64(a, b, mode: str) -> torch.Tensor:
+    """uint64 ``a // b`` (``mode`` floor or trunc, the same for unsigned values) or ``a % b``
+    (remainder or fmod) on int64 bits. A divisor from 2**63 up gives the quotient a >= b;
+    a smaller one divides a >> 1 (below 2**63, so signed division is exact), doubles the
+    quotient and corrects it once: the remainder left is below 2b."""
+    like = a if isinstance(a, torch.Tensor) else b
+    a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.uint64,
+                                                               device=like.device)
+            for v in (a, b))
+    a, b = torch.broadcast_tensors(a.view(torch.int64), b.view(torch.int64))
+    big = b < 0
+    divisor = torch.where(big, torch.ones_like(b), b)
+    half = (a >> 1) & (2 ** 63 - 1)  # a logical shift: a >= 0 as int64
+    quotient = torch.div(half, divisor, rounding_mode="floor") << 1
+    rest = a - quotient * divisor  # below 2 * divisor, exact modulo 2**64
+    quotient = quotient + ((rest ^ _TOP_BIT) >= (divisor ^ _TOP_BIT)).to(torch.int64)
+    quotient = torch.where(big, ((a ^ _TOP_BIT) >= (b ^ _TOP_BIT)).to(torch.int64), quotient)
+    result = quotient if mode in ("floor", "trunc") else a - quotient * b
+    return result.view(torch.uint64)
 
 
 def cast_value(value: torch.Tensor, dtype) -> torch.Tensor:
@@ -129,6 +156,8 @@ def carried_source(node, exprs: Sequence[str], dtypes: Sequence[DType],
     narrowed."""
     if _is_e4m3fn_cast(node):
         return cast_expr(exprs[0], DType.f8e4m3fn)
+    if _is_u64_divide(node):
+        return f"_rt.divide_u64({exprs[0]}, {exprs[1]}, {node.spec.mode.value!r})"
     if not carried(node, dtypes):
         return emit(list(exprs))
     ordered = _u64_ordered(node)

@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from tdag.errors import ShapeError, TdagError
-from tdag.ir.carriers import cast_value  # noqa: F401  (the generated code's _rt.cast_value)
+from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
 
 
