@@ -56,8 +56,8 @@ def carried(node, input_dtypes: Sequence[DType]) -> bool:
         return False
     if DType.u64 in dtypes and not (_u64_exact(node) or _u64_ordered(node)):
         raise UnsupportedOpError(
-            f"{node.op.value} on uint64: torch has no uint64 kernel for it, and int64 (the "
-            "only type that holds its values) orders, divides and converts them differently",
+            f"{node.op.value} on uint64: torch has no uint64 kernel for it, and on int64 (the "
+            "only type that holds its values) it computes another result",
             node=node.name, origin=node.origin)
     return True
 

@@ -1,19 +1,21 @@
-"""Carrier types on onnxruntime: the narrow integer types its CPU kernels leave out.
+"""Carrier types on onnxruntime: the element types its CPU kernels leave out.
 
-ONNX's ops take every integer type, but onnxruntime's CPU provider registers fewer: no
-``Where``, ``Pad``, ``Max`` or ``ReduceMax`` for int16 and uint16, no ``TopK``, ``ArgMax`` or
-``ReduceSum`` for uint32 and uint64, no ``Where`` for uint64, for bfloat16 no ``Mul``,
-``Add``, ``Where``, ``Equal`` or ``MatMul``, and for the float8 kinds nothing but casts and
-(de)quantization (not even ``Reshape``). As the torch code does on
-torch's gaps (``tdag.ir.carriers``), an op meeting int16 / uint16 runs on int32, one meeting
-uint32 on int64 and one meeting bfloat16 or float8 on float32 (float8 views too), which
-hold every value; the Cast back wraps modulo 2**16 (2**32), the narrow type's own
-arithmetic, or rounds once to the narrow float, as torch's CPU kernels for bfloat16 compute
-in float32 and round once. uint64 has no wider type: its
-``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo 2**64, and one term is 0), its
-reductions run on int64 exactly (``_reduce_u64``); any other op whose kernel onnxruntime
-lacks fails when the session is made, naming the op.
-ONNX's Neg takes no unsigned type at all: ``0 - x`` wraps as negation does.
+ONNX's ops take every numeric type, but onnxruntime's CPU provider registers fewer: no
+``Where``, ``Pad``, ``Max`` or ``ReduceMax`` for int16 and uint16; no ``TopK``, ``ArgMax``
+or reductions for uint32 and uint64; no ``Where`` for uint64; no ``Mul``, ``Add``,
+``Where``, ``Equal`` or ``MatMul`` for bfloat16; and for the float8 kinds nothing but casts
+and (de)quantization, not even ``Reshape``.
+
+As the torch code does on torch's gaps (``tdag.ir.carriers``), an op meeting int16 or uint16
+runs on int32, one meeting uint32 on int64, one meeting bfloat16 or float8 on float32 (float8
+views too). Each carrier holds every value; the Cast back wraps modulo 2**16 (2**32), the
+narrow type's own arithmetic, or rounds once to the narrow float, as torch's CPU kernels for
+bfloat16 compute in float32 and round once.
+
+uint64 has no wider type. Its ``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo
+2**64, and one term is 0) and its reductions run on int64 exactly (``_reduce_u64``); the
+other ops tdag emits for it have uint64 kernels. ONNX's Neg takes no unsigned type at all:
+``0 - x`` wraps as negation does.
 """
 from __future__ import annotations
 
