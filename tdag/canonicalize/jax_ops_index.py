@@ -68,6 +68,9 @@ def _mode(ctx) -> str:
 def _gather(ctx, x, idx):
     dn = ctx.params["dimension_numbers"]
     sizes = ctx.params["slice_sizes"]
+    axis = _take_axis(x, idx, dn, sizes)
+    if axis is not None:
+        return _take(ctx, x, idx, axis)
     batching = list(zip(dn.operand_batching_dims, dn.start_indices_batching_dims))
     window = {d: int(s) for d, s in enumerate(sizes)}
     windowed = _windowed(x, dn.collapsed_slice_dims, dn.operand_batching_dims)
@@ -76,6 +79,31 @@ def _gather(ctx, x, idx):
     out = ops.gather(ops.reshape(x, (-1,)), pos, 0, wrap=False)
     if "FILL" not in _mode(ctx) or ok is None:
         return out
+    return ops.where(ok, out, _gather_fill(ctx, x))
+
+
+def _take_axis(x, idx, dn, sizes) -> int | None:
+    """The axis of a gather that is ``jnp.take(x, idx[..., 0], axis)`` (whole rows of one
+    axis, the index axes in its place): the common form, made tdag's own gather."""
+    if len(dn.start_index_map) != 1 or dn.operand_batching_dims or idx.shape[-1] != 1:
+        return None
+    (axis,) = dn.start_index_map
+    nb = idx.ndim - 1
+    rest = tuple(range(axis)) + tuple(range(axis + nb, x.ndim - 1 + nb))
+    whole = all(int(s) == x.shape[d] for d, s in enumerate(sizes) if d != axis)
+    if tuple(dn.collapsed_slice_dims) != (axis,) or tuple(dn.offset_dims) != rest or not whole:
+        return None
+    return axis
+
+
+def _take(ctx, x, idx, axis: int):
+    index = ops.squeeze(ops.cast(idx, DType.i64), idx.ndim - 1)
+    high = x.shape[axis] - 1
+    out = ops.gather(x, ops.clamp(index, 0, high), axis, wrap=False)
+    if "FILL" not in _mode(ctx):
+        return out
+    ok = ops.logical_and(ops.ge(index, 0), ops.le(index, high))
+    ok = ops.reshape(ok, (1,) * axis + tuple(index.shape) + (1,) * (x.ndim - axis - 1))
     return ops.where(ok, out, _gather_fill(ctx, x))
 
 
