@@ -5,6 +5,13 @@ value. Keeping such values as ``Known`` arrays of Dims through Gather/Slice/Conc
 lets Reshape, Expand, ConstantOfShape and Range see their target shapes while importing, as
 torch.onnx.export's ``Shape -> Gather -> Concat -> Reshape`` chains need. A Known becomes a
 tensor only where an op reads it as data.
+
+The folds follow ONNX's integer semantics on Dims: Div truncates toward 0, Mod takes the
+divisor's sign (the dividend's with fmod=1), Neg/Abs/Not/And/Or/Xor, comparisons, Where on
+a decided condition, and ReduceSum/Prod/Max/Min (ONNX function bodies such as Attention's
+count heads with Div and Mod, LayerNormalization's axes with Neg). Where the symbols leave a
+result open (the sign of ``s - t``, ``s == 1``), the fold declines and the op runs on
+tensors; a shape read from such a tensor becomes a fresh run-time size (onnx_runtime.py).
 """
 from __future__ import annotations
 
