@@ -328,3 +328,18 @@ def test_pooling_beyond_torch(op, dilations, pads, ceil, include):
         attrs["p"] = 3
     model, feeds = _model(op, [("x", _r(2, 3, 9, 8))], attrs, 19)
     _check(model, feeds)
+
+
+# -- ConvTranspose's output_shape and auto_pad --------------------------------------------------
+
+@pytest.mark.parametrize("attrs", [
+    dict(output_shape=[10, 8], strides=[3, 2]),
+    dict(output_shape=[9, 6], strides=[3, 2], pads=[1, 0, 1, 1]),
+    dict(output_shape=[10, 8], strides=[3, 2], output_padding=[1, 1]),
+    dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+    dict(auto_pad="SAME_LOWER", strides=[2, 3], dilations=[2, 1]),
+    dict(output_shape=[8, 9], strides=[2, 3], auto_pad="SAME_UPPER")])
+def test_conv_transpose_output_shape_and_auto_pad(attrs):
+    model, feeds = _model("ConvTranspose", [("x", _r(2, 4, 3, 3)), ("w", _r(4, 2, 3, 3))],
+                          attrs, 22)
+    _check(model, feeds)

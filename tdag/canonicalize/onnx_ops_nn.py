@@ -104,16 +104,11 @@ def _conv_transpose(ctx, x, w, b=None):
     x, w = ctx.tensor(x), ctx.tensor(w)
     kernel = _kernel(ctx, x, w.shape[2:])
     n = len(kernel)
-    if ctx.attr("output_shape") or ctx.choice("auto_pad", "NOTSET", _AUTO_PAD) not in \
-            ("NOTSET", ""):
-        raise UnsupportedOpError("ConvTranspose: output_shape / auto_pad")
     strides = ctx.sizes("strides", n, 1, least=1)
     dilations = ctx.sizes("dilations", n, 1, least=1)
-    pads = ctx.sizes("pads", 2 * n, 0, least=0)
-    extra = ctx.sizes("output_padding", n, 0, least=0)
     # full overlap-add, then crop the pads (the extra output_padding cells are zeros + bias)
     y = ops.conv_transpose(x, w, None, strides, 0, 0, _group(ctx), dilations)
-    y = ops.pad(y, [(0, 0), (0, 0)] + [(-pads[i], extra[i] - pads[n + i]) for i in range(n)])
+    y = ops.pad(y, [(0, 0), (0, 0)] + _transpose_crop(ctx, x, y, strides))
     if b is not None:
         y = ops.add(y, ops.reshape(ctx.tensor(b), -1, *([1] * n)))
     return y
@@ -150,6 +145,32 @@ def _pool_windows(x, kind: str, kernel, strides, dilations, begins, ends, ceil: 
             x = ops.pad(x, widths, neutral)
         x = ops.unfold(x, axis, kernel[i], strides[i], dilations[i])
     return ops.reduce(x, kind, tuple(range(x.ndim - len(kernel), x.ndim)))
+
+
+def _transpose_crop(ctx, x, full, strides) -> list:
+    """(begin, end) widths turning ConvTranspose's full overlap-add into its output: from
+    pads and output_padding; or, with output_shape (pads then ignored, as the spec and
+    onnxruntime say) or auto_pad SAME_* (an output of input * stride), the total crop split,
+    the odd cell at the end for SAME_UPPER and at the start otherwise (onnxruntime's rule;
+    the reference crops output_shape at the end only, which differs where it crops)."""
+    n = len(strides)
+    auto = ctx.choice("auto_pad", "NOTSET", _AUTO_PAD)
+    extra = ctx.sizes("output_padding", n, 0, least=0)
+    target = list(ctx.attr("output_shape") or [])[-n:]
+    if not target and auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = [x.shape[2 + i] * strides[i] for i in range(n)]
+    if not target:
+        pads = ctx.sizes("pads", 2 * n, 0, least=0)
+        return [(-pads[i], extra[i] - pads[n + i]) for i in range(n)]
+    lengths = [full.shape[2 + i] for i in range(n)]
+    if not all(is_static(v) for v in lengths + target):
+        raise UnsupportedOpError("ConvTranspose: output_shape or auto_pad over a symbolic size")
+    widths = []
+    for length, more, size in zip(lengths, extra, target):
+        total = max(0, length + more - size)  # a larger output is zero-filled at the end
+        begin = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        widths.append((-begin, size - length + begin))
+    return widths
 
 
 @register("MaxPool")
