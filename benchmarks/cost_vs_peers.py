@@ -96,7 +96,8 @@ def main(argv=None) -> None:
         counted, t_fc = timed(flop_counter, model, args)
         macs, t_fv = timed(fvcore, model, args)
         print(f"{name:<16} {report.matmul_flops:>12,} {report.flops:>12,} "
-              f"{report.fused_bytes / 1e6:>9.2f} {report.bytes / 1e6:>10.2f} {t_cost:>6.2f}s "
+              f"{report.fused_bytes / 1e6:>9.2f} {report.unfused_bytes / 1e6:>10.2f} "
+              f"{t_cost:>6.2f}s "
               f"{t_capture:>8.2f}s | {counted:>12,} {t_fc:>5.2f}s | "
               f"{macs if isinstance(macs, str) else format(macs, ','):>12} {t_fv:>5.2f}s")
     print("\nFlopCounterMode has no formula for CPU scaled_dot_product_attention, aten.mv or "
