@@ -199,6 +199,16 @@ def test_conv_general_dilated(name):
     check(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
 
 
+def test_conv_of_other_ranks_and_depthwise():
+    check(lambda x, w: lax.conv_general_dilated(x, w, (2,), [(1, 1)],
+                                                dimension_numbers=("NWC", "WIO", "NWC")),
+          rand(2, 9, 3), rand(3, 3, 4))
+    check(lambda x, w: lax.conv_general_dilated(x, w, (1, 2, 1), "SAME"),
+          rand(1, 2, 5, 6, 4), rand(3, 2, 3, 2, 2))
+    check(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", feature_group_count=4),
+          rand(1, 4, 6, 6), rand(8, 1, 3, 3))
+
+
 REDUCTIONS = {
     "sum_max_min_prod": lambda x: (x.sum(1), x.max((0, 2)), x.min(-1), jnp.prod(x, 0),
                                    x.mean(), jnp.any(x > 1, 1), jnp.all(x > -1, 2)),
@@ -341,6 +351,25 @@ def test_scan_over_a_symbolic_length():
         expected = jax.jit(_scan_reverse)(xs, h)
         _close(tdag.run(prog, *args), expected, f"run n={n}", ATOL)
         _close(tdag.to_torch(prog)(*args), expected, f"to_torch n={n}", ATOL)
+
+
+def _cache_writes(x):
+    def body(i, cache):  # a KV-cache update: row i written at a position the loop decides
+        return lax.dynamic_update_slice(cache, x[i][None] * i, (i, 0))
+    return lax.fori_loop(0, 4, body, jnp.zeros((6, 3)))
+
+
+def _nested(xs, p):
+    def step(c, x):
+        c = lax.cond(x.sum() > 0, lambda c: c @ p["w"], lambda c: c - 1.0, c)
+        c = lax.while_loop(lambda c: c.sum() > 10.0, lambda c: c * 0.5, c)
+        return c, c.sum()
+    return lax.scan(step, jnp.ones(3), xs)
+
+
+def test_nested_control_flow_and_writes_in_a_loop():
+    check(_cache_writes, rand(5, 3), onnx=True)
+    check(_nested, rand(5, 3), {"w": rand(3, 3)}, onnx=True)
 
 
 def test_control_flow_in_onnx():
