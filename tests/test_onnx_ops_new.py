@@ -343,3 +343,13 @@ def test_conv_transpose_output_shape_and_auto_pad(attrs):
     model, feeds = _model("ConvTranspose", [("x", _r(2, 4, 3, 3)), ("w", _r(4, 2, 3, 3))],
                           attrs, 22)
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1])),
+    ((2, 3, 7, 6), dict(kernel_shape=[3, 3], strides=[2, 1], storage_order=1, ceil_mode=1)),
+    ((1, 2, 5, 4, 6), dict(kernel_shape=[2, 2, 3], strides=[1, 2, 2], pads=[0, 1, 1, 1, 0, 1]))])
+def test_max_pool_indices(shape, attrs):
+    model, feeds = _model("MaxPool", [("x", _r(*shape))], attrs, 12, outputs=2)
+    model.graph.output[1].type.tensor_type.elem_type = I64
+    _check(model, feeds)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.onnx_ops import _norm, register
+from tdag.deinops import writes
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
 
@@ -122,15 +123,21 @@ def _torch_style(kernel, begins, ends) -> bool:
 def _pool_windows(x, kind: str, kernel, strides, dilations, begins, ends, ceil: bool,
                   fill: float):
     """ONNX pooling as pad + unfold + reduce, for what torch's pooling kernels do not take
-    (dilated averages, pads past half the kernel): x (N, C, *S) padded by (begins, ends)
-    with ``fill``, every window reduced (``kind`` sum or max). In ceil mode the last window
-    may reach past the end pads: those cells are neutral (0, -inf) and never counted; a
-    window that would start in the end padding is dropped."""
+    (dilated averages, pads past half the kernel): every window of _windows reduced
+    (``kind`` sum or max)."""
     neutral = 0.0 if kind == "sum" else float("-inf")
+    x = _windows(x, kernel, strides, dilations, begins, ends, ceil, fill, neutral)
+    return ops.reduce(x, kind, tuple(range(x.ndim - len(kernel), x.ndim)))
+
+
+def _windows(x, kernel, strides, dilations, begins, ends, ceil: bool, fill, neutral):
+    """x (N, C, *S) padded by (begins, ends) with ``fill``, unfolded: (N, C, *O, *K). In
+    ceil mode the last window may reach past the end pads: those cells are ``neutral`` (0,
+    -inf: never counted); a window that would start in the end padding is dropped."""
     for i, length in enumerate(x.shape[2:]):
         if not is_static(length):
-            raise UnsupportedOpError(f"pooling a symbolic axis {length} with dilations or "
-                                     f"pads past half the kernel")
+            raise UnsupportedOpError(f"pooling a symbolic axis {length} with dilations, "
+                                     f"pads past half the kernel or Indices")
         axis, span = 2 + i, dilations[i] * (kernel[i] - 1) + 1
         room = length + begins[i] + ends[i] - span
         count = (-(-room // strides[i]) if ceil else room // strides[i]) + 1
@@ -144,7 +151,30 @@ def _pool_windows(x, kind: str, kernel, strides, dilations, begins, ends, ceil: 
             widths[axis] = (0, after - ends[i])
             x = ops.pad(x, widths, neutral)
         x = ops.unfold(x, axis, kernel[i], strides[i], dilations[i])
-    return ops.reduce(x, kind, tuple(range(x.ndim - len(kernel), x.ndim)))
+    return x
+
+
+def _max_indices(x, kernel, strides, dilations, begins, ends, ceil: bool, column_major: bool):
+    """MaxPool's Indices: the flat position in x of each window's first maximum, counting
+    the spatial axes row-major (or column-major with storage_order 1)."""
+    sizes = list(x.shape[2:])
+    order = range(len(sizes)) if column_major else reversed(range(len(sizes)))
+    steps, step = [0] * len(sizes), 1
+    for axis in order:
+        steps[axis], step = step, step * sizes[axis]
+    positions = ops.reshape(ops.mul(ops.iota(x.shape[0] * x.shape[1], "i64", x.builder),
+                                    step), (x.shape[0], x.shape[1]) + (1,) * len(sizes))
+    for axis, size in enumerate(sizes):
+        shape = [1] * x.ndim
+        shape[2 + axis] = size
+        cells = ops.reshape(ops.mul(ops.iota(size, "i64", x.builder), steps[axis]),
+                            tuple(shape))
+        positions = ops.add(positions, cells)
+    values, where = (ops.flatten(_windows(t, kernel, strides, dilations, begins, ends, ceil,
+                                          fill, fill), x.ndim, -1)
+                     for t, fill in ((x, float("-inf")), (positions, -1)))
+    first = ops.argmax(values, -1, True)  # ties: the first in scan order, as the reference
+    return ops.squeeze(writes.take_along(where, where.ndim - 1, first), -1)
 
 
 def _transpose_crop(ctx, x, full, strides) -> list:
@@ -178,13 +208,14 @@ def _max_pool(ctx, x):
     x = ctx.tensor(x)
     kernel = _kernel(ctx, x)
     strides, dilations, begins, ends = _window(ctx, x, kernel)
-    ctx.flag("storage_order", 0)  # only the Indices output, not computed, depends on it
+    ceil, column_major = ctx.flag("ceil_mode", 0), ctx.flag("storage_order", 0)
+    indices = _max_indices(x, kernel, strides, dilations, begins, ends, ceil, column_major) \
+        if ctx.num_outputs > 1 and ctx.node.output[1] else None
     if not _torch_style(kernel, begins, ends):
-        return _pool_windows(x, "max", kernel, strides, dilations, begins, ends,
-                             ctx.flag("ceil_mode", 0), float("-inf")), None
+        return _pool_windows(x, "max", kernel, strides, dilations, begins, ends, ceil,
+                             float("-inf")), indices
     x, padding = _pre_pad(x, begins, ends, float("-inf"))
-    y = ops.max_pool(x, kernel, strides, padding, dilations, ctx.flag("ceil_mode", 0))
-    return y, None  # Indices: not computed
+    return ops.max_pool(x, kernel, strides, padding, dilations, ceil), indices
 
 
 @register("AveragePool")
