@@ -101,6 +101,8 @@ def test_by(files, kind, by, capsys):
     assert header.startswith(by)
     rows = table_rows(out)
     assert rows[-1][0] == "total" and len(rows) > 2
+    if by == "node":  # %name op @ scope
+        assert any(r[0].endswith(" conv @ stem") for r in rows)
     if by == "op":  # (torch.onnx's decomposed attention does not lower to one kernel yet)
         kernels = {"conv", "einsum"} | ({"attention"} if kind != "onnx" else set())
         assert kernels <= {r[0].strip() for r in rows}
@@ -266,7 +268,8 @@ def test_squeezenet_headline_bytes_leave_out_im2col(capsys):
     total = data["total"]
     assert total["unfused_bytes"] > 8e9 > 1e8 > total["bytes"]  # 8.7 GB of im2col windows
     convs = [r for r in data["rows"] if r["op"] == "conv"]
-    assert len(convs) == 26 and all(r["name"].endswith(" conv") for r in convs)
+    assert len(convs) == 26 and all(r["name"] == f"%{r['path'].split('%')[1]} conv"
+                                    for r in convs)
     assert sum(r["matmul_flops"] for r in convs) == total["matmul_flops"]
 
 

@@ -131,9 +131,7 @@ class _Row:
 
 def _rows(report, by: str, depth: int | None) -> list[_Row]:
     if by == "layer" and not report.scopes.children:  # no module paths: nodes as they run
-        return [_Row(f"%{n} {report.node_info[(g, n)][0]}", f"{g}:%{n}", 1,
-                     report.per_node[(g, n)], [(g, n)], *report.node_info[(g, n)][:2])
-                for g, n in report.per_node]
+        return [_node_row(report, g, n, 1) for g, n in report.per_node]
     if by == "layer":
         return _scope_rows(report, depth, tree=True)
     if by == "scope":
@@ -148,11 +146,19 @@ def _rows(report, by: str, depth: int | None) -> list[_Row]:
         rows = [_Row(g, g, 0, fig, [k for k in report.per_node if k[0] == g])
                 for g, fig in report.per_graph.items()]
     elif by == "node":
-        rows = [_Row(f"{g}:%{n}", f"{g}:%{n}", 0, fig, [(g, n)], *report.node_info[(g, n)][:2])
-                for (g, n), fig in report.per_node.items()]
+        rows = [_node_row(report, g, n, 0) for g, n in report.per_node]
     else:
         raise TdagError(f"cost table: by must be one of {', '.join(BY)}, not {by!r}")
     return sorted(rows, key=lambda r: _sort_key(r.figures.flops), reverse=True)
+
+
+def _node_row(report, graph: str, node: str, depth: int) -> _Row:
+    """A node's row, named ``%15 conv @ stem`` (and its TDAG where there are several)."""
+    op, scope = report.node_info[(graph, node)][:2]
+    where = f"{graph}:" if len(report.per_graph) > 1 else ""
+    name = f"{where}%{node} {op}" + (f" @ {scope}" if scope else "")
+    return _Row(name, f"{graph}:%{node}", depth, report.per_node[(graph, node)],
+                [(graph, node)], op, scope)
 
 
 def _scope_rows(report, depth: int | None, tree: bool) -> list[_Row]:
