@@ -263,7 +263,9 @@ def _lstm_layer_jax(cx, x, weights, h, c, reverse: bool):
         h = nn.sigmoid(o) * jnp.tanh(c)
         return (h, c), h
 
-    return cx.lax.scan(step, (h, c), projected, reverse=reverse)[1]  # in time order
+    # unrolled: XLA's CPU loop costs more per trip than a small cell's arithmetic
+    unroll = min(x.shape[0], 16) or 1
+    return cx.lax.scan(step, (h, c), projected, reverse=reverse, unroll=unroll)[1]
 
 
 def _lstm_jax(node, a, cx):
