@@ -142,6 +142,13 @@ def test_weights_are_named_by_tree_path_and_inputs_by_parameter():
     assert [v.name for v in prog.inputs] == ["x"]
     assert {"weights.0", "weights.1"} <= set(prog.graph.weights)
 
+    def nested(tree, x):  # not a flax variables dict: every leaf is a parameter
+        return x @ tree["encoder"]["w"] + tree["stats"]["b"]
+    prog = tdag.from_jax(nested, {"encoder": {"w": rand(4, 3)}, "stats": {"b": rand(3)}},
+                         rand(2, 4))
+    assert {n: w.kind for n, w in prog.graph.weights.items()} == {
+        "encoder.w": TensorKind.parameter, "stats.b": TensorKind.parameter}
+
 
 # -- primitive families ---------------------------------------------------------------------------
 

@@ -52,10 +52,12 @@ def from_jax(fn, *example_args, dynamic_shapes: dict | None = None) -> Program:
 
     Each argument that is an array (numpy, jax, or a ``jax.ShapeDtypeStruct``) is an input
     of the Program, named after ``fn``'s parameter. Any other argument is a pytree of
-    weights (a flax ``variables`` dict): each leaf becomes a weight named by its dotted tree
-    path (``params.Dense_0.kernel``), a parameter under the ``params`` collection (or in a
-    tree without collections, named ``<argument>.<index>``) and a buffer under any other
-    (``batch_stats``). Arrays ``fn`` closes over are consts. The outputs are the leaves of
+    weights: each leaf becomes a weight named by its dotted tree path. In a flax
+    ``variables`` dict (a tree with a ``params`` key) the leaves under ``params`` are
+    parameters (``params.Dense_0.kernel``) and those of any other collection buffers
+    (``batch_stats.BatchNorm_0.mean``); in any other tree they are parameters, under the
+    argument's name where the root is not keyed by name (``weights.0``). Arrays ``fn``
+    closes over are consts. The outputs are the leaves of
     ``fn``'s result, in pytree order.
 
     ``dynamic_shapes`` maps an input's index to ``{axis: "name"}``: the axis is traced as a

@@ -7,9 +7,9 @@ flow (``cond``, ``while``, ``scan``) still holds sub-jaxprs. Every value becomes
 fresh object per definition: one jaxpr inlined twice defines its values twice) or a Lit.
 
 Arguments: an array is an input; any other pytree (a flax ``variables`` dict) is a tree of
-weights named by their dotted tree path (``params.Dense_0.kernel``), parameters under a
-``params`` collection (or in a tree with no collections) and buffers under any other
-(``batch_stats``). Arrays the function closes over are consts.
+weights named by their dotted tree path (``params.Dense_0.kernel``): in a flax variables
+dict, parameters under ``params`` and buffers under any other collection (``batch_stats``);
+in any other tree, parameters. Arrays the function closes over are consts.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class Traced:
     held: dict  # Ref -> Held
     eqns: list
     outs: list
-    out_tree: object = None  # the pytree structure of the function's result
+    out_tree: object  # the pytree structure of the function's result
 
 
 def dtype_of(aval) -> DType:
@@ -145,57 +145,54 @@ def trace(fn, example_args, dynamic_shapes) -> Traced:
         import jax  # noqa: PLC0415  (tdag imports without jax; from_jax needs it)
     except ImportError as exc:
         raise CaptureError("from_jax needs jax: pip install 'tdag[jax]'") from exc
+    names = _arg_names(fn, len(example_args))
+    inputs = [i for i, arg in enumerate(example_args) if _is_array(arg)]
+    trees = [i for i in range(len(example_args)) if i not in inputs]
+    abstract = [_abstract(example_args[i], (dynamic_shapes or {}).get(i), names[i])
+                for i in inputs]
 
-    arrays, names, held_leaves = [], _arg_names(fn, len(example_args)), []
-    abstract = []
-    for i, arg in enumerate(example_args):
-        if _is_array(arg):
-            arrays.append((names[i], i))
-            abstract.append(_abstract(arg, (dynamic_shapes or {}).get(i), names[i]))
-        else:
-            abstract.append(arg)
-            held_leaves.append(i)
-    dynamic_args = [i for i, _ in enumerate(example_args) if i not in held_leaves]
-
-    # weights are traced as arguments (not consts) so that their names come from the tree
-    def with_weights(weights, *arrays_only):
+    # weight trees are traced as arguments (not consts) so that leaves keep their paths
+    def split_call(weights, *arrays):
         full = list(example_args)
-        for i, w in zip(held_leaves, weights):
-            full[i] = w
-        for i, a in zip(dynamic_args, arrays_only):
-            full[i] = a
+        for i, value in [*zip(trees, weights), *zip(inputs, arrays)]:
+            full[i] = value
         return fn(*full)
 
-    weights = [example_args[i] for i in held_leaves]
+    weights = [example_args[i] for i in trees]
     try:
-        closed_jaxpr, out_shape = jax.make_jaxpr(with_weights, return_shape=True)(
-            weights, *[abstract[i] for i in dynamic_args])
+        closed, out_shape = jax.make_jaxpr(split_call, return_shape=True)(weights, *abstract)
     except Exception as exc:
         raise CaptureError(f"jax.make_jaxpr failed on the function: {type(exc).__name__}: "
                            f"{exc}") from exc
-    jaxpr = closed_jaxpr.jaxpr
-    leaves = [(path, leaf, held_leaves[k]) for k, w in enumerate(weights)
-              for path, leaf in jax.tree_util.tree_flatten_with_path(w)[0]]
-    n_weights = len(leaves)
-    if len(jaxpr.invars) != n_weights + len(dynamic_args):
+    traced = Traced([], {}, [], [], jax.tree_util.tree_structure(out_shape))
+    env = _bind_arguments(traced, closed.jaxpr, [(names[i], example_args[i]) for i in trees],
+                          [names[i] for i in inputs])
+    flattener = _Flattener(traced)
+    flattener.bind_consts(env, closed.jaxpr.constvars, closed.consts)
+    eqns = flattener.eqns(closed.jaxpr.eqns, env)
+    traced.outs = [_operand(env, v) for v in closed.jaxpr.outvars]
+    traced.eqns = live_eqns(eqns, traced.outs)
+    return traced
+
+
+def _bind_arguments(traced: Traced, jaxpr, trees: list, input_names: list) -> dict:
+    """Refs for the jaxpr's inputs: a Held weight per leaf of each (name, tree), then the
+    inputs, in order."""
+    import jax  # noqa: PLC0415
+    leaves = [(path, leaf, name, _is_flax_variables(tree)) for name, tree in trees
+              for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    if len(jaxpr.invars) != len(leaves) + len(input_names):
         raise CaptureError("the traced function's arguments do not match its example "
-                           "arguments (a non-array leaf in a weight tree?)")
-    traced = Traced([], {}, [], [])
+                           "arguments")
     env: dict = {}
-    for var, (path, leaf, arg) in zip(jaxpr.invars[:n_weights], leaves):
+    for var, (path, leaf, name, flax) in zip(jaxpr.invars, leaves):
         ref = env[var] = Ref(var.aval)
-        traced.held[ref] = Held(_weight_name(path, names[arg]), _kind_of(path),
+        traced.held[ref] = Held(_weight_name(path, name), _kind_of(path, flax),
                                 as_torch(np.asarray(leaf, dtype=var.aval.dtype)))
-    for var, (name, _) in zip(jaxpr.invars[n_weights:], arrays):
+    for var, name in zip(jaxpr.invars[len(leaves):], input_names):
         env[var] = Ref(var.aval)
         traced.inputs.append((name, env[var]))
-    flattener = _Flattener(traced)
-    flattener.bind_consts(env, jaxpr.constvars, closed_jaxpr.consts)
-    eqns = flattener.eqns(jaxpr.eqns, env)
-    traced.outs = [_operand(env, v) for v in jaxpr.outvars]
-    traced.eqns = live_eqns(eqns, traced.outs)
-    traced.out_tree = jax.tree_util.tree_structure(out_shape)
-    return traced
+    return env
 
 
 def _is_array(arg) -> bool:
@@ -252,10 +249,16 @@ def _weight_name(path, arg_name: str) -> str:
     return ".".join(parts)
 
 
-def _kind_of(path) -> TensorKind:
-    parts = _path_parts(path)
-    if len(parts) > 1 and parts[0] != "params" and re.match(r"[a-z_]+$", parts[0]):
-        return TensorKind.buffer  # a flax collection other than params (batch_stats, cache)
+def _is_flax_variables(tree) -> bool:
+    """A flax ``variables`` dict: keyed by collections, ``params`` among them."""
+    return hasattr(tree, "keys") and "params" in tree.keys()
+
+
+def _kind_of(path, flax: bool) -> TensorKind:
+    """Parameters, except the leaves of a flax collection other than ``params``
+    (``batch_stats``, ``cache``: state the model reads, not learns)."""
+    if flax and _path_parts(path)[:1] != ["params"]:
+        return TensorKind.buffer
     return TensorKind.parameter
 
 
