@@ -19,8 +19,9 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import tdag
-from tdag.canonicalize.onnx_values import mod, trunc_div
+from tdag.canonicalize.onnx_values import Known, cast_known, mod, trunc_div
 from tdag.ir.symbols import dims_equal, symbol
+from tdag.ir.types import DType
 
 sys.path.insert(0, os.path.dirname(__file__))
 from guards import run_onnx  # noqa: E402
@@ -242,3 +243,15 @@ def test_expanded_function_body_at_a_symbolic_batch(name):
             for a, e in zip(actual, expected):
                 torch.testing.assert_close(a, torch.from_numpy(np.asarray(e)), rtol=1e-4,
                                            atol=1e-5, msg=f"{name} through {how}")
+
+
+def test_a_cast_of_a_shape_value_folds_only_where_onnx_would_not_wrap():
+    s = symbol("s")
+    sizes = Known(np.array([s, 0, 300], dtype=object), DType.i64)
+    assert cast_known(sizes, DType.bool).dims() == [True, False, True]
+    assert cast_known(sizes, DType.i32).dims() == [s, 0, 300]
+    assert cast_known(sizes, DType.i8) is None  # 300 wraps: the tensors cast it
+    flags = Known(np.array([True, False], dtype=object), DType.bool)
+    assert cast_known(flags, DType.i64).dims() == [1, 0]
+    assert cast_known(Known(np.array([s - symbol("t")], dtype=object), DType.i64),
+                      DType.bool) is None  # s - t may be 0

@@ -23,6 +23,7 @@ from tdag.canonicalize.onnx_values import (
     MAX_TABLE,
     Known,
     absolute,
+    cast_known,
     decide,
     fits,
     fold_arith,
@@ -272,8 +273,9 @@ def _cast_like(ctx, x, like):
 
 def _cast_to(ctx, x, dtype: DType):
     if isinstance(x, Known) and not dtype.is_float:
-        values = x.values if dtype is not DType.bool or not x.static else x.values != 0
-        return Known(values, dtype)
+        folded = cast_known(x, dtype)
+        if folded is not None:
+            return folded
     x = ctx.tensor(x)
     saturate = ctx.flag("saturate", 1)
     if dtype is DType.f8e8m0fnu and not saturate:

@@ -183,6 +183,26 @@ def fold_compare(fn, a: Known, b: Known) -> Known | None:
     return Known(out, DType.bool)
 
 
+def cast_known(value: Known, dtype: DType) -> Known | None:
+    """A Known as another integer or bool type, as ONNX's Cast gives it; None where a value
+    would wrap or a symbolic one's truth is open (then the tensors cast it)."""
+    if dtype is DType.bool:
+        return fold_arith(_truth, [value], dtype)
+    if value.dtype is DType.bool:
+        return fold_arith(int, [value], dtype)
+    info = torch.iinfo(dtype.torch)
+    if all(not is_static(d) or info.min <= d <= info.max for d in value.dims()):
+        return Known(value.values, dtype)
+    return None
+
+
+def _truth(dim) -> bool | None:
+    if is_static(dim):
+        return dim != 0
+    sign = _sign(dim)
+    return None if sign is None else sign != 0
+
+
 def _sign(dim) -> int | None:
     """1, 0 or -1 where the symbols decide it (sizes are positive), else None."""
     dim = sympy.sympify(dim)
