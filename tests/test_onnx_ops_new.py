@@ -38,6 +38,8 @@ def _model(op, inputs, attrs=None, opset=20, outputs=1):
     """One node; ``inputs`` (name, array | Const | None) in the node's order: an array is a
     graph input, a Const an initializer, None an omitted optional input."""
     names = [name if value is not None else "" for name, value in inputs]
+    while names and not names[-1]:  # trailing omitted inputs are left out
+        names.pop()
     graph_inputs = [helper.make_tensor_value_info(
         name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
         for name, value in inputs if isinstance(value, np.ndarray)]
@@ -353,3 +355,19 @@ def test_max_pool_indices(shape, attrs):
     model, feeds = _model("MaxPool", [("x", _r(*shape))], attrs, 12, outputs=2)
     model.graph.output[1].type.tensor_type.elem_type = I64
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("output_shape", [None, "const", "runtime"])
+def test_max_unpool(output_shape):
+    pool = dict(kernel_shape=[2, 3], strides=[2, 2])  # unpools back to 6 x 7
+    pooled, _ = _model("MaxPool", [("x", _r(2, 3, 6, 7))], pool, 12, outputs=2)
+    pooled.graph.output[1].type.tensor_type.elem_type = I64
+    values, indices = _expected(pooled, {"x": _r(2, 3, 6, 7)}, "ort")
+    shape = np.array([2, 3, 8, 9], np.int64)
+    given = {None: None, "const": Const(shape), "runtime": shape}[output_shape]
+    model, feeds = _model("MaxUnpool", [("x", values), ("i", indices), ("shape", given)],
+                          pool, 11)
+    # with output_shape, onnxruntime reads the indices in the output's shape; the reference
+    # and ONNX's own test case (test_maxunpool_export_with_output_shape) in the unpooled
+    # shape, zero-filled at the end: tdag follows the latter
+    _check(model, feeds, "ort" if output_shape is None else "ref")

@@ -18,7 +18,7 @@ from tdag import ops
 from tdag.canonicalize.onnx_ops import register
 from tdag.canonicalize.onnx_ops_signal import _positions
 from tdag.deinops import boxes as box_ops
-from tdag.deinops import sampling, sorting
+from tdag.deinops import sampling, sorting, writes
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
@@ -253,14 +253,15 @@ def _deform_conv(ctx, x, w, offset, bias=None, mask=None):
 # -- Col2Im -------------------------------------------------------------------------------------
 
 def _elements(ctx, value, count: int, what: str) -> list:
-    """The elements of a 1-d i64 input: ints where known while importing, else 0-d
+    """The elements of a 1-d integer input: ints where known while importing, else 0-d
     tensors read at run time."""
     known = ctx.known(value)
     if known is not None and known.static:
         return [int(v) for v in known.dims()]
     t = ops.cast(ctx.tensor(value), DType.i64)
     if t.shape != (count,):
-        raise InvalidModelError(f"Col2Im: {what} must hold {count} values, got {t.type}")
+        raise InvalidModelError(f"{ctx.node.op_type}: {what} must hold {count} values, got "
+                                f"{t.type}")
     return [ops.select(t, 0, k) for k in range(count)]
 
 
@@ -324,3 +325,37 @@ def _col2im(ctx, x, image_shape, block_shape):
     flat = ops.where(valid, ops.add(ops.mul(column, x.shape[2]), block_index), 0)
     values = ops.gather(ops.reshape(x, (x.shape[0], -1)), flat, 1, wrap=False)
     return ops.sum(ops.where(ops.unsqueeze(valid, 0), values, 0.0), -1)
+
+
+# -- MaxUnpool ----------------------------------------------------------------------------------
+
+@register("MaxUnpool")
+def _max_unpool(ctx, x, indices, output_shape=None):
+    """MaxPool's inverse: zeros of the shape pooling came from, each value written at its
+    flat index (deinops/writes.py), then zero-filled at the end of each axis up to
+    output_shape (a fresh size where it is given at run time), as the ONNX reference and
+    its test case; onnxruntime reads the indices in output_shape instead."""
+    x, indices = ctx.tensor(x), ops.cast(ctx.tensor(indices), DType.i64)
+    n = x.ndim - 2
+    kernel = ctx.sizes("kernel_shape", n, 0, 1)
+    strides, pads = ctx.sizes("strides", n, 1, 1), ctx.sizes("pads", 2 * n, 0, 0)
+    if not all(is_static(d) for d in x.shape):
+        raise UnsupportedOpError(f"MaxUnpool of {x.type} (static sizes only)")
+    sizes = [(x.shape[2 + d] - 1) * strides[d] - pads[d] - pads[n + d] + kernel[d]
+             for d in range(n)]
+    zeros = ops.zeros(tuple(x.shape[:2]) + tuple(sizes), x.dtype, like=x)
+    out = writes.write(zeros, indices, x)
+    if output_shape is None:
+        return out
+    target = _elements(ctx, output_shape, x.ndim, "output_shape")[2:]
+    for d, size in enumerate(target):
+        axis = 2 + d
+        if isinstance(size, int):
+            out = ops.pad(out, [(0, 0)] * axis + [(0, size - sizes[d])] +
+                          [(0, 0)] * (x.ndim - axis - 1))
+            continue
+        cells = _positions(size, ctx.builder)  # a run-time length: gather, zero past the end
+        inside = _grid_axis(ops.lt(cells, sizes[d]), axis, x.ndim)
+        out = ops.gather(out, ops.minimum(cells, sizes[d] - 1), axis, wrap=False)
+        out = ops.where(inside, out, 0.0)
+    return out
