@@ -149,7 +149,7 @@ class Walker:
     """Converts a flat equation list into a Block: segments joined by controllers."""
 
     def __init__(self, shared: Shared, prefix: str, env: dict):
-        self.shared, self.prefix, self.env = shared, prefix, env
+        self.shared, self.prefix, self.env = shared, prefix, _Env(env)
         self.builder, self.local = Builder(), {}
         self.steps: list = []
         self.last: dict = {}
@@ -189,13 +189,11 @@ class Walker:
         """End the current segment: its tensors read at ``index`` or later (or in ``keep``)
         become its TDAG's outputs, named in the block."""
         keep = set(keep)
-        outs, seen = [], set()
-        for ref, value in self.env.items():
-            if isinstance(value, Tensor) and value.builder is self.builder and \
-                    (self.last.get(ref, -1) >= index or ref in keep):
-                if value.name not in seen:
-                    seen.add(value.name)
-                    outs.append(value)
+        made = [(ref, self.env[ref]) for ref in self.env.take_recent()]
+        live = [(ref, value) for ref, value in made
+                if isinstance(value, Tensor) and value.builder is self.builder and
+                (self.last.get(ref, -1) >= index or ref in keep)]
+        outs = list({value.name: value for _, value in live}.values())  # each tensor once
         if outs or self.builder.nodes:
             graph = prune(self.builder.build(outs))
             name = self.shared.graph_name(self.prefix)
@@ -203,10 +201,9 @@ class Walker:
             block_names = {t.name: self.shared.fresh() for t in outs}
             self.steps.append(Call(name, tuple(v.name for v in graph.inputs),
                                    tuple(block_names[t.name] for t in outs)))
-            for ref, value in list(self.env.items()):
-                if isinstance(value, Tensor) and value.name in block_names and \
-                        value.builder is self.builder:
-                    self.env[ref] = Outer(block_names[value.name], value.type)
+            for ref, value in live:
+                self.env[ref] = Outer(block_names[value.name], value.type)
+        self.env.take_recent()  # the Outers just bound belong to no segment
         self.builder, self.local = Builder(), {}
 
     def read(self, operand) -> Tensor:
@@ -303,6 +300,24 @@ class Walker:
         passed = {k: v for k, v in self.env.items() if isinstance(v, (Held, Lit))}
         return Walker(self.shared, self.shared.graph_name(f"{self.prefix}_{hint}"),
                       {**passed, **env})
+
+
+class _Env(dict):
+    """Refs -> values, remembering the refs bound since the current segment began: closing
+    a segment looks at those alone (looking at every value would make a program's import
+    time grow with the square of its number of controllers)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.recent: dict = {}  # an ordered set
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.recent[key] = None
+
+    def take_recent(self) -> list:
+        recent, self.recent = list(self.recent), {}
+        return recent
 
 
 class _Holes(Exception):
