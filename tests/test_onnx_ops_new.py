@@ -371,3 +371,12 @@ def test_max_unpool(output_shape):
     # and ONNX's own test case (test_maxunpool_export_with_output_shape) in the unpooled
     # shape, zero-filled at the end: tdag follows the latter
     _check(model, feeds, "ort" if output_shape is None else "ref")
+
+
+@pytest.mark.parametrize("mode,scales", [("nearest", (1, 1, 2, 3)), ("linear", (1, 1, 1.5, 2.5)),
+                                         ("nearest", (1, 2, 1, 1.7))])
+def test_upsample_scales_at_run_time(mode, scales):
+    model, feeds = _model("Upsample", [("x", _r(2, 3, 4, 5)),
+                                       ("scales", np.array(scales, np.float32))],
+                          dict(mode=mode), 9)
+    _check(model, feeds)

@@ -20,6 +20,7 @@ from tdag.canonicalize.onnx_ops import _norm_axes, register
 from tdag.canonicalize.onnx_values import MAX_TABLE
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal, is_static
+from tdag.ir.types import DType
 
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _COORDINATES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
@@ -38,6 +39,8 @@ def _resize(ctx, x, *rest):
         raise InvalidModelError("Resize: antialias applies to linear and cubic modes only")
     coordinates = "asymmetric" if legacy else \
         ctx.choice("coordinate_transformation_mode", "half_pixel", _COORDINATES)
+    if legacy and not ctx.attr("scales") and _run_time(ctx, rest[0]):
+        return _legacy_at_run_time(ctx, x, ctx.tensor(rest[0]), mode)
     scales, sizes, rois, from_scale = _targets(ctx, x, rest, legacy)
     for axis in range(x.ndim):
         if scales[axis] == 1.0 and sizes[axis] == x.shape[axis] and rois[axis] == (0.0, 1.0):
@@ -63,6 +66,39 @@ def _resize(ctx, x, *rest):
         if outside is not None and outside.any():
             mask = x.builder.const(torch.from_numpy(_trailing(outside, x.ndim - axis)))
             x = ops.where(mask, float(ctx.attr("extrapolation_value", 0.0)), x)
+    return x
+
+
+def _run_time(ctx, value) -> bool:
+    weight = ctx.builder.weights.get(getattr(value, "name", None))
+    return weight is None or weight.value is None
+
+
+def _legacy_at_run_time(ctx, x, scales, mode: str):
+    """Upsample (and Resize before opset 11) with scales given at run time: each output
+    length floor(L * scale) is a fresh size; output cell y reads y / scale (asymmetric, in
+    float32 as onnxruntime), the floor for nearest, else a blend of the two cells around."""
+    if mode == "cubic" or scales.shape != (x.ndim,):
+        raise UnsupportedOpError(f"{ctx.node.op_type}: mode {mode!r} with scales {scales.type} "
+                                 f"given at run time")
+    if not all(is_static(d) for d in x.shape):
+        raise UnsupportedOpError(f"{ctx.node.op_type}: scales at run time for {x.type}")
+    scales = ops.cast(scales, DType.f32)
+    for axis, length in enumerate(x.shape):
+        scale = ops.select(scales, 0, axis)
+        size = ops.cast(ops.floor(ops.mul(scale, float(length))), DType.i64)
+        source = ops.div(ops.cast(ops.arange_of(size), DType.f32), scale)
+        low = ops.clamp(ops.floor(source), 0.0, length - 1.0)
+        lower = ops.gather(x, ops.cast(low, DType.i64), axis, wrap=False)
+        if mode == "nearest":
+            x = lower
+            continue
+        high = ops.cast(ops.minimum(ops.add(low, 1.0), length - 1.0), DType.i64)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        frac = ops.reshape(ops.clamp(ops.sub(source, low), 0.0, 1.0), tuple(shape))
+        upper = ops.gather(x, high, axis, wrap=False)
+        x = ops.add(lower, ops.mul(ops.sub(upper, lower), ops.cast(frac, x.dtype)))
     return x
 
 
