@@ -318,3 +318,21 @@ def test_float_bitcast_needs_onnx_opset_26():
         tdag.to_onnx(prog, opset=21)
     ints = tdag.trace(lambda x: bitcast(x, DType.u16), tdag.TensorSpec((2,), "int16"))
     assert tdag.to_onnx(ints, opset=18).opset_import[0].version == 18  # a wrapping Cast
+
+
+@pytest.mark.parametrize("dtype", [DType.u8, DType.i8, DType.u16], ids=lambda d: d.value)
+def test_small_integer_pow_wraps_everywhere(dtype):
+    """ONNX's Pow takes no 8-bit integer: int32 carries it on onnxruntime."""
+    out = _binary(ops.pow, dtype, [7, 2, 3], [7, 9, 2])
+    bits = 8 * dtype.itemsize
+    want = [pow(a, b, 2 ** bits) for a, b in [(7, 7), (2, 9), (3, 2)]]
+    if dtype is DType.i8:
+        want = [v - 256 if v > 127 else v for v in want]
+    assert out.tolist() == want
+
+
+def test_uint64_pow_is_a_clear_onnx_error():
+    spec = tdag.TensorSpec((2,), "uint64")
+    prog = tdag.trace(lambda a, b: ops.pow(a, b), spec, spec)
+    with pytest.raises(UnsupportedOpError, match="pow on uint64: ONNX's Pow takes no uint64"):
+        tdag.to_onnx(prog)

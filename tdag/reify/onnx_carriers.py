@@ -14,8 +14,9 @@ bfloat16 compute in float32 and round once.
 
 uint64 has no wider type. Its ``where`` becomes ``c*a + (1-c)*b`` (Mul and Add wrap modulo
 2**64, and one term is 0) and its reductions run on int64 exactly (``_reduce_u64``); the
-other ops tdag emits for it have uint64 kernels. ONNX's Neg takes no unsigned type at all:
-``0 - x`` wraps as negation does.
+other ops tdag emits for it have uint64 kernels but Pow (a clear error). ONNX's Neg takes
+no unsigned type at all: ``0 - x`` wraps as negation does; its Pow no 8-bit integer: int32
+carries those.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from tdag.ir.types import FLOAT8, DType
 
 CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64,
            DType.bf16: DType.f32, **{f8: DType.f32 for f8 in FLOAT8}}
+# ONNX's Pow itself takes no 8-bit integer (nor uint64, which no wider type holds)
+_POW_CARRIER = {**CARRIER, DType.u8: DType.i32, DType.i8: DType.i32}
 
 
 def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
@@ -41,16 +44,21 @@ def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
         return _reduce_u64(node, ins[0], cx, g, emit)
     if node.op is Op.neg and out in (DType.u8, DType.u64):  # ONNX's Neg takes no unsigned
         return g.node("Sub", [g.const(0, out), ins[0]])
+    if node.op is Op.pow and out is DType.u64:
+        raise UnsupportedOpError("pow on uint64: ONNX's Pow takes no uint64 (and no wider "
+                                 "integer type holds its values)", node=node.name,
+                                 origin=node.origin)
+    carrier = _POW_CARRIER if node.op is Op.pow else CARRIER
     types = [*dtypes, out]
     view = has(node.op, Trait.VIEW) and not any(d.is_float8 for d in types)
-    if node.op in (Op.cast, Op.bitcast) or view or not any(d in CARRIER for d in types):
+    if node.op in (Op.cast, Op.bitcast) or view or not any(d in carrier for d in types):
         return emit(node, list(ins), cx)
-    wide = [g.cast(x, CARRIER[d]) if d in CARRIER else x for x, d in zip(ins, dtypes)]
-    widened = {n: cx.type(n).with_dtype(CARRIER[d]) for n, d in zip(node.inputs, dtypes)
-               if d in CARRIER}
-    wide_node = node.replace(type=node.type.with_dtype(CARRIER.get(out, out)))
+    wide = [g.cast(x, carrier[d]) if d in carrier else x for x, d in zip(ins, dtypes)]
+    widened = {n: cx.type(n).with_dtype(carrier[d]) for n, d in zip(node.inputs, dtypes)
+               if d in carrier}
+    wide_node = node.replace(type=node.type.with_dtype(carrier.get(out, out)))
     result = emit(wide_node, wide, _Widened(cx, widened))
-    return g.cast(result, out) if out in CARRIER else result
+    return g.cast(result, out) if out in carrier else result
 
 
 class _Widened:
