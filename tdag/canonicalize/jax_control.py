@@ -1,8 +1,8 @@
 """JAX control flow as tdag controllers: ``cond`` -> If, ``while`` -> Loop with a condition,
 ``scan`` -> Loop with a fixed trip count and stacked outputs.
 
-The walker closes its segment first, so every tensor operand is a value of the block (an
-Outer). A body's jaxpr is flattened (jax_trace.flatten_closed) on placeholder Refs and
+The walker closes its segment first, so every tensor operand is a value of the block (a
+Boundary). A body's jaxpr is flattened (jax_trace.flatten_closed) on placeholder Refs and
 walked by a nested walker; tensor operands enter it as the body Block's inputs, weights
 and literals directly (each body TDAG holds the weights it reads). A Loop carries
 unchanged the tensors its body reads but does not update.
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tdag import ops
-from tdag.canonicalize.jax_trace import Outer, Ref, dim_of, flatten_closed, type_of
+from tdag.canonicalize.jax_trace import Ref, dim_of, flatten_closed, type_of
+from tdag.canonicalize.segments import Boundary
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, If, Loop
 from tdag.ir.symbols import as_dim, is_static
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def _passed(w: Walker, operands: list) -> list:
     """The operands that are tensors of the block (the others enter bodies directly)."""
     return [x for x in operands if isinstance(w.env.get(x) if isinstance(x, Ref) else None,
-                                              Outer)]
+                                              Boundary)]
 
 
 def _enter(w: Walker, operands: list, passed: list) -> tuple[list, dict, list]:
@@ -36,7 +37,7 @@ def _enter(w: Walker, operands: list, passed: list) -> tuple[list, dict, list]:
         ref = Ref(getattr(x, "aval", None))
         refs.append(ref)
         if x in passed:
-            env[ref] = Outer(w.shared.fresh(), w.env[x].type)
+            env[ref] = Boundary(w.shared.fresh(), w.env[x].type)
             inputs.append(env[ref])
         else:
             env[ref] = w.env[x] if isinstance(x, Ref) else x
@@ -45,7 +46,7 @@ def _enter(w: Walker, operands: list, passed: list) -> tuple[list, dict, list]:
 
 def _bind(w: Walker, eqn, names: list, types: list) -> None:
     for ref, name, t in zip(eqn.outs, names, types):
-        w.env[ref] = Outer(name, t)
+        w.env[ref] = Boundary(name, t)
 
 
 # -- cond ----------------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def _branch(w: Walker, closed, operands: list, passed: list, extra: list, caller
     """A branch's Block: inputs the passed operands and then ``extra`` (values the branch
     ignores, taken so that both branches of an If share a signature)."""
     refs, env, inputs = _enter(w, operands, passed)
-    extra_in = [Outer(w.shared.fresh(), t.type) for t in extra]
+    extra_in = [Boundary(w.shared.fresh(), t.type) for t in extra]
     eqns, outs = flatten_closed(closed, refs, w.shared.traced, caller)
     return w.nested("branch", env).block(inputs + extra_in, eqns, outs)
 
@@ -112,7 +113,7 @@ def convert_while(w: Walker, eqn, index: int) -> None:
     first = _inline(w, p["cond_jaxpr"], consts[:n_cond] + carry, eqn)[0]
     passed = _passed(w, consts)
     refs, env, inputs = _enter(w, [*carry, *consts], [*carry, *passed])
-    counter = Outer(w.shared.fresh("i"), TensorType((), DType.i64))
+    counter = Boundary(w.shared.fresh("i"), TensorType((), DType.i64))
     body_eqns, new_carry = flatten_closed(p["body_jaxpr"], refs[len(carry) + n_cond:] +
                                           refs[:len(carry)], w.shared.traced, eqn)
     cond_eqns, keep = flatten_closed(p["cond_jaxpr"], refs[len(carry):len(carry) + n_cond] +
@@ -164,7 +165,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
     w.close(index, keep=[*carry, *xs, *[x for x in consts if isinstance(x, Ref)]])
     passed = _passed(w, consts)
     refs, env, inputs = _enter(w, [*carry, *consts, *xs], [*carry, *passed, *xs])
-    counter = Outer(w.shared.fresh("i"), TensorType((), DType.i64))
+    counter = Boundary(w.shared.fresh("i"), TensorType((), DType.i64))
     sub = w.nested("scan", env)
     slices = []
     with sub.builder.active():
@@ -191,7 +192,7 @@ def convert_scan(w: Walker, eqn, index: int) -> None:
     types = [type_of(r.aval) for r in eqn.outs]
     _bind(w, eqn, carry_out, types[:n_carry])
     for ref, name, t in zip(eqn.outs[n_carry:], stacked, types[n_carry:]):
-        w.env[ref] = Outer(name, t)
+        w.env[ref] = Boundary(name, t)
         if reverse:  # the stack holds step length-1 first: put it in order
             with w.builder.active():
                 w.env[ref] = ops.gather(w.read(ref), ops.sub(_last(length), ops.iota(length)),

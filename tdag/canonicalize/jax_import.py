@@ -4,7 +4,7 @@ The flat equation list (jax_trace.py) is cut at control flow: each straight run 
 equations becomes a TDAG ("segment"), built with tdag's Builder through the primitive
 table (jax_ops*.py); ``cond``, ``while`` and ``scan`` become If and Loop controllers
 (jax_control.py) whose bodies are walked by nested walkers. A value in the walker's
-environment is a Tensor of the current segment, an Outer (a value of the enclosing Block:
+environment is a Tensor of the current segment, a Boundary (a value of the enclosing Block:
 one of its inputs or an earlier step's output), a Held weight, a Lit, or _POISONED (the
 result of an equation tdag could not convert). Unsupported primitives are collected over
 the whole program and reported in one UnsupportedOpError, each with its source line.
@@ -24,13 +24,13 @@ from tdag.canonicalize.jax_trace import (
     Eqn,
     Held,
     Lit,
-    Outer,
     Ref,
     as_torch,
     source_line,
     trace,
     type_of,
 )
+from tdag.canonicalize.segments import Boundary, SegmentEnv
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import (
     ConversionError,
@@ -77,7 +77,7 @@ def from_jax(fn, *example_args, dynamic_shapes: dict | None = None) -> Program:
     walker = Walker(shared, "main", dict(traced.held))
     inputs = []
     for name, ref in traced.inputs:
-        walker.env[ref] = Outer(shared.fresh(name), type_of(ref.aval))
+        walker.env[ref] = Boundary(shared.fresh(name), type_of(ref.aval))
         inputs.append(walker.env[ref])
     try:
         block = walker.block(inputs, traced.eqns, traced.outs)
@@ -149,7 +149,7 @@ class Walker:
     """Converts a flat equation list into a Block: segments joined by controllers."""
 
     def __init__(self, shared: Shared, prefix: str, env: dict):
-        self.shared, self.prefix, self.env = shared, prefix, _Env(env)
+        self.shared, self.prefix, self.env = shared, prefix, SegmentEnv(env)
         self.builder, self.local = Builder(), {}
         self.steps: list = []
         self.last: dict = {}
@@ -165,7 +165,7 @@ class Walker:
                 self._convert(eqn)
         names = [self._output(o) for o in outs]
         self.close(len(eqns))
-        names = [self.env[k].name if isinstance(k, Ref) and isinstance(self.env[k], Outer)
+        names = [self.env[k].name if isinstance(k, Ref) and isinstance(self.env[k], Boundary)
                  else None for k in names]
         if any(n is None for n in names):  # a body with holes (reported already)
             raise _Holes()
@@ -176,7 +176,7 @@ class Walker:
         """The Ref an output reads, made a value of this segment if it is a weight or a
         literal (a block returns names, so these become tensors of the last segment)."""
         value = self.env.get(operand) if isinstance(operand, Ref) else operand
-        if isinstance(value, (Tensor, Outer)) or value is _POISONED:
+        if isinstance(value, (Tensor, Boundary)) or value is _POISONED:
             return operand
         ref = Ref(None)
         self.env[ref] = self.read(operand)
@@ -202,7 +202,7 @@ class Walker:
             self.steps.append(Call(name, tuple(v.name for v in graph.inputs),
                                    tuple(block_names[t.name] for t in outs)))
             for ref, value in live:
-                self.env[ref] = Outer(block_names[value.name], value.type)
+                self.env[ref] = Boundary(block_names[value.name], value.type)
         self.env.take_recent()  # the Outers just bound belong to no segment
         self.builder, self.local = Builder(), {}
 
@@ -211,7 +211,7 @@ class Walker:
         value = self.env.get(operand, _POISONED) if isinstance(operand, Ref) else operand
         if isinstance(value, Tensor):
             return value
-        if isinstance(value, Outer):
+        if isinstance(value, Boundary):
             return self.read_outer(value)
         if isinstance(value, Held):
             if value.name not in self.local:
@@ -222,7 +222,7 @@ class Walker:
             return self._literal(value.value)
         raise _Holes()
 
-    def read_outer(self, value: Outer) -> Tensor:
+    def read_outer(self, value: Boundary) -> Tensor:
         if value.name not in self.local:
             self.local[value.name] = self.builder.input(value.name, value.type)
         return self.local[value.name]
@@ -233,10 +233,10 @@ class Walker:
         return self.builder.const(as_torch(array))
 
     def pin(self, operand) -> Ref:
-        """A Ref whose value is a Tensor or an Outer (a weight or literal made a tensor of
+        """A Ref whose value is a Tensor or a Boundary (a weight or literal made a tensor of
         the segment), so that the next ``close`` hands it to the block."""
         value = self.env.get(operand) if isinstance(operand, Ref) else None
-        if isinstance(value, (Tensor, Outer)):
+        if isinstance(value, (Tensor, Boundary)):
             return operand
         ref = Ref(operand.aval if isinstance(operand, Ref) else None)
         with self.builder.active():
@@ -300,24 +300,6 @@ class Walker:
         passed = {k: v for k, v in self.env.items() if isinstance(v, (Held, Lit))}
         return Walker(self.shared, self.shared.graph_name(f"{self.prefix}_{hint}"),
                       {**passed, **env})
-
-
-class _Env(dict):
-    """Refs -> values, remembering the refs bound since the current segment began: closing
-    a segment looks at those alone (looking at every value would make a program's import
-    time grow with the square of its number of controllers)."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.recent: dict = {}  # an ordered set
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        self.recent[key] = None
-
-    def take_recent(self) -> list:
-        recent, self.recent = list(self.recent), {}
-        return recent
 
 
 class _Holes(Exception):

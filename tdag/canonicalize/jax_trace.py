@@ -59,15 +59,6 @@ class Held:
     value: torch.Tensor
 
 
-@dataclass(frozen=True)
-class Outer:
-    """A value of the enclosing Block (one of its inputs or an earlier step's output): read
-    into a segment as one of its TDAG's inputs."""
-
-    name: str
-    type: TensorType
-
-
 @dataclass
 class Eqn:
     """One equation of the flat list: the primitive, its params, operands and results."""

@@ -1,8 +1,8 @@
-"""What both front ends share when they split a graph into segments at control flow.
+"""What the front ends share when they split a graph into segments at control flow.
 
-A graph with control flow (torch.cond / while_loop, ONNX If / Loop / Scan) becomes several
-TDAGs run by controllers; a value computed by an earlier step is a ``Boundary`` in a later
-segment, read as one of its TDAG's inputs.
+A graph with control flow (torch.cond / while_loop, ONNX If / Loop / Scan, JAX cond / while /
+scan) becomes several TDAGs run by controllers; a value computed by an earlier step is a
+``Boundary`` in a later segment, read as one of its TDAG's inputs.
 """
 from __future__ import annotations
 
@@ -20,4 +20,22 @@ class Boundary:
     type: TensorType
 
 
-__all__ = ["Boundary"]
+class SegmentEnv(dict):
+    """Source names -> values, remembering the names bound since the current segment began:
+    closing a segment looks at those alone (looking at every value would make import time
+    grow with the square of the number of controllers)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.recent: dict = {}  # an ordered set
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.recent[key] = None
+
+    def take_recent(self) -> list:
+        recent, self.recent = list(self.recent), {}
+        return recent
+
+
+__all__ = ["Boundary", "SegmentEnv"]
