@@ -380,3 +380,22 @@ def test_upsample_scales_at_run_time(mode, scales):
                                        ("scales", np.array(scales, np.float32))],
                           dict(mode=mode), 9)
     _check(model, feeds)
+
+
+# -- ops the standard defines as functions ------------------------------------------------------
+
+@pytest.mark.parametrize("alpha", [None, 1.7])
+def test_swiglu(alpha):
+    model, feeds = _model("SwiGLU", [("a", _r(2, 5, 6)), ("b", _r(2, 5, 6))],
+                          {} if alpha is None else dict(alpha=alpha), 28)
+    _check(model, feeds, "ref")
+
+
+@pytest.mark.parametrize("activation,bias,past", [("none", False, False), ("silu", True, True),
+                                                   ("none", True, False)])
+def test_causal_conv_with_state(activation, bias, past):
+    inputs = [("x", _r(2, 4, 7)), ("w", _r(4, 1, 3)), ("b", _r(4) if bias else None),
+              ("past", _r(2, 4, 2) if past else None)]
+    model, feeds = _model("CausalConvWithState", inputs, dict(activation=activation), 27,
+                          outputs=2)
+    _check(model, feeds, "ref")
