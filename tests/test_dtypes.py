@@ -336,3 +336,33 @@ def test_uint64_pow_is_a_clear_onnx_error():
     prog = tdag.trace(lambda a, b: ops.pow(a, b), spec, spec)
     with pytest.raises(UnsupportedOpError, match="pow on uint64: ONNX's Pow takes no uint64"):
         tdag.to_onnx(prog)
+
+
+WEIGHTS = [(TensorProto.FLOAT8E4M3FN, [1.0, -2.5, 448.0]), (TensorProto.FLOAT8E5M2FNUZ,
+                                                            [1.0, -3.0, 57344.0]),
+           (TensorProto.FLOAT8E8M0, [1.0, 4.0, 0.5]), (TensorProto.UINT16, [1, 65535, 7]),
+           (TensorProto.UINT32, [1, 2 ** 32 - 1, 7]), (TensorProto.UINT64, [1, 2 ** 64 - 1, 7])]
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["typed_fields", "raw_data"])
+@pytest.mark.parametrize("elem,values", WEIGHTS,
+                         ids=[TensorProto.DataType.Name(e) for e, _ in WEIGHTS])
+def test_onnx_initializers_of_each_storage_form(elem, values, raw):
+    """An initializer in int32_data / uint64_data (float8 and uint16 as int32 bits) or in
+    raw_data reads the same; the re-emitted model (raw_data) gives it back."""
+    dtype = DType.of(_torch_name_of_onnx(elem))
+    expected = torch.tensor(values, dtype=torch.float64 if dtype.is_float else torch.uint64) \
+        .to(dtype.torch)
+    stored = _numpy(expected).tobytes() if raw else values
+    init = helper.make_tensor("w", elem, [3], stored, raw=raw)
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", elem, [3])], initializer=[init])
+    prog = tdag.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)]))
+    _same(tdag.run(prog), expected)
+    (ort_out,) = _ort_run(tdag.to_onnx(prog), [])
+    _same(ort_out, expected)
+
+
+def _torch_name_of_onnx(elem: int) -> str:
+    from tdag.canonicalize.onnx_load import ONNX_TO_DTYPE  # noqa: PLC0415
+    return _torch_name(ONNX_TO_DTYPE[elem])

@@ -71,6 +71,14 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) 
     return _Exporter(prog, opset).model()
 
 
+def _copy(src: str, dst: str, dtype: DType, name: str) -> onnx.NodeProto:
+    """A node copying ``src`` to ``dst``: an Identity, but a Cast to its own type for
+    float8e8m0, for which onnxruntime registers no Identity."""
+    if dtype is DType.f8e8m0fnu:
+        return helper.make_node("Cast", [src], [dst], name=name, to=ONNX_DTYPE[dtype])
+    return helper.make_node("Identity", [src], [dst], name=name)
+
+
 # the first opset whose ops take each newer element type (Cast-19 the float8 kinds, Cast-24
 # float8e8m0); older types, any opset to_onnx writes
 _TYPE_OPSET = {**{d: 19 for d in FLOAT8}, DType.f8e8m0fnu: 24}
@@ -123,11 +131,11 @@ class _Exporter:
         # as is, or one value returned twice
         produced = {o for node in g.nodes for o in node.output}
         renames = {}
-        for src, dst in zip(outs, out_names):
+        for src, dst, t in zip(outs, out_names, out_types):
             if src in produced and src not in renames:
                 renames[src] = dst
             else:
-                g.nodes.append(helper.make_node("Identity", [src], [dst], name=g.names("n_out")))
+                g.nodes.append(_copy(src, dst, t.dtype, g.names("n_out")))
         model = helper.make_model(onnx.GraphProto(), producer_name="tdag",
                                   opset_imports=[helper.make_opsetid("", self.opset)])
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs] + state_inputs,
@@ -194,7 +202,9 @@ class _Exporter:
         types[carried:carried] = [self.prog.state[s].type for s in state]
         outs = list(extra) + results
         types = [TensorType((), DType.bool)] * len(extra) + types
-        names = [sub.node("Identity", [o], hint="sub_out") for o in outs]
+        names = [sub.names("sub_out") for _ in outs]
+        sub.nodes.extend(_copy(o, n, t.dtype, sub.names("n_Identity"))
+                         for o, n, t in zip(outs, names, types))
         infos = [helper.make_tensor_value_info(n, ONNX_DTYPE[t.dtype], None)
                  for n, t in zip(names, types)]
         return sub.graph(g.names("body"), first, infos)
