@@ -129,6 +129,22 @@ def test_flax_model_matches_jax_in_run_torch_and_onnx(name):
     _close(tdag.run(prog, torch.from_numpy(x2)), jax.jit(apply)(variables, x2), "run x2", 1e-4)
 
 
+LAYERS = {
+    "embed": lambda: (nn.Embed(10, 4), np.array([[1, 2, 9], [0, 0, 3]], np.int32)),
+    "group_norm": lambda: (nn.GroupNorm(num_groups=2), rand(2, 4, 4, 8)),
+    "rms_norm": lambda: (nn.RMSNorm(), rand(2, 5, 8)),
+    "conv_transpose": lambda: (nn.ConvTranspose(3, (3, 3), strides=(2, 2)), rand(1, 5, 5, 2)),
+    "gru": lambda: (nn.RNN(nn.GRUCell(4)), rand(2, 5, 3)),
+    "dropout_deterministic": lambda: (nn.Dropout(0.5, deterministic=True), rand(2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_flax_layers(name):
+    module, x = LAYERS[name]()
+    check(module.apply, random_variables(module, x), x)
+
+
 def test_weights_are_named_by_tree_path_and_inputs_by_parameter():
     apply, variables, x = model_case("mlp")
     prog = tdag.from_jax(apply, variables, x)
