@@ -399,3 +399,14 @@ def test_causal_conv_with_state(activation, bias, past):
     model, feeds = _model("CausalConvWithState", inputs, dict(activation=activation), 27,
                           outputs=2)
     _check(model, feeds, "ref")
+
+
+@pytest.mark.parametrize("mode,axis,indices", [("linear", -2, None), ("linear", 2, (0, 3)),
+                                               ("circular", -2, (5, 2)), ("circular", 1, (6, 0))])
+def test_tensor_scatter(mode, axis, indices):
+    cache_shape, update_shape = [2, 3, 7, 4], [2, 3, 7, 4]
+    update_shape[axis] = 3
+    inputs = [("cache", _r(*cache_shape)), ("update", _r(*update_shape)),
+              ("at", None if indices is None else np.array(indices, np.int64))]
+    model, feeds = _model("TensorScatter", inputs, dict(mode=mode, axis=axis), 24)
+    _check(model, feeds, "ref")

@@ -99,6 +99,35 @@ def _scatter_nd(ctx, x, index, updates):
     return writes.write(x, positions, ctx.tensor(updates), _reduction(ctx))
 
 
+@register("TensorScatter")
+def _tensor_scatter(ctx, cache, update, write_indices=None):
+    """A KV-cache write: cache position p along ``axis`` of batch entry b takes update[s]
+    for s = p - write_indices[b] (mod the cache length in circular mode) where 0 <= s <
+    the update's length, else keeps its value: one gather of the update, no scatter."""
+    cache, update = ctx.tensor(cache), ctx.tensor(update)
+    axis = _norm(ctx.attr("axis", -2), cache.ndim)
+    if axis == 0:
+        raise InvalidModelError("TensorScatter: axis 0 is the batch axis")
+    length, steps = cache.shape[axis], update.shape[axis]
+    start = ops.zeros((cache.shape[0],), DType.i64, like=cache) if write_indices is None \
+        else ops.cast(ctx.tensor(write_indices), DType.i64)
+    shape = [1] * cache.ndim
+    shape[0] = -1
+    start = ops.reshape(start, tuple(shape))
+    shape[0], shape[axis] = 1, -1
+    offset = ops.sub(ops.reshape(ops.iota(length, "i64", ctx.builder), tuple(shape)), start)
+    if ctx.choice("mode", "linear", ("linear", "circular")) == "circular":
+        offset = ops.remainder(offset, ops.size_tensor(cache, (axis,), DType.i64))
+    inside = ops.logical_and(ops.ge(offset, 0), ops.lt(offset, ops.size_tensor(
+        update, (axis,), DType.i64)))
+    index = ops.clamp(offset, 0, ops.sub(ops.size_tensor(update, (axis,), DType.i64), 1)) \
+        if not (is_static(steps) and steps == 0) else offset
+    sizes = list(cache.shape)
+    index = ops.broadcast_to(index, tuple(sizes))
+    written = writes.take_along(update, axis, index)
+    return ops.where(ops.broadcast_to(inside, tuple(sizes)), written, cache)
+
+
 # -- order: top-k, arg-extremes, hardmax --------------------------------------------------------
 
 @register("TopK")
