@@ -201,7 +201,7 @@ def _clamp(ctx, low, x, high):
 def _convert(ctx, x):
     target = dtype_of_np(ctx.params["new_dtype"])
     if x.dtype.is_float and not target.is_float and target is not DType.bool:
-        x = ops.trunc(x)  # float -> int rounds toward zero (a cast may too; say it)
+        x = ops.trunc(x)  # lax rounds toward zero: explicit, so no backend's cast decides
     return ops.cast(x, target)
 
 
