@@ -20,6 +20,7 @@ from onnx import helper
 
 import tdag
 from tdag.canonicalize.onnx_values import Known, cast_known, mod, trunc_div
+from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, symbol
 from tdag.ir.types import DType
 
@@ -136,6 +137,11 @@ GRAPHS = {"heads": (heads, "f32[batch,seq,12]"),
           "arithmetic": (arithmetic, "f32[batch,seq,12]")}
 
 
+def _fresh_sizes(prog) -> list:
+    """The nodes that turn a value read from data into a size (ops.arange_of)."""
+    return [n for g in prog.graphs.values() for n in g.nodes if n.op is Op.arange]
+
+
 def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -151,7 +157,7 @@ def test_symbolic_shape_arithmetic_matches_onnxruntime(name):
     print(text)
     assert [str(t) for t in prog.input_types] == ["f32[batch,seq,12]"]
     assert [str(t) for t in prog.graph.output_types] == [out_type]
-    assert "arange[" not in text, "a size the graph computes became a run-time one"
+    assert not _fresh_sizes(prog), "a size the graph computes became a run-time one"
     module, exported = tdag.to_torch(prog), tdag.to_onnx(prog)
     rng = np.random.default_rng(0)
     for sizes in SIZES:
@@ -226,7 +232,7 @@ def test_expanded_function_body_at_a_symbolic_batch(name):
     model = _batch_symbolic(model, batched)
     prog = tdag.from_onnx(model)
     assert all(prog.input_types[k].shape[0] == symbol("batch") for k in batched)
-    assert "arange[" not in str(prog), "a size the graph computes became a run-time one"
+    assert not _fresh_sizes(prog), "a size the graph computes became a run-time one"
     module, exported = tdag.to_torch(prog), tdag.to_onnx(prog)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -255,3 +261,51 @@ def test_a_cast_of_a_shape_value_folds_only_where_onnx_would_not_wrap():
     assert cast_known(flags, DType.i64).dims() == [1, 0]
     assert cast_known(Known(np.array([s - symbol("t")], dtype=object), DType.i64),
                       DType.bool) is None  # s - t may be 0
+
+
+# -- a shape part known, part read from data ------------------------------------------------------
+
+def partly_known() -> onnx.ModelProto:
+    """[batch] beside a size k given at run time: Reshape to [batch, k, -1], ConstantOfShape
+    and Expand to [batch, k], summed per sample; batch stays the symbol, k and the -1 become
+    fresh sizes."""
+    k = helper.make_tensor_value_info("k", T.INT64, [1])
+    return _model([
+        helper.make_node("Shape", ["x"], ["s"]), _ints("zero", [0]), _ints("one", [1]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["b"]),
+        _ints("minus", [-1]),
+        helper.make_node("Concat", ["b", "k", "minus"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Concat", ["b", "k"], ["bk"], axis=0),
+        helper.make_node("ConstantOfShape", ["bk"], ["c"],
+                         value=helper.make_tensor("v", T.FLOAT, [1], [2.0])),
+        _ints("axes", [1, 2]),
+        helper.make_node("ReduceSum", ["x", "axes"], ["col"], keepdims=1),
+        _ints("last", [2]),
+        helper.make_node("Squeeze", ["col", "last"], ["col2"]),
+        helper.make_node("Expand", ["col2", "bk"], ["e"]),
+        helper.make_node("Add", ["c", "e"], ["ce"]),  # one fresh size for k in both
+        helper.make_node("ReduceSum", ["r", "axes"], ["rs"], keepdims=0),
+        helper.make_node("ReduceSum", ["ce", "one"], ["cs"], keepdims=0),
+        helper.make_node("Add", ["rs", "cs"], ["y"]),
+    ], [X, k], ("y", T.FLOAT, [None]))
+
+
+def test_a_shape_partly_read_from_data_keeps_the_known_sizes():
+    model = partly_known()
+    prog = tdag.from_onnx(model)
+    assert str(prog.graph.output_types[0]) == "f32[batch]"
+    assert len(_fresh_sizes(prog)) == 3  # k (shared by ConstantOfShape and Expand), k and -1
+    module, exported = tdag.to_torch(prog), tdag.to_onnx(prog)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for sizes, k in ((SIZES[0], 4), (SIZES[1], 6)):  # 12 * seq split as k by the rest
+        x = rng.standard_normal((sizes["batch"], sizes["seq"], 12)).astype(np.float32)
+        kk = np.array([k], dtype=np.int64)
+        expected = torch.from_numpy(session.run(None, {"x": x, "k": kk})[0])
+        args = (torch.from_numpy(x), torch.from_numpy(kk))
+        for how, got in (("run", lambda *t: tdag.run(prog, *t)), ("to_torch", module),
+                         ("to_onnx", lambda *t: run_onnx(exported, *t))):
+            torch.testing.assert_close(got(*args), expected, rtol=1e-5, atol=1e-5,
+                                       msg=f"through {how} at {sizes}, k={k}")

@@ -190,6 +190,8 @@ class _Importer:
         self.env = _Env(env)
         self.builder, self.local = Builder(), {}
         self.offsets: dict = {}  # int tensor name -> (root name, constant): onnx_runtime.py
+        self.entries: dict = {}  # shape tensor name -> [Dim, or None: data decides it]: same
+        self.entry_sizes: dict = {}  # (shape tensor name, k) -> arange of that entry: same
         self.steps: list = []
         self.last_use = last_uses(graph)
         self.graph_outputs_hook = None
@@ -268,7 +270,8 @@ class _Importer:
             self.steps.append(Call(name, tuple(v.name for v in graph.inputs), names))
             for (key, value), block_name in zip(outs, names):
                 self.env[key] = Boundary(block_name, value.type)
-        self.builder, self.local, self.offsets = Builder(), {}, {}
+        self.builder, self.local = Builder(), {}
+        self.offsets, self.entries, self.entry_sizes = {}, {}, {}
 
     # -- graph boundary -------------------------------------------------------------------------
 

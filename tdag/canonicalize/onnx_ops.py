@@ -508,7 +508,9 @@ def _concat(ctx, *xs):
             fits([sum(x.shape[axis] for x in xs), *xs[0].shape[:axis], *xs[0].shape[axis + 1:]]):
         return Known(np.concatenate([x.values for x in xs], axis), xs[0].dtype)
     parts = [ctx.tensor(x) for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)]
-    return ops.concat(parts, axis) if len(parts) > 1 else parts[0]
+    out = ops.concat(parts, axis) if len(parts) > 1 else parts[0]
+    runtime.note_entries(ctx, out, xs)
+    return out
 
 
 @register("Split")

@@ -9,7 +9,10 @@ arange's length to -1, which every runtime refuses (``checked_size``): a bad val
 it never answers. The rank must stay known: inputs that decide it (the axes of Reduce*,
 Squeeze and Unsqueeze, Resize's scales) are pinned instead (``from_onnx(..., inputs=)``).
 
-The entries in onnx_ops.py call these when ``ctx.known`` of the input is None.
+The entries in onnx_ops.py call these when ``ctx.known`` of the input is None. A shape
+Concat'ed from known sizes and run-time ones (``[Shape(x)[0], k, -1]``) keeps the known ones
+(``note_entries``): only the rest become fresh sizes, and the ops that take a run-time entry
+as it is (ConstantOfShape, Expand of a size-1 axis) share one fresh size per entry.
 """
 from __future__ import annotations
 
@@ -56,16 +59,67 @@ def _product(values: list, like: Tensor) -> Tensor:
     return out
 
 
-def _regrid(flat: Tensor, dims: list, ok: Tensor | None) -> Tensor:
-    """``flat`` (1-d) read as a row-major grid of the run-time sizes ``dims``: one fresh
-    size per axis, the first checked by ``ok``."""
-    aranges = [ops.checked_size(d, ok) if k == 0 and ok is not None else ops.arange_of(d)
-               for k, d in enumerate(dims)]
+def _regrid(flat: Tensor, dims: list, ok: Tensor | None, sizes: list) -> Tensor:
+    """``flat`` (1-d) read as a row-major grid of the run-time sizes ``dims``: the size
+    known at import time where ``sizes`` has one, else a fresh one, the first checked by
+    ``ok`` (the index carries the check where every size is known)."""
+    aranges = []
+    for d, size in zip(dims, sizes):
+        if size is not None:
+            aranges.append(ops.iota(size, I64, flat.builder))
+        else:
+            aranges.append(ops.arange_of(d) if ok is None else ops.checked_size(d, ok))
+            ok = None
     strides, stride = [], ops.full((), 1, I64, like=flat)
     for d in reversed(dims):
         strides.insert(0, stride)
         stride = ops.mul(stride, d)
-    return ops.gather(flat, ops.broadcast_index(aranges, strides), 0, wrap=False)
+    index = ops.broadcast_index(aranges, strides)
+    if ok is not None:
+        index = ops.add(index, ops.checked_zero(ok))
+    return ops.gather(flat, index, 0, wrap=False)
+
+
+# -- entries known at import time -----------------------------------------------------------
+
+def note_entries(ctx, out, parts) -> None:
+    """Remember which entries of an integer Concat along its one axis are known at import
+    time (from Knowns: ``Shape(x)[0]`` beside a size read from data): a Reshape, Expand or
+    ConstantOfShape to it keeps those sizes, a fresh one only for the rest."""
+    if not isinstance(out, Tensor) or out.ndim != 1 or out.dtype.is_float:
+        return
+    entries = []
+    for part in parts:
+        if len(part.shape) != 1 or not is_static(part.shape[0]):
+            return
+        known = ctx.known(part)
+        entries += known.dims() if known is not None else \
+            ctx.importer.entries.get(part.name, [None] * int(part.shape[0]))
+    if any(e is not None for e in entries):
+        ctx.importer.entries[out.name] = entries
+
+
+def _entry_size(ctx, given, shape: Tensor, k: int) -> Tensor:
+    """``arange(shape[k])``: one fresh size per entry of a shape tensor, shared by the ops
+    whose output takes that entry as it is (a ConstantOfShape and an Expand of a size-1 axis
+    to the same shape agree on it)."""
+    key = (getattr(given, "name", None), k)
+    sizes = ctx.importer.entry_sizes
+    if key[0] is None or key not in sizes:
+        made = ops.arange_of(_entry(shape, k))
+        if key[0] is None:
+            return made
+        sizes[key] = made
+    return sizes[key]
+
+
+def _known_entries(ctx, value, count: int) -> list:
+    """The entries of a shape input known at import time (Dims), None where data decides
+    (or where a known one is negative: the run-time path checks it)."""
+    entries = ctx.importer.entries.get(getattr(value, "name", None))
+    if entries is None or len(entries) != count:
+        return [None] * count
+    return [None if is_static(e) and e < 0 else e for e in entries]
 
 
 # -- Reshape, Expand, Tile, ConstantOfShape -----------------------------------------------------
@@ -73,10 +127,14 @@ def _regrid(flat: Tensor, dims: list, ok: Tensor | None) -> Tensor:
 def reshape(ctx, x, shape, allow_zero: bool) -> Tensor:
     """Each output size a fresh one; 0 copies the input's size (unless ``allow_zero``), one
     -1 is inferred; the sizes must multiply to the element count."""
-    x, shape = ctx.tensor(x), int_vector(ctx, shape, "the shape")
+    x, given = ctx.tensor(x), shape
+    shape = int_vector(ctx, shape, "the shape")
     rank = int(shape.shape[0])
     if rank == 0:
         return ops.reshape(x, ())
+    sizes = [x.shape[k] if is_static(e) and e == 0 and not allow_zero and k < x.ndim else
+             None if is_static(e) and e == 0 and not allow_zero else e
+             for k, e in enumerate(_known_entries(ctx, given, rank))]
     n = ops.size_tensor(x, tuple(range(x.ndim)), I64)
     dims = []
     for k in range(rank):
@@ -91,23 +149,34 @@ def reshape(ctx, x, shape, allow_zero: bool) -> Tensor:
     wilds = ops.sum(ops.stack([ops.cast(w, I64) for w in wild], 0), 0)
     ok = _all([ops.eq(_product(dims, x), n), ops.le(wilds, 1)] +
               [ops.ge(d, 0) for d in dims])
-    return _regrid(ops.reshape(x, (-1,)), dims, ok)
+    return _regrid(ops.reshape(x, (-1,)), dims, ok, sizes)
 
 
 def expand(ctx, x, shape) -> Tensor:
     """Broadcast to a run-time shape: an axis of size 1 takes the shape's size (a fresh
     one); any other keeps its size, checked at run time to match (or the shape's 1)."""
-    x, shape = ctx.tensor(x), int_vector(ctx, shape, "the shape")
+    x, given = ctx.tensor(x), shape
+    shape = int_vector(ctx, shape, "the shape")
     r = int(shape.shape[0])
     rank = max(x.ndim, r)
     if rank > x.ndim:
         x = ops.unsqueeze(x, tuple(range(rank - x.ndim)))
-    checks = []
+    checks, known = [], _known_entries(ctx, given, r)
     for k in range(rank - r, rank):
+        size = known[k - (rank - r)]
+        if size is not None and (size == 1 or dims_equal(size, x.shape[k])):
+            continue  # the axis stays as it is
+        if size is not None and x.shape[k] == 1:  # broadcast to a size known now
+            x = ops.broadcast_to(x, tuple(size if j == k else d for j, d in enumerate(x.shape)))
+            continue
         s, n = _entry(shape, k - (rank - r)), _size(x, k)
         fits = ops.logical_or(ops.logical_or(ops.eq(s, 1), ops.eq(s, n)), ops.eq(n, 1))
         if is_static(x.shape[k]) and x.shape[k] != 1:  # the size stays; only a check
             checks.append(fits)
+            continue
+        if x.shape[k] == 1:  # the shape's size, as a ConstantOfShape to it has
+            x = ops.gather(x, ops.mul(_entry_size(ctx, given, shape, k - (rank - r)), 0), k,
+                           wrap=False)
             continue
         length = ops.checked_size(ops.where(ops.eq(n, 1), s, n), fits)
         x = ops.gather(x, ops.minimum(length, ops.sub(n, 1)), k, wrap=False)
@@ -131,11 +200,12 @@ def tile(ctx, x, repeats) -> Tensor:
 
 
 def constant_of_shape(ctx, shape, value) -> Tensor:
-    shape = int_vector(ctx, shape, "the shape")
+    given, shape = shape, int_vector(ctx, shape, "the shape")
     rank = int(shape.shape[0])
     x = ops.reshape(ctx.builder.const(value), (1,) * rank)
-    for k in range(rank):
-        length = ops.arange_of(_entry(shape, k))
+    for k, size in enumerate(_known_entries(ctx, given, rank)):
+        length = _entry_size(ctx, given, shape, k) if size is None else \
+            ops.iota(size, I64, x.builder)
         x = ops.gather(x, ops.mul(length, 0), k, wrap=False)
     return x
 
