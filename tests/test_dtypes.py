@@ -366,3 +366,34 @@ def test_onnx_initializers_of_each_storage_form(elem, values, raw):
 def _torch_name_of_onnx(elem: int) -> str:
     from tdag.canonicalize.onnx_load import ONNX_TO_DTYPE  # noqa: PLC0415
     return _torch_name(ONNX_TO_DTYPE[elem])
+
+
+_TEXT = """tdag main(%x: T[2]) {
+  const %c0: T[2] = V
+  %1: T[2] = add(%x, %c0)
+  return %1
+}
+
+program(%x: T[2]) {
+  %out0 = call main(%x)
+  return %out0
+}
+"""
+
+
+@pytest.mark.parametrize("dtype,values,ok", [
+    ("u64", "[18446744073709551615, 9223372036854775808]", True),
+    ("i64", "[-9223372036854775808, 0]", True),
+    ("u8", "[-1, 0]", False),
+    ("u16", "[70000, 0]", False),
+    ("i64", "[9223372036854775808, 0]", False),
+    ("u64", "[18446744073709551616, 0]", False),
+])
+def test_inline_integers_must_fit_their_type(dtype, values, ok):
+    text = _TEXT.replace("T", dtype).replace("V", values)
+    if ok:
+        prog = tdag.parse(text)
+        assert str(prog).count(values) == 1 and tdag.parse(str(prog)) == prog
+    else:
+        with pytest.raises(tdag.errors.FileFormatError, match="line 2"):
+            tdag.parse(text)

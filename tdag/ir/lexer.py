@@ -273,13 +273,15 @@ class Line:
         return Expr(self.text[first.start:toks[-1].end])
 
     def _number(self, text: str, negative: bool):
-        """A float, or an int in int64's range (a const of int64 min prints as -2**63)."""
+        """A float, or an int in int64's or uint64's range (a const of int64 min prints as
+        -2**63, one of uint64 max as 2**64 - 1)."""
         if any(c in text for c in ".eE"):
             return -float(text) if negative else float(text)
-        value = int(text) if len(text) <= 19 else MAX_LITERAL + 1
+        value = int(text) if len(text) <= 20 else 2 * MAX_LITERAL
         value = -value if negative else value
-        if not -MAX_LITERAL <= value < MAX_LITERAL:
-            self.error(f"the integer {'-' * negative}{text[:25]} does not fit int64")
+        if not -MAX_LITERAL <= value < 2 * MAX_LITERAL:
+            self.error(f"the integer {'-' * negative}{text[:25]} fits neither int64 nor "
+                       "uint64")
         return value
 
 

@@ -170,6 +170,8 @@ def _weight(line: Line, kind: TensorKind) -> tuple[str, Weight]:
         if not shape_is_static(ttype.shape):
             line.error("inline values need a static shape")
         value = torch.tensor(literal, dtype=ttype.dtype.torch)
+        if ttype.dtype.is_integer and value.tolist() != literal:  # torch wraps -1 into a u8
+            line.error(f"the values do not fit {ttype.dtype.value}")
         if value.numel() != product(ttype.shape):
             line.error(f"{value.numel()} values for type {ttype}")
         value = value.reshape(ttype.shape)
