@@ -397,3 +397,23 @@ def test_inline_integers_must_fit_their_type(dtype, values, ok):
     else:
         with pytest.raises(tdag.errors.FileFormatError, match="line 2"):
             tdag.parse(text)
+
+
+def test_constant_folding_computes_as_the_interpreter():
+    """Folding runs each node as tdag.run does: float8_e4m3fn overflow is NaN (torch's own
+    conversion would fold 448), uint32 sums wrap (torch has no uint32 add)."""
+    from tdag.refine.constants import fold_constants  # noqa: PLC0415
+
+    def fn(x):
+        big = ops.cast(ops.const(torch.tensor([1e6, 2.0])), DType.f8e4m3fn)
+        wrapped = ops.add(ops.const(torch.tensor([2 ** 32 - 1, 7], dtype=torch.uint32)),
+                          ops.const(torch.tensor([3, 1], dtype=torch.uint32)))
+        return ops.add(ops.cast(big, "float32"), x), ops.add(wrapped, ops.cast(x, "uint32"))
+    prog = tdag.trace(fn, tdag.TensorSpec((2,)))
+    folded, changed = fold_constants(prog.graphs["main"])
+    assert changed
+    values = [w.value for w in folded.weights.values() if w.value.dtype in
+              (torch.float8_e4m3fn, torch.uint32) and w.value.tolist() != [3, 1]]
+    assert any(v.dtype == torch.uint32 and v.tolist() == [2, 8] for v in values)
+    assert any(v.dtype == torch.float8_e4m3fn and v.float().isnan().tolist() == [True, False]
+               for v in values)

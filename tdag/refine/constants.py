@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from tdag.errors import TdagError
+from tdag.ir.carriers import run_carried
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.record import REGISTRY, Trait, has
 from tdag.ir.symbols import evaluate, shape_is_static
@@ -60,8 +61,12 @@ def _numel(node: Node) -> int:
 
 
 def _evaluate(node: Node, args) -> torch.Tensor | None:
+    """The node's value as the interpreter computes it (on carrier types where torch lacks a
+    kernel for the node's), or None where it cannot."""
+    rec = REGISTRY[node.op]
     try:
-        return REGISTRY[node.op].evaluate(node.spec, args, lambda d: evaluate(d, {}))
+        return run_carried(node, lambda xs: rec.evaluate(node.spec, xs, lambda d: evaluate(d, {})),
+                           args)
     except (TdagError, RuntimeError, ValueError, IndexError):
         return None
 
