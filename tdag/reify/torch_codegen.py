@@ -16,7 +16,7 @@ import sympy
 
 from tdag.deinops.codegen import literal
 from tdag.errors import UnsupportedOpError
-from tdag.ir.carriers import carried_source
+from tdag.ir.carriers import carried_source, cast_value
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.names import NameMap
 from tdag.ir.op import Op
@@ -208,11 +208,11 @@ def operand_literal(ctx: Context, name: str) -> str | None:
     casts, cur = [], name
     while (node := ctx.producer(cur)) is not None:  # the path scalar() walked
         if node.op is Op.cast:
-            casts.append(node.type.dtype.torch)
+            casts.append(node.type.dtype)
         cur = node.inputs[0]
     value = ctx.weight(cur).value.reshape(-1)[0]
-    for dtype in reversed(casts):  # nearest the const first
-        value = value.to(dtype)
+    for dtype in reversed(casts):  # nearest the const first; tdag's cast, not torch's
+        value = cast_value(value, dtype)
     return _typed_literal(value.item(), ctx.type(name).dtype)
 
 
