@@ -417,3 +417,14 @@ def test_constant_folding_computes_as_the_interpreter():
     assert any(v.dtype == torch.uint32 and v.tolist() == [2, 8] for v in values)
     assert any(v.dtype == torch.float8_e4m3fn and v.float().isnan().tolist() == [True, False]
                for v in values)
+
+
+def test_literal_operand_through_a_float8_cast():
+    """The torch code writes a broadcast const as a Python literal, through the casts that
+    lead to it: tdag's, so 1e6 cast to float8_e4m3fn is NaN there as in tdag.run."""
+    def fn(x):
+        big = ops.cast(ops.full((3,), 1e6, DType.f32, like=x), DType.f8e4m3fn)
+        return ops.mul(x, ops.cast(big, "float32"))
+    prog = tdag.trace(fn, tdag.TensorSpec((3,)))
+    x = torch.ones(3)
+    assert tdag.run(prog, x).isnan().all() and tdag.to_torch(prog)(x).isnan().all()
