@@ -267,8 +267,8 @@ def test_a_cast_of_a_shape_value_folds_only_where_onnx_would_not_wrap():
 
 def partly_known() -> onnx.ModelProto:
     """[batch] beside a size k given at run time: Reshape to [batch, k, -1], ConstantOfShape
-    and Expand to [batch, k], summed per sample; batch stays the symbol, k and the -1 become
-    fresh sizes."""
+    and Expand to [batch, k], summed per sample; batch stays the symbol (also where Gather
+    takes it back out of [batch, k]), k and the -1 become fresh sizes."""
     k = helper.make_tensor_value_info("k", T.INT64, [1])
     return _model([
         helper.make_node("Shape", ["x"], ["s"]), _ints("zero", [0]), _ints("one", [1]),
@@ -287,7 +287,12 @@ def partly_known() -> onnx.ModelProto:
         helper.make_node("Add", ["c", "e"], ["ce"]),  # one fresh size for k in both
         helper.make_node("ReduceSum", ["r", "axes"], ["rs"], keepdims=0),
         helper.make_node("ReduceSum", ["ce", "one"], ["cs"], keepdims=0),
-        helper.make_node("Add", ["rs", "cs"], ["y"]),
+        helper.make_node("Gather", ["bk", "zero"], ["b0"]),  # batch: known again
+        helper.make_node("Concat", ["b0", "minus"], ["rows"], axis=0),
+        helper.make_node("Reshape", ["x", "rows"], ["flat"]),
+        helper.make_node("ReduceSum", ["flat", "one"], ["fs"], keepdims=0),
+        helper.make_node("Add", ["rs", "cs"], ["rc"]),
+        helper.make_node("Add", ["rc", "fs"], ["y"]),
     ], [X, k], ("y", T.FLOAT, [None]))
 
 

@@ -564,12 +564,19 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
         raise InvalidModelError(f"Slice: starts {list(starts)}, ends {list(ends)}, axes {axes} "
                                 f"and steps {steps} must have one entry per axis, steps not 0")
-    if isinstance(x, Known) and all(is_static(v) for v in list(starts) + list(ends)):
+    bounds = all(is_static(v) for v in list(starts) + list(ends))
+    if isinstance(x, Known) and bounds:
         index = [slice(None)] * rank
         for a, b, e, s in zip(axes, starts, ends, steps):
             index[a] = slice(b, e, s)
         return Known(x.values[tuple(index)], x.dtype)
-    x = ctx.tensor(x)
+    picked = runtime.picked_entries(ctx, x, slice(starts[0], ends[0], steps[0])) \
+        if bounds and rank == 1 and len(axes) == 1 else None
+    return runtime.known_or_noted(ctx, picked, x.dtype, lambda: _slice_axes(
+        ctx.tensor(x), axes, starts, ends, steps))
+
+
+def _slice_axes(x, axes, starts, ends, steps):
     for a, b, e, s in zip(axes, starts, ends, steps):
         x = _slice_axis(x, a, b, e, s)
     return x
@@ -596,7 +603,10 @@ def _gather(ctx, data, index):
     if isinstance(data, Known) and isinstance(index, Known) and index.static and \
             fits(data.shape[:axis] + index.shape + data.shape[axis + 1:]):
         return Known(np.take(data.values, index.values.astype(np.int64), axis), data.dtype)
-    return ops.gather(ctx.tensor(data), ctx.tensor(index), axis)
+    picked = runtime.picked_entries(ctx, data, index.values.astype(np.int64)) \
+        if axis == 0 and isinstance(index, Known) and index.static else None
+    return runtime.known_or_noted(ctx, picked, data.dtype, lambda: ops.gather(
+        ctx.tensor(data), ctx.tensor(index), axis))
 
 
 @register("Expand")

@@ -16,6 +16,8 @@ as it is (ConstantOfShape, Expand of a size-1 axis) share one fresh size per ent
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tdag import ops
 from tdag.canonicalize.onnx_values import Known
 from tdag.deinops.builder import Tensor
@@ -97,6 +99,25 @@ def note_entries(ctx, out, parts) -> None:
             ctx.importer.entries.get(part.name, [None] * int(part.shape[0]))
     if any(e is not None for e in entries):
         ctx.importer.entries[out.name] = entries
+
+
+def picked_entries(ctx, x, pick):
+    """Elements ``pick`` (a numpy index) of a 1-d shape tensor with noted entries, as an
+    object array (Dims, None where data decides); None where x has none noted."""
+    entries = ctx.importer.entries.get(x.name) if isinstance(x, Tensor) else None
+    return None if entries is None else \
+        np.asarray(np.array(entries, dtype=object)[pick], dtype=object)  # 0-d kept
+
+
+def known_or_noted(ctx, picked, dtype, out):
+    """The picked entries as a Known where every one is known at import time (the batch in
+    ``Concat(Shape(x)[:1], k)[0]``); else ``out()``, the tensor, with them noted."""
+    if picked is not None and all(e is not None for e in picked.flat):
+        return Known(picked, dtype)
+    result = out()
+    if picked is not None and picked.ndim == 1 and any(e is not None for e in picked):
+        ctx.importer.entries[result.name] = list(picked)
+    return result
 
 
 def _entry_size(ctx, given, shape: Tensor, k: int) -> Tensor:
