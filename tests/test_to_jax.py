@@ -310,6 +310,32 @@ def test_a_size_only_data_decides_runs_unstaged():
         test_reify.assert_close(run_jax(fn, [x]), tdag.run(prog, x))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_generation_and_its_step_with_a_cache_match_the_interpreter(which):
+    """transformers' static-cache export (tests/test_generate.py): the decode loop, without
+    and with an eos that stops it at once, and the step called token by token with its
+    cache as the state it returns."""
+    import test_generate as G
+    make, batch, whole_prompt = {"gpt2": (G._gpt2, 1, False), "llama": (G._llama, 2, True)}[which]
+    lm = G.Exported(make, batch, whole_prompt)
+    prompt = G._prompt(lm)
+    free = tdag.run(tdag.decode_loop(lm.step, G.NEW), prompt)
+    for eos in (None, int(free[0, prompt.shape[1]])):
+        gen = tdag.decode_loop(lm.step, G.NEW, eos_token_id=eos)
+        fn = tdag.to_jax(gen)
+        # a static cache keeps every shape; an eos makes it a while loop stacking tokens
+        assert fn.staged == (eos is None), fn.unstaged_because
+        assert torch.equal(run_jax(fn, [prompt]), tdag.run(gen, prompt)), eos
+    step, state, ref_state = tdag.to_jax(lm.step), {}, None
+    tokens = G._prompt(lm, 4)
+    for i in range(tokens.shape[1]):
+        ids, pos = tokens[:, i:i + 1], torch.tensor([i])
+        ref, ref_state = tdag.run(lm.step, ids, pos, state=ref_state, return_state=True)
+        out, state = step(to_numpy(ids), to_numpy(pos), state=state)
+        test_reify.assert_close(to_torch(out), ref, f"{which} step {i}")
+
+
 # -- guards -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad, words", [

@@ -7,10 +7,10 @@ become JAX control flow (``tdag/reify/to_jax_control.py``). This module is impor
 Symbolic sizes specialise under jit: ``fn(*inputs)`` compiles once per signature of input
 shapes and dtypes (``jax.jit``'s own cache), each symbol bound to a Python int from the
 shapes. A program with a size that only data decides (``nonzero``, ``arange`` of a value: the
-FRESH_SIZE trait) or a loop whose carried values change shape from trip to trip (a growing KV
-cache) cannot be one trace: such a program runs its controllers in Python, jitting each TDAG
-that has no run-time size on its own, and ``fn.staged`` is False with ``fn.unstaged_because``
-saying why; ``fn.apply`` of it runs but cannot be jitted as a whole.
+FRESH_SIZE trait; the trip count of a while loop that stacks its trips' outputs) cannot be one
+trace: it runs its controllers in Python, jitting each TDAG that has no run-time size on its
+own, and ``fn.staged`` is False with ``fn.unstaged_because`` saying why; ``fn.apply`` of it
+runs but cannot be jitted as a whole.
 
 64-bit types (tdag's i64 indices, f64) need ``jax_enable_x64``: ``fn(...)`` turns it on for
 its own run; trace ``fn.apply`` under ``with jax.enable_x64(True):`` (it raises otherwise,

@@ -3,10 +3,9 @@ JAX control flow (``staged``) or as Python control flow.
 
 A staged program traces into one jittable function: If -> ``lax.cond``, a counted Loop ->
 ``lax.scan`` (its scanned outputs are the scan's), a while Loop -> ``lax.while_loop``, Call ->
-inlined; the state dict rides along as a pytree. That needs every carried value, branch result
-and state to keep its type from trip to trip. A program that does not (``staging_problem``
-says why: a size only data decides, a KV cache that grows, a while loop that stacks its
-trips) runs its controllers in Python, as ``tdag.run`` does, and jits each TDAG on its own.
+inlined; the state dict rides along as a pytree. A program with a size only data decides
+(``staging_problem`` says which) runs its controllers in Python, as ``tdag.run`` does, and
+jits each TDAG without such a size on its own.
 Both mirror ``tdag/ir/interpreter.py``: the state a step writes is visible to the steps after
 it, a block's inputs shadow state of the same name.
 """
@@ -25,7 +24,7 @@ from tdag.ir.interpreter import bind_fresh
 from tdag.ir.program import Block, Call, If, Loop, Program, all_steps
 from tdag.ir.record import REGISTRY, Trait
 from tdag.ir.symbols import evaluate, is_static
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import DType
 from tdag.ir.verify import block_types
 from tdag.reify.to_jax_context import JaxContext, jax_dtype
 
@@ -34,33 +33,17 @@ Weights = Callable[[str, str], jax.Array]
 
 
 def staging_problem(prog: Program) -> str | None:
-    """Why ``prog`` cannot trace into one jitted function, or None when it can."""
+    """Why ``prog`` cannot trace into one jitted function, or None when it can. Carried
+    values, branch results and state keep their types (the verifier checks it), so only a
+    size that data decides stands in the way: a fresh size, or a while loop's trip count
+    where it stacks its trips' outputs."""
     for gname, graph in prog.graphs.items():
         for node in graph.nodes:
             if REGISTRY[node.op].has(Trait.FRESH_SIZE):
                 return (f"node %{node.name} ({node.op.value}) of TDAG {gname!r} makes a size "
                         "that only data decides")
-    for step in all_steps(prog.main):
-        if isinstance(step, Loop):
-            if step.cond is not None and step.scanned:
-                return "a while loop stacks its trips' outputs: data decides how many"
-            skip = 1 if step.cond is not None else 0
-            outs = block_types(prog, step.body)[skip:skip + len(step.inputs)]
-            problem = _differ("a loop carries", [v.type for v in step.body.inputs[1:]], outs)
-        elif isinstance(step, If):
-            problem = _differ("the branches of an if give", block_types(prog, step.then_branch),
-                              block_types(prog, step.else_branch))
-        else:
-            continue
-        if problem:
-            return problem
-    return None
-
-
-def _differ(what: str, first: Sequence[TensorType], second: Sequence[TensorType]) -> str | None:
-    for a, b in zip(first, second):
-        if not a.same_as(b):
-            return f"{what} {a} and {b}: a type that changes (a growing cache) is not one trace"
+    if any(isinstance(s, Loop) and s.cond is not None and s.scanned for s in all_steps(prog.main)):
+        return "a while loop stacks its trips' outputs: data decides how many"
     return None
 
 
