@@ -432,3 +432,15 @@ def test_conformance_cases_with_rounded_outputs_match_the_reference(name):
     got = numpy(tdag.run(tdag.from_onnx(model), *[torch.from_numpy(i) for i in inputs]))
     np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(shipped, exact, rtol=0, atol=1.01e-4)
+
+
+# -- Det ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["one", "batched", "pivoting", "singular", "larger"])
+def test_det(name):
+    x = {"one": _r(1, 1), "batched": _r(2, 3, 3, 3), "larger": _r(4, 6, 6),
+         "pivoting": np.array([[0, 2, 1], [1, 0, 3], [2, 1, 0]], np.float32),
+         "singular": np.array([[[1, 2, 3], [2, 4, 6], [0, 1, 1]], [[0, 0, 0], [1, 2, 3],
+                                                                   [4, 5, 6]]], np.float32)}[name]
+    model, feeds = _model("Det", [("x", x)], opset=11)
+    _check(model, feeds)

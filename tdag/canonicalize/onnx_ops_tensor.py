@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tdag import ops
-from tdag.deinops import sorting, writes
+from tdag.deinops import linalg, sorting, writes
 from tdag.deinops.bitcast import bitcast
 from tdag.canonicalize.onnx_ops import _cumsum_symbolic, _norm, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
@@ -126,6 +126,11 @@ def _tensor_scatter(ctx, cache, update, write_indices=None):
     index = ops.broadcast_to(index, tuple(sizes))
     written = writes.take_along(update, axis, index)
     return ops.where(ops.broadcast_to(inside, tuple(sizes)), written, cache)
+
+
+@register("Det")
+def _det(ctx, x):
+    return linalg.det(ctx.tensor(x))
 
 
 # -- order: top-k, arg-extremes, hardmax --------------------------------------------------------
