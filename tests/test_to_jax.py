@@ -355,3 +355,14 @@ def test_one_value_per_symbol():
     assert fn(np.ones(3, np.float32), np.ones(3, np.float32)).shape == (3,)
     with pytest.raises(tdag.ShapeError, match="n = 3"):
         fn(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+def test_64_bit_programs_never_run_in_32_bits():
+    """fn(...) turns x64 on for its run; apply, traced by the caller, asks for it."""
+    fn = tdag.to_jax(tdag.trace(lambda i: i * i, tdag.TensorSpec((3,), "int64")))
+    big = np.array([3, 2**20, 2**31], np.int64)
+    assert fn(big).dtype == np.int64 and np.array_equal(fn(big), big * big)
+    with pytest.raises(tdag.TdagError, match="enable_x64"):
+        fn.apply(fn.params, big)
+    with jax.enable_x64(True):
+        assert np.array_equal(jax.jit(fn.apply)(fn.params, big), big * big)

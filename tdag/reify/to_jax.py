@@ -114,7 +114,10 @@ class JaxFunction:
         """The inputs as arrays, checked against the Program's input types (rank, dtype,
         static sizes, one value per symbol) once per signature: the interpreter's check,
         on meta tensors of the same shapes and dtypes, words a mismatch."""
-        signature = tuple((np.shape(x), _dtype_of(x)) for x in inputs)
+        try:  # arrays (numpy's or JAX's): a few attribute reads, the common case
+            signature = tuple((tuple(x.shape), x.dtype) for x in inputs)
+        except AttributeError:  # Python scalars and lists
+            signature = tuple((np.shape(x), np.asarray(x).dtype) for x in inputs)
         if signature not in self._accepted:
             values = self.program.main.inputs
             metas = [torch.empty(shape, dtype=tdag_dtype(dtype, f"to_jax: input %{v.name}").torch,
@@ -125,11 +128,7 @@ class JaxFunction:
             else:
                 bind(values, list(inputs), {}, "to_jax")  # says how many were expected
             self._accepted.add(signature)
-        return [jnp.asarray(x) for x in inputs]
-
-
-def _dtype_of(x) -> np.dtype:
-    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
+        return [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in inputs]
 
 
 def _const_key(gname: str, name: str) -> str:
