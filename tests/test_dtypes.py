@@ -428,3 +428,12 @@ def test_literal_operand_through_a_float8_cast():
     prog = tdag.trace(fn, tdag.TensorSpec((3,)))
     x = torch.ones(3)
     assert tdag.run(prog, x).isnan().all() and tdag.to_torch(prog)(x).isnan().all()
+
+
+def test_roofline_peaks_of_the_new_types():
+    """Datasheets list one float8 rate ("f8") and int8's for uint8 too."""
+    from tdag.refine.roofline import DEVICES  # noqa: PLC0415
+    h100 = DEVICES["h100-sxm"]
+    assert h100.peak("f8e4m3fn") == h100.peak("f8e5m2") == h100.peak_flops["f8"]
+    assert h100.peak("u8") == h100.peak_flops["i8"]
+    assert h100.peak("u32") == h100.peak_flops["f32"]  # not listed: the f32 rate

@@ -39,6 +39,9 @@ class Device:
         (integer index arithmetic, bools), or the lowest listed where f32 is not."""
         if dtype in self.peak_flops:
             return self.peak_flops[dtype]
+        family = _FAMILY.get(dtype)  # datasheets give one rate for the float8 kinds, u8 as i8
+        if family in self.peak_flops:
+            return self.peak_flops[family]
         return self.peak_flops.get("f32", min(self.peak_flops.values()))
 
     def ridge(self, dtype: str = "f32") -> float:
@@ -48,6 +51,10 @@ class Device:
     def to_dict(self) -> dict:
         return {"name": self.name, "peak_flops": dict(self.peak_flops),
                 "bandwidth": self.bandwidth, "source": self.source}
+
+
+_FAMILY = {"f8e4m3fn": "f8", "f8e4m3fnuz": "f8", "f8e5m2": "f8", "f8e5m2fnuz": "f8",
+           "u8": "i8"}
 
 
 def _half(tflops: float, **more) -> dict:
