@@ -84,3 +84,15 @@ def test_case_passes_both_ways(cases, name):
     for backend in BACKENDS:
         kind, detail = result[backend]
         assert kind == "pass", (backend, kind, detail)
+
+
+def test_a_kernel_onnxruntime_lacks_is_unsupported_when_the_case_fails_there_too(monkeypatch):
+    """BitCast of bool has no onnxruntime kernel, in the case's own model too: re-emitting
+    that model as is counts as unsupported (the runtime lacks it), not as a crash."""
+    import onnx_conformance  # noqa: PLC0415
+    from onnx_cases import node_cases  # noqa: PLC0415
+    name = "test_bitcast_bool_to_uint8"
+    model, ins, outs = node_cases((name,), modules=("bitcast",))[name]
+    monkeypatch.setattr(onnx_conformance.tdag, "to_onnx", lambda prog: model)
+    kind, detail = run_case(model, ins, outs, limit=60)["onnx"]
+    assert kind == "unsupported" and detail.startswith("onnxruntime lacks a kernel"), detail
