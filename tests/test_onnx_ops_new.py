@@ -444,3 +444,11 @@ def test_det(name):
                                                                    [4, 5, 6]]], np.float32)}[name]
     model, feeds = _model("Det", [("x", x)], opset=11)
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_optional_has_element_of_a_tensor(given):
+    model, feeds = _model("OptionalHasElement", [("x", _r(2, 3) if given else None)],
+                          opset=18)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.BOOL
+    _check(model, feeds)

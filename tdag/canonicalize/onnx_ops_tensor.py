@@ -128,6 +128,18 @@ def _tensor_scatter(ctx, cache, update, write_indices=None):
     return ops.where(ops.broadcast_to(inside, tuple(sizes)), written, cache)
 
 
+@register("OptionalHasElement")
+def _optional_has_element(ctx, x=None):
+    """tdag values are tensors, never an empty optional: present exactly where the input is
+    given."""
+    return ops.full((), x is not None, DType.bool)
+
+
+@register("OptionalGetElement")
+def _optional_get_element(ctx, x):
+    return ctx.tensor(x)
+
+
 @register("Det")
 def _det(ctx, x):
     return linalg.det(ctx.tensor(x))
