@@ -277,13 +277,17 @@ def _cast_to(ctx, x, dtype: DType):
         if folded is not None:
             return folded
     x = ctx.tensor(x)
+    if not dtype.is_float8 or x.dtype is DType.bool:
+        return ops.cast(x, dtype)
     saturate = ctx.flag("saturate", 1)
     if dtype is DType.f8e8m0fnu and not saturate:
         raise UnsupportedOpError("Cast to float8e8m0 with saturate=0 (NaN for 0, negatives "
                                  "and values out of range; tdag's cast saturates below)")
-    if dtype.is_float8 and x.dtype.is_float and saturate:
+    if not x.dtype.is_float:  # exact below 2**53; larger integers are out of range anyway
+        x = ops.cast(x, DType.f64)
+    if saturate:
         x = saturate_float8(x, dtype)
-    if dtype is DType.f8e8m0fnu and x.dtype.is_float:
+    if dtype is DType.f8e8m0fnu:
         return _round_power_of_two(x, ctx.choice("round_mode", "up", ("up", "down", "nearest")))
     return ops.cast(x, dtype)
 
