@@ -196,12 +196,26 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> None:
     assert np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0]))
 
 
-def _cast_model(to: int, **attrs) -> onnx.ModelProto:
+def _cast_model(to: int, source: int = TensorProto.FLOAT, n: int = len(SPECIAL),
+                **attrs) -> onnx.ModelProto:
     node = helper.make_node("Cast", ["x"], ["y"], to=to, **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                          [len(SPECIAL)])],
-                              [helper.make_tensor_value_info("y", to, [len(SPECIAL)])])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", source, [n])],
+                              [helper.make_tensor_value_info("y", to, [n])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("source", [TensorProto.INT32, TensorProto.FLOAT8E5M2],
+                         ids=["int32", "float8e5m2"])
+def test_onnx_cast_saturate_from_integers_and_float8(source, saturate):
+    """saturate applies to any source type: int32 1000 and float8e5m2 57344 become 448."""
+    model = _cast_model(TensorProto.FLOAT8E4M3FN, source, 4, saturate=saturate)
+    values = torch.tensor([1000.0, -3.0, 57344.0, 2.0])
+    x = values.to(torch.int32 if source == TensorProto.INT32 else torch.float8_e5m2)
+    out = tdag.run(tdag.from_onnx(model), x)
+    (ort_out,) = _ort_run(model, [_numpy(x)])
+    _same_values(_numpy(out), ort_out)
+    assert (out.float()[0].item() == 448.0) == bool(saturate)
 
 
 @pytest.mark.parametrize("saturate", [0, 1])
