@@ -452,3 +452,20 @@ def test_optional_has_element_of_a_tensor(given):
                           opset=18)
     model.graph.output[0].type.tensor_type.elem_type = TensorProto.BOOL
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("training,ratio", [(None, None), (False, 0.3), (True, 0.0)])
+def test_dropout_mask_when_nothing_drops(training, ratio):
+    inputs = [("x", _r(2, 3)), ("ratio", None if ratio is None else
+                                Const(np.array(ratio, np.float32))),
+              ("training", None if training is None else Const(np.array(training)))]
+    model, feeds = _model("Dropout", inputs, opset=13, outputs=2)
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.BOOL
+    _check(model, feeds)
+
+
+def test_dropout_in_training_is_refused():
+    model, _ = _model("Dropout", [("x", _r(2, 3)), ("ratio", Const(np.array(0.5, np.float32))),
+                                  ("training", Const(np.array(True)))], opset=13)
+    with pytest.raises(tdag.UnsupportedOpError, match="training"):
+        tdag.from_onnx(model)

@@ -318,12 +318,35 @@ def saturate_float8(x, dtype: DType):
     return ops.clamp(x, -top, top)
 
 
-@register("Identity", "Dropout")
-def _identity(ctx, x, *rest):
-    if ctx.node.op_type == "Dropout" and len(rest) > 1 and rest[1] is not None \
-            and ctx.scalar(rest[1], "training_mode"):
-        raise UnsupportedOpError("Dropout: training mode is not supported")
+@register("Identity")
+def _identity(ctx, x):
     return x
+
+
+@register("Dropout")
+def _dropout(ctx, x, ratio=None, training_mode=None):
+    """Inference is the identity, every element kept (the mask output all true); so is
+    training with a constant ratio of 0. Any other training drops at random, which tdag
+    does not model."""
+    rate = 0.5 if ratio is None else _constant_or_none(ctx, ratio)
+    training = False if training_mode is None else _constant_or_none(ctx, training_mode)
+    if training is None:
+        raise UnsupportedOpError("Dropout: training_mode given at run time (a random mask "
+                                 "where it is true)")
+    if training and rate != 0:
+        raise UnsupportedOpError("Dropout: training mode is not supported")
+    if ctx.num_outputs < 2 or not ctx.node.output[1]:
+        return x
+    x = ctx.tensor(x)
+    return x, ops.full(tuple(x.shape), True, DType.bool, like=x)
+
+
+def _constant_or_none(ctx, value):
+    """A scalar input's value where it is a constant, else None."""
+    try:
+        return ctx.scalar(value)
+    except UnsupportedOpError:
+        return None
 
 
 # -- constants and shape values ---------------------------------------------------------------
