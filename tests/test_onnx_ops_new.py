@@ -469,3 +469,15 @@ def test_dropout_in_training_is_refused():
                                   ("training", Const(np.array(True)))], opset=13)
     with pytest.raises(tdag.UnsupportedOpError, match="training"):
         tdag.from_onnx(model)
+
+
+@pytest.mark.parametrize("shape,momentum", [((4, 3, 5, 2), None), ((6, 2, 7), 0.7)])
+def test_batch_norm_training(shape, momentum):
+    channels = shape[1]
+    inputs = [("x", _r(*shape)), ("scale", _r(channels)), ("bias", _r(channels)),
+              ("mean", _r(channels)), ("var", _r(channels, low=0.5, high=2))]
+    attrs = dict(training_mode=1, epsilon=1e-3)
+    if momentum is not None:
+        attrs["momentum"] = momentum
+    model, feeds = _model("BatchNormalization", inputs, attrs, 15, outputs=3)
+    _check(model, feeds)

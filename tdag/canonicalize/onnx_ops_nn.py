@@ -259,10 +259,25 @@ def _global_max_pool(ctx, x):
 @register("BatchNormalization")
 def _batch_norm(ctx, x, scale, bias, mean, var, *rest):
     if ctx.flag("training_mode", 0):
-        raise UnsupportedOpError("BatchNormalization: training_mode=1")
+        return _batch_norm_training(ctx, ctx.tensor(x), ctx.tensor(scale), ctx.tensor(bias),
+                                    ctx.tensor(mean), ctx.tensor(var))
     y = ops.batch_norm(ctx.tensor(x), ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale),
                        ctx.tensor(bias), ctx.attr("epsilon", 1e-5))
     return (y,) + (None,) * (ctx.num_outputs - 1)
+
+
+def _batch_norm_training(ctx, x, scale, bias, mean, var):
+    """Normalised by the batch's own statistics (the population variance over every axis
+    but the channels); the running statistics move toward them by 1 - momentum."""
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    batch_mean = ops.mean(x, axes)
+    centred = ops.sub(x, ops.reshape(batch_mean, (-1,) + (1,) * (x.ndim - 2)))
+    batch_var = ops.mean(ops.mul(centred, centred), axes)
+    y = ops.batch_norm(x, batch_mean, batch_var, scale, bias, ctx.attr("epsilon", 1e-5))
+    momentum = float(ctx.attr("momentum", 0.9))
+    running = [ops.add(ops.mul(old, momentum), ops.mul(new, 1.0 - momentum))
+               for old, new in ((mean, batch_mean), (var, batch_var))]
+    return (y, *running)[:max(ctx.num_outputs, 1)]
 
 
 @register("LRN")
