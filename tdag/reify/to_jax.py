@@ -72,7 +72,7 @@ class JaxFunction:
     def __init__(self, prog: Program):
         self.program = prog
         self.x64 = needs_x64(_dtypes(prog))
-        with jax.enable_x64(self.x64):
+        with self._precision():
             self.params, self.consts = _weights(prog)
             self.state = {name: _array(name, w) for name, w in prog.state.items()}
         self.unstaged_because = staging_problem(prog)
@@ -82,7 +82,7 @@ class JaxFunction:
         self._accepted: set = set()  # input signatures the guard has passed
 
     def __call__(self, *inputs, state: Mapping | None = None, return_state: bool | None = None):
-        with jax.enable_x64(True) if self.x64 else contextlib.nullcontext():
+        with self._precision():
             arrays = self._guard(inputs)
             outs, new_state = self._jitted(self.params, self.consts, self._state(state), *arrays)
         keep = state is not None if return_state is None else return_state
@@ -106,6 +106,10 @@ class JaxFunction:
         runner = Runner(self.program, weight, self.staged, self._calls)
         outs, store = runner.block(self.program.main, list(inputs), state, {})
         return (outs[0] if len(outs) == 1 else tuple(outs)), store
+
+    def _precision(self):
+        """64-bit types on for a program that has them (else left as the caller set them)."""
+        return jax.enable_x64(True) if self.x64 else contextlib.nullcontext()
 
     def _state(self, state: Mapping | None) -> dict:
         return {**self.state, **(state or {})}
