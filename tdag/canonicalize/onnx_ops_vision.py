@@ -7,7 +7,10 @@ column-to-image and non-maximum suppression. Entries follow onnx_ops.py's conven
 - AffineGrid is the affine map of a base grid whose extents may be given at run time (fresh
   sizes, as the window functions' lengths);
 - NonMaxSuppression is pairwise IoU arithmetic and a greedy pass over the boxes in score
-  order, then ``nonzero`` for the selected triples (their count is a fresh size).
+  order, then ``nonzero`` for the selected triples (their count is a fresh size);
+- Col2Im gathers, per output pixel and kernel tap, the column that lands there, and
+  MaxUnpool writes each value at its index (deinops/writes.py); shapes given at run time
+  make fresh sizes.
 """
 from __future__ import annotations
 
