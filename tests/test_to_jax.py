@@ -366,3 +366,11 @@ def test_64_bit_programs_never_run_in_32_bits():
         fn.apply(fn.params, big)
     with jax.enable_x64(True):
         assert np.array_equal(jax.jit(fn.apply)(fn.params, big), big * big)
+
+
+def test_one_compile_per_input_signature():
+    """A symbolic batch specialises under jit: each new shape compiles once, then hits."""
+    fn = tdag.to_jax(tdag.trace(lambda x: tdag.ops.softmax(x, -1), tdag.TensorSpec(("b", 4))))
+    for batch in (2, 2, 3, 2, 3):
+        assert fn(np.ones((batch, 4), np.float32)).shape == (batch, 4)
+    assert fn._jitted._cache_size() == 2
