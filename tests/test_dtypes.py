@@ -451,3 +451,10 @@ def test_roofline_peaks_of_the_new_types():
     assert h100.peak("f8e4m3fn") == h100.peak("f8e5m2") == h100.peak_flops["f8"]
     assert h100.peak("u8") == h100.peak_flops["i8"]
     assert h100.peak("u32") == h100.peak_flops["f32"]  # not listed: the f32 rate
+
+
+@pytest.mark.parametrize("dtype", [DType.u8, DType.u32, DType.u64], ids=lambda d: d.value)
+def test_abs_of_unsigned_is_itself(dtype):
+    values = [3, 2 ** (8 * dtype.itemsize) - 1, 0]
+    assert _binary(lambda a, b: ops.add(ops.abs(a), b), dtype, values, [0, 0, 0]).tolist() == \
+        values

@@ -230,8 +230,8 @@ erf, erfinv, sign = _unary(Op.erf), _unary(Op.erfinv), _unary(Op.sign)
 
 
 def abs(x: Tensor) -> Tensor:
-    """|x| = x * sign(x): exact, inf and nan included."""
-    return mul(x, sign(x))
+    """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own."""
+    return x if x.dtype.is_unsigned else mul(x, sign(x))
 
 
 def sqrt(x: Tensor) -> Tensor:
