@@ -481,3 +481,24 @@ def test_batch_norm_training(shape, momentum):
         attrs["momentum"] = momentum
     model, feeds = _model("BatchNormalization", inputs, attrs, 15, outputs=3)
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("rule,q_heads,kv_heads,past,per_head,scale", [
+    ("linear", 2, 2, False, False, None), ("gated", 4, 2, True, True, None),
+    ("delta", 2, 1, False, False, 0.3), ("gated_delta", 4, 2, True, False, None),
+    ("gated_delta", 2, 2, False, True, 0.5)])
+def test_linear_attention(rule, q_heads, kv_heads, past, per_head, scale):
+    batch, steps, key_dim, value_dim = 2, 3, 4, 5
+    gated, delta = "gated" in rule, "delta" in rule
+    decay = _r(batch, steps, kv_heads * (1 if per_head else key_dim), low=-1, high=0)
+    inputs = [("q", _r(batch, steps, q_heads * key_dim)),
+              ("k", _r(batch, steps, kv_heads * key_dim)),
+              ("v", _r(batch, steps, kv_heads * value_dim)),
+              ("past", _r(batch, kv_heads, key_dim, value_dim) if past else None),
+              ("decay", decay if gated else None),
+              ("beta", _r(batch, steps, kv_heads, low=0, high=1) if delta else None)]
+    attrs = dict(update_rule=rule, q_num_heads=q_heads, kv_num_heads=kv_heads)
+    if scale is not None:
+        attrs["scale"] = scale
+    model, feeds = _model("LinearAttention", inputs, attrs, 27, outputs=2)
+    _check(model, feeds, "ref")
