@@ -502,3 +502,14 @@ def test_linear_attention(rule, q_heads, kv_heads, past, per_head, scale):
         attrs["scale"] = scale
     model, feeds = _model("LinearAttention", inputs, attrs, 27, outputs=2)
     _check(model, feeds, "ref")
+
+
+@pytest.mark.parametrize("q_heads,scale", [(2, None), (4, 0.2)])
+def test_flex_attention_without_modifiers(q_heads, scale):
+    """An ai.onnx.preview op: the node's domain and its opset import are set by hand."""
+    inputs = [("q", _r(2, q_heads, 5, 8)), ("k", _r(2, 2, 6, 8)), ("v", _r(2, 2, 6, 3))]
+    model, feeds = _model("FlexAttention", inputs, {} if scale is None else dict(scale=scale),
+                          26)
+    model.graph.node[0].domain = "ai.onnx.preview"
+    model.opset_import.append(helper.make_opsetid("ai.onnx.preview", 1))
+    _check(model, feeds, "ref")

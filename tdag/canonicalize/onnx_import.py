@@ -141,8 +141,9 @@ def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
     """Report every op type the table lacks before converting anything."""
     for node in all_nodes(graph):
-        if node.domain not in ("", "ai.onnx") or \
-                node.op_type not in OPS and node.op_type not in CONTROLLERS:
+        known_domain = node.domain in ("", "ai.onnx") or \
+            node.domain == "ai.onnx.preview" and node.op_type in onnx_ops_functions.PREVIEW_OPS
+        if not known_domain or node.op_type not in OPS and node.op_type not in CONTROLLERS:
             shared.problems.append(("no tdag mapping", node))
     if shared.problems:
         raise unsupported_error(shared.problems)

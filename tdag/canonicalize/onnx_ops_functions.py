@@ -21,7 +21,8 @@ from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
-FUNCTION_OPS = ("CausalConvWithState", "SwiGLU")
+FUNCTION_OPS = ("CausalConvWithState", "SwiGLU", "FlexAttention")
+PREVIEW_OPS = ("FlexAttention",)  # of the ai.onnx.preview domain (the rest are ai.onnx's)
 
 
 def _type_proto(value) -> bytes:
