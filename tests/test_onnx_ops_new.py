@@ -513,3 +513,26 @@ def test_flex_attention_without_modifiers(q_heads, scale):
     model.graph.node[0].domain = "ai.onnx.preview"
     model.opset_import.append(helper.make_opsetid("ai.onnx.preview", 1))
     _check(model, feeds, "ref")
+
+
+# -- optimizer steps (ai.onnx.preview.training) -------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs,kinds", [
+    ("Adagrad", dict(decay_factor=0.1, epsilon=1e-6, norm_coefficient=0.01), 3),
+    ("Adam", dict(alpha=0.8, beta=0.95, epsilon=1e-6, norm_coefficient=0.02,
+                  norm_coefficient_post=0.01), 4),
+    ("Momentum", dict(alpha=0.9, beta=0.5, norm_coefficient=0.01, mode="standard"), 3),
+    ("Momentum", dict(alpha=0.9, beta=0.5, norm_coefficient=0.0, mode="nesterov"), 3)])
+@pytest.mark.parametrize("step", [0, 3])
+def test_optimizer_steps(op, attrs, kinds, step):
+    groups = [(3, 4), (5,)]
+    inputs = [("r", np.array(0.1, np.float32)), ("t", np.array(step, np.int64))]
+    for kind in range(kinds):
+        squares = op != "Momentum" and kind == kinds - 1  # accumulated squares: positive
+        inputs += [(f"in{kind}_{i}", _r(*shape, low=0.1 if squares else -1))
+                   for i, shape in enumerate(groups)]
+    model, feeds = _model(op, inputs, attrs, outputs=(kinds - 1) * len(groups))
+    model.graph.node[0].domain = "ai.onnx.preview.training"
+    del model.opset_import[:]  # such models import only the training domain
+    model.opset_import.append(helper.make_opsetid("ai.onnx.preview.training", 1))
+    _check(model, feeds, "ref")

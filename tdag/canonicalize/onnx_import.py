@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
 import tdag.canonicalize.onnx_ops_more  # noqa: F401,E402  (tensor, norm, loss entries)
-from tdag.canonicalize import onnx_ops_functions, onnx_ops_resize, onnx_ops_signal, onnx_ops_vision  # noqa: F401,E402,E501
+from tdag.canonicalize import onnx_ops_functions, onnx_ops_resize, onnx_ops_signal, onnx_ops_training, onnx_ops_vision  # noqa: F401,E402,E501
 from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx_load import (
@@ -85,6 +85,8 @@ def from_onnx(model_or_path, inputs: dict | None = None) -> Program:
     """
     model = load_model(model_or_path)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None and all(n.domain in _OTHER_DOMAINS for n in all_nodes(model.graph)):
+        opset = onnx.defs.onnx_opset_version()  # only other domains' ops: no default op reads it
     if opset is None:
         raise InvalidModelError("the model imports no version of the default ONNX domain")
     shared = Shared(opset, model.graph)
@@ -138,11 +140,16 @@ def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
     return pinned
 
 
+# the ops of other domains that the table maps (by op type, as the default domain's)
+_OTHER_DOMAINS = {"ai.onnx.preview": onnx_ops_functions.PREVIEW_OPS,
+                  "ai.onnx.preview.training": onnx_ops_training.TRAINING_OPS}
+
+
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
     """Report every op type the table lacks before converting anything."""
     for node in all_nodes(graph):
         known_domain = node.domain in ("", "ai.onnx") or \
-            node.domain == "ai.onnx.preview" and node.op_type in onnx_ops_functions.PREVIEW_OPS
+            node.op_type in _OTHER_DOMAINS.get(node.domain, ())
         if not known_domain or node.op_type not in OPS and node.op_type not in CONTROLLERS:
             shared.problems.append(("no tdag mapping", node))
     if shared.problems:
