@@ -536,3 +536,24 @@ def test_optimizer_steps(op, attrs, kinds, step):
     del model.opset_import[:]  # such models import only the training domain
     model.opset_import.append(helper.make_opsetid("ai.onnx.preview.training", 1))
     _check(model, feeds, "ref")
+
+
+# -- ai.onnx.ml ---------------------------------------------------------------------------------
+
+def _ml(model):
+    model.graph.node[0].domain = "ai.onnx.ml"
+    del model.opset_import[:]  # such models import only the ml domain
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    return model
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3])
+def test_binarizer(threshold):
+    model, feeds = _model("Binarizer", [("x", _r(3, 4))], dict(threshold=threshold))
+    _check(_ml(model), feeds)
+
+
+def test_array_feature_extractor():
+    model, feeds = _model("ArrayFeatureExtractor", [("x", _r(2, 3, 5)),
+                                                    ("i", np.array([4, 0, 2, 2], np.int64))])
+    _check(_ml(model), feeds)

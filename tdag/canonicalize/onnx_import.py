@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
 import tdag.canonicalize.onnx_ops_more  # noqa: F401,E402  (tensor, norm, loss entries)
-from tdag.canonicalize import onnx_ops_functions, onnx_ops_resize, onnx_ops_signal, onnx_ops_training, onnx_ops_vision  # noqa: F401,E402,E501
+from tdag.canonicalize import onnx_ops_functions, onnx_ops_ml, onnx_ops_resize, onnx_ops_signal, onnx_ops_training, onnx_ops_vision  # noqa: F401,E402,E501
 from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx_load import (
@@ -142,7 +142,8 @@ def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
 
 # the ops of other domains that the table maps (by op type, as the default domain's)
 _OTHER_DOMAINS = {"ai.onnx.preview": onnx_ops_functions.PREVIEW_OPS,
-                  "ai.onnx.preview.training": onnx_ops_training.TRAINING_OPS}
+                  "ai.onnx.preview.training": onnx_ops_training.TRAINING_OPS,
+                  "ai.onnx.ml": onnx_ops_ml.ML_OPS}
 
 
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
