@@ -557,3 +557,19 @@ def test_array_feature_extractor():
     model, feeds = _model("ArrayFeatureExtractor", [("x", _r(2, 3, 5)),
                                                     ("i", np.array([4, 0, 2, 2], np.int64))])
     _check(_ml(model), feeds)
+
+
+@pytest.mark.parametrize("case", ["set_membership", "single_tree"])
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+def test_tree_ensemble(case, aggregate):
+    """ONNX's two tree ensembles, every aggregate function, on random features (with NaNs)."""
+    from onnx_cases import node_cases  # noqa: PLC0415
+    name = f"test_ai_onnx_ml_tree_ensemble_{case}"
+    model, (x,), _ = node_cases((name,), modules=("ai_onnx_ml.tree_ensemble",))[name]
+    for attribute in model.graph.node[0].attribute:
+        if attribute.name == "aggregate_function":
+            attribute.i = aggregate
+    x = RNG.uniform(-2, 6, (7,) + x.shape[1:]).astype(x.dtype)
+    x[1, 0] = np.nan
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    _check(model, {model.graph.input[0].name: x}, "ref")
