@@ -310,8 +310,8 @@ def _round_power_of_two(x, mode: str):
 
 def saturate_float8(x, dtype: DType):
     """ONNX's ``saturate=1`` on a cast to float8: a value past the type's largest finite one
-    (an infinity too) becomes that one, NaN stays NaN. tdag's cast is torch's, which does not
-    saturate (past the range it gives NaN, or inf for e5m2), as ONNX's ``saturate=0``."""
+    (an infinity too) becomes that one, NaN stays NaN. tdag's cast does not saturate (past
+    the range it gives NaN, or inf for e5m2), as ONNX's ``saturate=0``."""
     top = torch.finfo(dtype.torch).max
     if dtype is DType.f8e8m0fnu:  # no sign: 0 and below become the least power of two
         return ops.clamp(x, 0.0, top)
