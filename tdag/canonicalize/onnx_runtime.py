@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tdag import ops
-from tdag.canonicalize.onnx_values import Known
+from tdag.canonicalize.onnx_values import MAX_KNOWN, Known
 from tdag.deinops.builder import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal, is_static, product
@@ -90,6 +90,8 @@ def note_entries(ctx, out, parts) -> None:
     ConstantOfShape to it keeps those sizes, a fresh one only for the rest."""
     if not isinstance(out, Tensor) or out.ndim != 1 or out.dtype.is_float:
         return
+    if not is_static(out.shape[0]) or int(out.shape[0]) > MAX_KNOWN:
+        return  # no shape has that many entries; noting them would cost memory per element
     entries = []
     for part in parts:
         if len(part.shape) != 1 or not is_static(part.shape[0]):
