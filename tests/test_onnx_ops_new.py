@@ -573,3 +573,19 @@ def test_tree_ensemble(case, aggregate):
     x[1, 0] = np.nan
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
     _check(model, {model.graph.input[0].name: x}, "ref")
+
+
+@pytest.mark.parametrize("mode,lowest,highest,skips,weighted,rank", [
+    ("TF", 1, 2, 2, False, 2), ("IDF", 2, 2, 0, True, 1), ("TFIDF", 1, 3, 1, True, 2),
+    ("IDF", 1, 1, 3, False, 2), ("TFIDF", 2, 3, 4, False, 1)])
+def test_tfidf_vectorizer(mode, lowest, highest, skips, weighted, rank):
+    pool = [2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 2, 3, 4]  # 4 unigrams, 3 bigrams, 1 trigram
+    attrs = dict(mode=mode, min_gram_length=lowest, max_gram_length=highest,
+                 max_skip_count=skips, ngram_counts=[0, 4, 10], pool_int64s=pool,
+                 ngram_indexes=[0, 1, 2, 3, 4, 5, 6, 4] if not weighted else
+                 [3, 1, 2, 0, 7, 5, 6, 4])  # two n-grams share an output where unweighted
+    if weighted:
+        attrs["weights"] = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    x = RNG.integers(2, 9, (3, 12) if rank == 2 else (16,)).astype(np.int64)
+    model, feeds = _model("TfIdfVectorizer", [("x", x)], attrs, 9)
+    _check(model, feeds)
