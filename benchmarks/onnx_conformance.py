@@ -13,9 +13,15 @@ classified per backend:
                  onnxruntime has no kernel for a node of the re-emitted model and the case's
                  own model fails on onnxruntime too, the runtime lacks it: unsupported
 
+A few cases ship expected values written by hand to four decimals (RoiAlign, GridSample
+bicubic, AveragePool ceil_last_window_starts_on_pad) that miss the exact answer by more than the
+tolerance: onnx's own ReferenceEvaluator fails them too. Where an output differs, the case is
+run on that reference; if the reference misses the shipped values as well and tdag's outputs
+match the reference's, the case passes "against the reference" (listed apart, never silently).
+
 An input that decides the output's rank or the axes an op touches (the axes of Reduce*,
-Squeeze and Unsqueeze, Resize's scales and sizes, CenterCropPad's shape, CumSum's axis) is
-pinned: ``tdag.from_onnx(model, inputs={name: value})`` makes it a const of the Program, as
+Squeeze and Unsqueeze, Resize's scales and sizes, CenterCropPad's shape, the axis of CumSum and
+DFT) is pinned: ``tdag.from_onnx(model, inputs={name: value})`` makes it a const of the Program, as
 from_onnx documents for such inputs (no tdag type describes the result for every value); the
 Program then takes the case's other inputs. ``--no-pin`` imports every case as it is.
 
@@ -46,6 +52,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import onnx  # noqa: E402
+import onnx.reference  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
@@ -63,7 +70,7 @@ FLOAT8 = (0.13, 1e-2)
 PINNED = {**{op: (1,) for op in (
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Squeeze", "Unsqueeze",
-    "CenterCropPad", "CumSum", "CumProd")}, "Resize": (1, 2, 3)}
+    "CenterCropPad", "CumSum", "CumProd")}, "Resize": (1, 2, 3), "DFT": (2,)}
 
 
 def pins(model: onnx.ModelProto) -> set:
@@ -224,6 +231,33 @@ def _runtime_lacks(model: onnx.ModelProto, inputs: list, error: BaseException) -
     return False
 
 
+def _reference_outputs(model: onnx.ModelProto, inputs: list) -> list | None:
+    """The outputs onnx's ReferenceEvaluator computes for the case, or None if it cannot."""
+    try:
+        session = onnx.reference.ReferenceEvaluator(model)
+        names = [v.name for v in model.graph.input]
+        return session.run(None, dict(zip(names, inputs)))
+    except Exception:  # noqa: BLE001  (no reference answer: the difference stands)
+        return None
+
+
+def judge(actual, outputs: list, model: onnx.ModelProto, fed: list) -> tuple:
+    """(kind, detail) of outputs that ran: pass, or pass against the reference where the
+    shipped values are inexact (the reference misses them too and tdag matches it), else
+    WRONG."""
+    diff = compare(actual, outputs)
+    if diff is None:
+        return "pass", ""
+    reference = _reference_outputs(model, fed)
+    if reference is not None and compare(reference, outputs) is not None \
+            and compare(actual, reference) is None:
+        return "pass", f"{REFERENCE_NOTE}: shipped values miss it by {diff.split(': ', 1)[-1]}"
+    return "WRONG", diff
+
+
+REFERENCE_NOTE = "matches onnx.reference"
+
+
 def _first_line(text: str, width: int = 200) -> str:
     """The message's first line; for a list of problems (one UnsupportedOpError naming every
     unsupported node) the first problem instead."""
@@ -257,8 +291,7 @@ def run_case(model, inputs, outputs, limit: int, pin: bool = True) -> dict:
                         actual = tdag.to_torch(prog)(*[to_tensor(a) for a in inputs])
                 else:
                     actual = _ort_run(tdag.to_onnx(prog), inputs)
-                diff = compare(actual, outputs)
-                result[backend] = ("pass", "") if diff is None else ("WRONG", diff)
+                result[backend] = judge(actual, outputs, model, fed)
             except BaseException as error:  # noqa: BLE001
                 if isinstance(error, KeyboardInterrupt):
                     raise
@@ -350,6 +383,13 @@ def main(argv=None) -> int:
         return 0
     print(table(results))
     print(f"\n{len(results)} cases in {time.time() - start:.0f} s")
+    against = [(name, b, r[b][1]) for name, r in results.items() for b in BACKENDS
+               if r[b][0] == "pass" and r[b][1].startswith(REFERENCE_NOTE)]
+    if against:
+        print(f"\npassed against onnx's ReferenceEvaluator ({len(against)}; the shipped "
+              "values are inexact):")
+        for name, b, detail in against:
+            print(f"  {b:<6} {name}: {detail}")
     found = defects(results)
     if found:
         print(f"\ndefects ({len(found)}):")

@@ -48,7 +48,8 @@ BAD_DIMS = {
     "mod of a sum": ("Mod(" + "+".join(f"x{i}" for i in range(17)) + ", 7)", "Mod takes"),
     "much work": ("+".join(f"Max(x{i},y{i})" for i in range(100)), "more than 256 terms"),
     "huge literal": ("9" * 5000, "int64"),
-    "int64 overflow": ("9223372036854775808", "int64"),
+    "past int64": ("9223372036854775808", "not a size"),  # a uint64 literal, too big a size
+    "uint64 overflow": ("18446744073709551616", "uint64"),
     "negative": ("-3", "not a size"),
     "negative expression": ("2-5", "not a size"),
     "too large": ("2**62", "not a size"),
@@ -103,7 +104,7 @@ def test_load_deep_nesting_and_huge_literal(tmp_path):
         tdag.load(path)
     path = _save_with_text(tmp_path, lambda text: text.replace(
         "return", f"const %big: i64[] = {'9' * 100}\n  return", 1))
-    with deadline(30), pytest.raises(FileFormatError, match="does not fit int64"):
+    with deadline(30), pytest.raises(FileFormatError, match="fits neither int64 nor uint64"):
         tdag.load(path)
 
 

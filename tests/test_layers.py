@@ -1,6 +1,6 @@
 """The package's layers import downward only, and the front ends share no private names.
 
-ir < deinops < (canonicalize, refine) < lower < reify: a module may import its own layer and
+ir < deinops < (canonicalize, refine) < lower < (reify, view): a module may import its own layer and
 the layers below it. The torch and ONNX front ends (``canonicalize``) share their common
 pieces through neutral modules, never through each other's underscore names.
 """
@@ -21,6 +21,7 @@ ALLOWED = {
     "canonicalize": {"ir", "deinops", "refine", "ops"},
     "lower": {"ir", "deinops", "refine"},
     "reify": {"ir", "deinops", "refine", "lower"},
+    "view": {"ir", "deinops", "refine", "lower"},  # the page and networkx: they show a program
 }
 FRONT_ENDS = {"torch": ("torch_", "aten"), "onnx": ("onnx_",), "jax": ("jax_",)}
 
