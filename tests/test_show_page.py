@@ -162,7 +162,7 @@ def test_demo_page_opens_expands_and_finds(demo, tmp_path):
     check_opens_expands_and_finds(path, tmp_path, _tensors(demo))
 
 
-@pytest.mark.slow  # the capture takes 10-30 s: python -m pytest -m slow tests/test_show_page.py
+# in the default run (about 15 s, most of it the capture): the must-show page
 def test_llama_32_layers_page_is_under_5_mb(llama32, tmp_path):
     path = tmp_path / "llama.html"
     size = write_page(llama32, str(path), "Llama, 32 layers, 7B shapes (meta)")
