@@ -46,7 +46,7 @@ from tdag.canonicalize.onnx_load import (
 from tdag.canonicalize.onnx_ops import OPS
 from tdag.canonicalize.onnx_recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
-from tdag.canonicalize.segments import Boundary
+from tdag.canonicalize.segments import Boundary, SegmentEnv
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.graph import Value
@@ -196,7 +196,7 @@ class _Importer:
         self.graph, self.shared, self.prefix = graph, shared, prefix
         self.opset, self.names, self.types = shared.opset, shared.names, shared.types
         self.problems = shared.problems
-        self.env = _Env(env)
+        self.env = SegmentEnv(env)
         self.builder, self.local = Builder(), {}
         self.offsets: dict = {}  # int tensor name -> (root name, constant): onnx_runtime.py
         self.entries: dict = {}  # shape tensor name -> [Dim, or None: data decides it]: same
@@ -423,24 +423,6 @@ class _Importer:
             if value is None and name in self.last_use:
                 raise UnsupportedOpError(f"output {i} ({name}) is not computed by tdag")
             self.env[name] = value
-
-
-class _Env(dict):
-    """ONNX names -> values, remembering the names bound since the current segment began:
-    closing a segment looks at those alone (looking at every name made import time grow
-    with the square of the number of controllers)."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.recent: dict = {}  # an ordered set
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        self.recent[key] = None
-
-    def take_recent(self) -> list:
-        recent, self.recent = list(self.recent), {}
-        return recent
 
 
 def _type_of(value) -> TensorType | None:
