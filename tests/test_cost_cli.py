@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -70,10 +71,15 @@ def run(capsys, *argv) -> str:
 
 
 def table_rows(text: str) -> list[list[str]]:
-    """The rows under the dashed line, split on runs of two spaces or more."""
+    """The rows under the dashed line, split on runs of two spaces or more; the first cell keeps
+    its indentation (a scope's depth)."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if set(line) == {"-"}) + 1
-    return [[c for c in line.split("  ") if c] for line in lines[start:]]
+    rows = []
+    for line in lines[start:]:
+        cells = re.split(r" {2,}", line.strip())
+        rows.append([line[:len(line) - len(line.lstrip())] + cells[0]] + cells[1:])
+    return rows
 
 
 KINDS = ("pt2", "onnx", "tdag")
