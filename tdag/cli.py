@@ -165,6 +165,8 @@ def _cost_arguments(cost: argparse.ArgumentParser) -> None:
                       help="a custom device's peak (with --bandwidth-gbs)")
     cost.add_argument("--bandwidth-gbs", type=float, default=None,
                       help="a custom device's memory bandwidth")
+    cost.add_argument("--launch-us", type=float, default=0.0,
+                      help="a custom device's cost of issuing one kernel, in microseconds")
     cost.add_argument("--plot", default=None, metavar="FILE.png",
                       help="draw the rows on the device's roofline (needs matplotlib)")
     cost.add_argument("--unlowered", action="store_true",
@@ -202,7 +204,7 @@ def _device(args) -> roofline.Device | None:
     if args.peak_tflops is not None:
         if args.device is not None:
             raise TdagError("give --device or --peak-tflops/--bandwidth-gbs, not both")
-        return roofline.custom(args.peak_tflops, args.bandwidth_gbs)
+        return roofline.custom(args.peak_tflops, args.bandwidth_gbs, launch_us=args.launch_us)
     if args.device is None:
         return None
     with _progress(f"measuring {args.device}", 1) as bar:  # local takes a few seconds

@@ -125,7 +125,7 @@ def test_depth_size_device_forms(files, kind, capsys):
                  ["--peak-tflops", "2", "--bandwidth-gbs", "50"]):
         out = run(capsys, files[kind], *argv, "--size", "batch=2")
         assert "est. time" in out.splitlines()[2] and out.splitlines()[1].startswith("device:")
-        assert table_rows(out)[-1][-1] in ("compute", "memory")
+        assert table_rows(out)[-1][-1] in ("compute", "memory", "overhead")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -160,7 +160,7 @@ def check_row(row: dict, with_device: bool) -> None:
         assert row[key] is None or 0 <= row[key] <= 100.0 + 1e-9
     if with_device:
         assert isinstance(row["time_s"], float) and row["time_s"] >= 0
-        assert row["bound"] in ("compute", "memory", None)
+        assert row["bound"] in ("compute", "memory", "overhead", None)
     else:
         assert row["time_s"] is None and row["bound"] is None
 
@@ -173,9 +173,10 @@ def test_json_schema_field_by_field(files, kind, capsys):
     assert data["schema"] == "tdag.cost/1" == cost_table.SCHEMA
     assert (data["by"], data["depth"], data["sort"], data["lowered"]) == ("layer", 2, None, True)
     device = data["device"]
-    assert set(device) == {"name", "peak_flops", "bandwidth", "source"}
+    assert set(device) == {"name", "peak_flops", "bandwidth", "launch", "source"}
     assert device["name"] == "h100-sxm" and device["peak_flops"]["bf16"] == 989.4e12
-    assert device["bandwidth"] == 3.35e12 and "datasheet" in device["source"]
+    assert device["bandwidth"] == 3.35e12 and device["launch"] == 0
+    assert "datasheet" in device["source"]
     for row in data["rows"]:
         check_row(row, with_device=True)
         assert 1 <= row["depth"] <= 2
@@ -359,8 +360,23 @@ def test_roofline_estimate_is_the_larger_of_compute_and_memory_time():
         assert math.isfinite(dev.ridge("bf16"))
 
 
+def test_launch_cost_counts_once_per_working_kernel():
+    """Each kernel that does work pays the device's launch cost (a view pays nothing); a row
+    whose launches outweigh its compute and memory time is overhead-bound."""
+    dev = roofline.custom(peak_tflops=1, bandwidth_gbs=100, launch_us=5)
+    tiny = tdag.refine.Figures(flops=1000, bytes_read=800)
+    view = tdag.refine.Figures()
+    t, bound = roofline.estimate(tiny + tiny, [(tiny, "f32"), (tiny, "f32"), (view, "f32")], dev)
+    assert t == pytest.approx(2 * (5e-6 + 8e-9)) and bound == "overhead"
+    big = tdag.refine.Figures(flops=10**9, bytes_read=10**6)
+    assert roofline.estimate(big, None, dev) == (pytest.approx(1e-3 + 5e-6), "compute")
+    with pytest.raises(tdag.TdagError, match="launch cost"):
+        roofline.custom(1, 100, launch_us=-1)
+
+
 def test_local_measurement_is_cached():
     first = roofline.device("local:quick")
     assert roofline.device("local:quick") is first
     assert first.peak("f32") > 1e8 and first.bandwidth > 1e8  # any machine beats these
+    assert 0 < first.launch < 1e-3  # one small op: microseconds
     assert "measured" in first.source

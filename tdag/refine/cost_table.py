@@ -10,7 +10,7 @@ scope, flat), "node", "graph" or "step". The data of ``report.to_dict()`` (``tda
      "sizes": {"batch": 8},            # the sizes bound; figures still symbolic are strings
      "lowered": true,                  # bytes are tdag.lower's program's (else op by op)
      "device": null | {"name", "peak_flops": {dtype: flops/s}, "bandwidth": bytes/s,
-                       "source"},
+                       "launch": s per kernel, "source"},
      "rows": [ROW, ...],               # in table order
      "total": ROW}                     # name "total", depth 0
     ROW = {"name", "path", "depth",    # path: the scope path (layer, scope), the op, the node
@@ -19,7 +19,8 @@ scope, flat), "node", "graph" or "step". The data of ``report.to_dict()`` (``tda
            "bytes_read", "bytes_written", "bytes", "unfused_bytes", "fused_bytes",
            "intensity",                # flops per (lowered) byte; null when nothing moves
            "flops_share", "bytes_share",  # percent of the total
-           "time_s", "bound"}          # with a device: the roofline estimate (else null)
+           "time_s", "bound"}          # with a device: the roofline estimate and what bounds
+                                       # it, compute, memory or overhead (else null)
 
 A figure is an int (or a float for ratios) once every size is bound, else a string holding
 the expression (``"4096*batch"``). ``to_csv`` writes the same rows (total last), one column

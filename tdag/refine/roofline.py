@@ -1,10 +1,13 @@
 """A roofline model: how long a cost report's work takes on a device, and what bounds it.
 
-A node (one kernel of the lowered program) takes ``max(flops / peak[dtype], bytes /
+A node (one kernel of the lowered program) takes ``launch + max(flops / peak[dtype], bytes /
 bandwidth)``; a row (a layer, an op) is its nodes run one after another, so the rows add up
 to the total. A row is *compute*-bound when its flops take longer than its bytes at these
-peaks, *memory*-bound otherwise. Peaks are dense (no structured sparsity) datasheet figures;
-real kernels reach a fraction of them, so an estimate is a lower bound of the latency.
+peaks, *memory*-bound otherwise, and *overhead*-bound where the fixed cost of issuing its
+kernels outweighs both (small models on a CPU: torch's eager dispatch costs microseconds per
+op). Peaks are dense (no structured sparsity) datasheet figures and presets carry no launch
+cost (datasheets give none); ``local`` measures all three here. Real kernels reach a fraction
+of the peaks, so an estimate is a lower bound of the latency.
 
 >>> h100 = DEVICES["h100-sxm"]
 >>> h100.peak("bf16") / 1e12, h100.bandwidth / 1e12
@@ -33,6 +36,7 @@ class Device:
     peak_flops: dict = field(hash=False)  # dtype name ("f32", "bf16", ...) -> flops/s
     bandwidth: float                      # bytes/s
     source: str                           # the datasheet (or measurement) the figures are from
+    launch: float = 0.0                   # seconds to issue one kernel, whatever its size
 
     def peak(self, dtype: str) -> float:
         """The peak for ``dtype``; a dtype the datasheet does not list runs at the f32 peak
@@ -50,7 +54,7 @@ class Device:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "peak_flops": dict(self.peak_flops),
-                "bandwidth": self.bandwidth, "source": self.source}
+                "bandwidth": self.bandwidth, "launch": self.launch, "source": self.source}
 
 
 _FAMILY = {"f8e4m3fn": "f8", "f8e4m3fnuz": "f8", "f8e5m2": "f8", "f8e5m2fnuz": "f8",
@@ -94,13 +98,16 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
 )}
 
 
-def custom(peak_tflops: float, bandwidth_gbs: float, name: str = "custom") -> Device:
-    """A device with one peak for every dtype."""
-    if peak_tflops <= 0 or bandwidth_gbs <= 0:
-        raise TdagError(f"a device needs a positive peak and bandwidth, got {peak_tflops} "
-                        f"TFLOPS and {bandwidth_gbs} GB/s")
+def custom(peak_tflops: float, bandwidth_gbs: float, name: str = "custom",
+           launch_us: float = 0.0) -> Device:
+    """A device with one peak for every dtype (and a launch cost per kernel, if given)."""
+    if peak_tflops <= 0 or bandwidth_gbs <= 0 or launch_us < 0:
+        raise TdagError(f"a device needs a positive peak and bandwidth and a launch cost of 0 "
+                        f"or more, got {peak_tflops} TFLOPS, {bandwidth_gbs} GB/s, "
+                        f"{launch_us} us")
     return Device(name, {"f32": peak_tflops * T}, bandwidth_gbs * G,
-                  f"given: {peak_tflops:g} TFLOPS, {bandwidth_gbs:g} GB/s")
+                  f"given: {peak_tflops:g} TFLOPS, {bandwidth_gbs:g} GB/s, "
+                  f"{launch_us:g} us per kernel", launch_us * 1e-6)
 
 
 def device(name: str) -> Device:
@@ -115,15 +122,17 @@ def device(name: str) -> Device:
 
 @functools.lru_cache(maxsize=None)  # one measurement per process and thread count
 def measure_local(quick: bool = False, threads: int = 1) -> Device:
-    """This machine's fp32 matmul throughput (the best of a few square sizes) and copy
-    bandwidth (a tensor far larger than the caches copied: read + write), on torch's current
-    thread count."""
+    """This machine's fp32 matmul throughput (the best of a few square sizes), copy
+    bandwidth (a tensor far larger than the caches copied: read + write) and the time torch
+    takes to issue one small op (eager dispatch), on torch's current thread count."""
     sizes, copy_mb, repeats = ((128, 256), 16, 2) if quick else ((256, 512, 1024, 2048), 256, 3)
     peak = max(_matmul_rate(n, repeats) for n in sizes)
     bandwidth = _copy_rate(copy_mb * 2**20 // 4, repeats)
+    launch = _launch_time(200 if quick else 2000)
     return Device("local" if not quick else "local:quick", {"f32": peak}, bandwidth,
                   f"measured: torch.matmul fp32 {peak / G:.1f} GFLOP/s, copy "
-                  f"{bandwidth / G:.1f} GB/s ({threads} thread(s))")
+                  f"{bandwidth / G:.1f} GB/s, {launch * 1e6:.1f} us per op ({threads} "
+                  f"thread(s))", launch)
 
 
 def _matmul_rate(n: int, repeats: int) -> float:
@@ -142,6 +151,19 @@ def _copy_rate(elements: int, repeats: int) -> float:
     return 2 * x.nbytes / best
 
 
+def _launch_time(count: int) -> float:
+    """Seconds per call of a one-element add (its output allocated, as an eager op's is):
+    what an op costs beyond its flops and bytes (the median of five runs of ``count``)."""
+    a, b = torch.ones(1), torch.ones(1)
+
+    def ops():
+        for _ in range(count):
+            torch.add(a, b)
+    ops()
+    runs = sorted(_timed(ops) for _ in range(5))
+    return runs[2] / count
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -149,19 +171,24 @@ def _timed(fn) -> float:
 
 
 def estimate(figures, parts, dev: Device) -> tuple:
-    """(seconds, "compute" | "memory") of a row: each of ``parts`` (a node's Figures and its
-    dtype) at its roofline, one after another; without parts, the row's figures as one
+    """(seconds, "compute" | "memory" | "overhead") of a row: each of ``parts`` (a node's
+    Figures and its dtype) at its roofline plus the device's launch cost, one after another
+    (a view, which does no work, launches nothing); without parts, the row's figures as one
     kernel at the f32 peak. (None, None) while a figure is symbolic."""
     parts = parts if parts is not None else [(figures, "f32")]
-    compute = memory = total = 0.0
+    compute = memory = launches = total = 0.0
     for fig, dtype in parts:
         flops, moved = _number(fig.flops), _number(fig.bytes)
         if flops is None or moved is None:
             return None, None
         c, m = flops / dev.peak(dtype), moved / dev.bandwidth
-        compute, memory, total = compute + c, memory + m, total + max(c, m)
+        launch = dev.launch if flops or moved else 0.0
+        compute, memory, launches = compute + c, memory + m, launches + launch
+        total += launch + max(c, m)
     if total == 0:
         return 0.0, None
+    if launches > max(compute, memory):
+        return total, "overhead"
     return total, "compute" if compute >= memory else "memory"
 
 
