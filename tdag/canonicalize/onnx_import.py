@@ -27,9 +27,8 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-import tdag.canonicalize.onnx_ops_nn  # noqa: F401,E402  (registers the nn entries)
-import tdag.canonicalize.onnx_ops_more  # noqa: F401,E402  (tensor, norm, loss entries)
-from tdag.canonicalize import onnx_ops_functions, onnx_ops_ml, onnx_ops_resize, onnx_ops_signal, onnx_ops_training, onnx_ops_vision  # noqa: F401,E402,E501
+import tdag.canonicalize.onnx_ops_more  # noqa: F401,E402  (fills the op table, every family)
+from tdag.canonicalize import onnx_ops_functions, onnx_ops_ml, onnx_ops_training  # noqa: E402
 from tdag import ops
 from tdag.canonicalize.onnx_control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx_load import (
