@@ -3,8 +3,9 @@
 On TinyViT (a small vision transformer shipped in tdag.models, random weights): import it from
 torch, check the Program against eager, report its cost beside torch's flop counter, extract a
 transformer block and run it standalone, export to ONNX (run on onnxruntime, and imported back
-with from_onnx) and back to torch, and check every result against the original. Exits
-non-zero if any check fails.
+with from_onnx) and back to torch, and check every result against the original; last, write
+the program as a page (graph.html, what ``tdag show -o`` writes). Exits non-zero if any check
+fails.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tdag
 from tdag.models import tiny_vit
+from tdag.view import write_page
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -123,6 +125,12 @@ def main(out_dir: str | None = None) -> int:
           f"{len(model.state_dict())} of {len(model.state_dict())}" if same_names else
           f"  FAIL missing keys: {sorted(set(model.state_dict()) - set(module.state_dict()))[:5]}")
     ok &= same_names
+    _done(t)
+
+    t = _step("6. look at it: tdag.view.write_page (tdag show model -o graph.html)")
+    page_path = os.path.join(out_dir, "graph.html")
+    size = write_page(prog, page_path, "TinyViT")
+    print(f"  wrote {page_path} ({size / 1024:.0f} KB, self-contained: open it in a browser)")
     _done(t)
 
     print(f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'}; files in {out_dir}")
