@@ -23,7 +23,7 @@ from guards import deadline, run_onnx
 
 import tdag
 import tdag.lower
-from tdag.canonicalize import onnx_import
+from tdag.canonicalize import segments
 from tdag.canonicalize.onnx_ops import OPS
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -374,14 +374,15 @@ def test_squeeze_with_empty_axes_is_refused():
 def test_every_program_is_verified(monkeypatch):
     """from_onnx verifies what it returns, and reports a failure as an InvalidModelError."""
     seen = []
-    monkeypatch.setattr(onnx_import, "verify", seen.append)
+    monkeypatch.setattr(segments, "verify", seen.append)  # the front ends' one finishing step
     tdag.from_onnx(_one_node("Relu"))
     assert len(seen) == 1 and isinstance(seen[0], tdag.Program)
 
     def failing(prog):
         raise tdag.InvalidModelError("block output %y is not defined")
-    monkeypatch.setattr(onnx_import, "verify", failing)
-    with pytest.raises(tdag.InvalidModelError, match="does not verify.*%y is not defined"):
+    monkeypatch.setattr(segments, "verify", failing)
+    with pytest.raises(tdag.InvalidModelError,
+                       match="the ONNX model does not verify.*%y is not defined"):
         tdag.from_onnx(_one_node("Relu"))
 
 

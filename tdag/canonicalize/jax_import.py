@@ -30,7 +30,7 @@ from tdag.canonicalize.jax_trace import (
     trace,
     type_of,
 )
-from tdag.canonicalize.segments import Boundary, SegmentEnv
+from tdag.canonicalize.segments import Boundary, SegmentEnv, finished_program
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import (
     ConversionError,
@@ -43,7 +43,6 @@ from tdag.ir.graph import Value
 from tdag.ir.names import FreshNames
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.types import DType, Origin, TensorType
-from tdag.ir.verify import verify
 from tdag.refine.dataflow import prune
 
 
@@ -85,10 +84,7 @@ def from_jax(fn, *example_args, dynamic_shapes: dict | None = None) -> Program:
         pass
     if shared.problems:
         raise unsupported_error(shared.problems)
-    step = block.steps[0] if len(block.steps) == 1 else None
-    if isinstance(step, Call) and step.outputs == block.outputs:  # no control flow
-        return _verified(Program.from_tdag(shared.graphs[step.graph]))
-    return _verified(Program(shared.graphs, block))
+    return finished_program(shared.graphs, block, "the jaxpr")
 
 
 class _Poisoned:
@@ -326,15 +322,6 @@ def _last_uses(eqns: list, outs: list) -> dict:
         if isinstance(x, Ref):
             last[x] = len(eqns)
     return last
-
-
-def _verified(prog: Program) -> Program:
-    try:
-        verify(prog)
-    except TdagError as exc:
-        raise InvalidModelError(f"the program read from the jaxpr does not verify: "
-                                f"{exc}") from exc
-    return prog
 
 
 def unsupported_error(problems) -> UnsupportedOpError:

@@ -45,7 +45,7 @@ from tdag.canonicalize.onnx_load import (
 from tdag.canonicalize.onnx_ops import OPS
 from tdag.canonicalize.onnx_recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx_values import Known, Param, known_of, materialize
-from tdag.canonicalize.segments import Boundary, SegmentEnv
+from tdag.canonicalize.segments import Boundary, SegmentEnv, finished_program
 from tdag.deinops.builder import Builder, Tensor
 from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.graph import Value
@@ -53,7 +53,6 @@ from tdag.ir.names import NameMap
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.symbols import as_dim
 from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
-from tdag.ir.verify import verify
 from tdag.refine.dataflow import prune
 
 CONTROLLERS = {"If": convert_if, "Loop": convert_loop, "Scan": convert_scan,
@@ -95,21 +94,8 @@ def from_onnx(model_or_path, inputs: dict | None = None) -> Program:
     block = importer.main_block()
     if shared.problems:
         raise unsupported_error(shared.problems)
-    step = block.steps[0] if len(block.steps) == 1 else None
-    if isinstance(step, Call) and step.outputs == block.outputs:  # the common case
-        return _verified(Program.from_tdag(shared.graphs[step.graph]))
-    return _verified(Program(shared.graphs, block))
+    return finished_program(shared.graphs, block, "the ONNX model")
 
-
-def _verified(prog: Program) -> Program:
-    """Every Program from_onnx returns verifies; one that does not is never handed on
-    (verifying costs about a tenth of the import)."""
-    try:
-        verify(prog)
-    except TdagError as exc:
-        raise InvalidModelError(f"the program read from the ONNX model does not verify: "
-                                f"{exc}") from exc
-    return prog
 
 
 def _pinned(graph: onnx.GraphProto, values: dict) -> dict:

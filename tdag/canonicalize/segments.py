@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tdag.errors import InvalidModelError, TdagError
+from tdag.ir.program import Block, Call, Program
 from tdag.ir.types import TensorType
+from tdag.ir.verify import verify
 
 
 @dataclass(frozen=True)
@@ -38,4 +41,22 @@ class SegmentEnv(dict):
         return recent
 
 
-__all__ = ["Boundary", "SegmentEnv"]
+def finished_program(graphs: dict, block: Block, source: str) -> Program:
+    """The Program of a front end's main block: a lone Call of a TDAG that returns its outputs
+    (no control flow, the common case) is that TDAG's program. Every Program a front end
+    returns verifies; one that does not is never handed on (verifying costs about a tenth of
+    an import)."""
+    step = block.steps[0] if len(block.steps) == 1 else None
+    if isinstance(step, Call) and step.outputs == block.outputs:
+        prog = Program.from_tdag(graphs[step.graph])
+    else:
+        prog = Program(graphs, block)
+    try:
+        verify(prog)
+    except TdagError as exc:
+        raise InvalidModelError(f"the program read from {source} does not verify: "
+                                f"{exc}") from exc
+    return prog
+
+
+__all__ = ["Boundary", "SegmentEnv", "finished_program"]
