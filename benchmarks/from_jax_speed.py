@@ -13,7 +13,6 @@ is faster. The largest relative output difference is printed beside.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -111,7 +110,7 @@ def main() -> None:
         ratios.append(r["ratio"])
         print(f"{r['model']:<12} {r['nodes']:>6} {r['jax_ms']:>11.3f} {r['onnx_ms']:>13.3f} "
               f"{r['ratio']:>6.2f} {r['error']:>12.1e}")
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    geo = statistics.geometric_mean(ratios)
     print(f"geo-mean ratio (tdag onnx / jax jit) {geo:.3f} over {len(ratios)} models")
 
 

@@ -13,7 +13,6 @@ tokens are checked equal to ``generate``'s before anything is timed. Target: >= 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -129,7 +128,7 @@ def main() -> None:
         print(f"{name:<8}{rate['generate']:>12.1f}{rate['tdag torch']:>12.1f}"
               f"{rate['tdag torch'] / rate['generate']:>7.2f}{rate['tdag onnx']:>12.1f}"
               f"{rate['tdag onnx'] / rate['generate']:>7.2f}")
-    geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items()}
+    geo = {k: statistics.geometric_mean(v) for k, v in ratios.items()}
     print(f"geo-mean speed vs generate: tdag torch {geo['tdag torch']:.2f}x, "
           f"tdag onnx {geo['tdag onnx']:.2f}x")
 

@@ -16,7 +16,6 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -77,7 +76,7 @@ def main() -> None:
         print(f"{name:<10}{eager * 1e3:>10.3f}{jitted * 1e3:>10.3f}{jitted / eager:>8.2f}"
               f"{difference:>12.1e}")
     ratios = [jitted / eager for eager, jitted, _ in rows.values()]
-    print(f"geo-mean ratio {math.prod(ratios) ** (1 / len(ratios)):.3f}, worst {max(ratios):.2f} "
+    print(f"geo-mean ratio {statistics.geometric_mean(ratios):.3f}, worst {max(ratios):.2f} "
           f"({len(ratios)} models)")
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import os
 import statistics
 import time
@@ -82,7 +81,7 @@ def main() -> None:
         ratios.append(ours / orig)
         print(f"{name:<14}{convert:>10.2f}{orig * 1e3:>13.1f}{ours * 1e3:>10.1f}"
               f"{ours / orig:>8.2f}{difference:>12.1e}")
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    geo = statistics.geometric_mean(ratios)
     print(f"geo-mean ratio {geo:.3f}, worst {max(ratios):.2f} ({len(ratios)} models)")
 
 
