@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import tdag
-from tdag.refine import roofline
+from tdag.refine.cost import roofline
 
 LLAMA2_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
                  num_key_value_heads=32, intermediate_size=11008, vocab_size=32000)

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import tdag  # noqa: E402
-from tdag.refine import roofline  # noqa: E402
+from tdag.refine.cost import roofline  # noqa: E402
 
 from refine_programs import MODELS, model  # noqa: E402
 

@@ -10,9 +10,9 @@ analyse and transform it as data, and turn it back into torch, ONNX or JAX.
 """
 from tdag import ops
 from tdag.canonicalize import from_onnx, from_torch
-from tdag.canonicalize.jax_import import from_jax  # imports jax on its first call
+from tdag.canonicalize.jax.importer import from_jax  # imports jax on its first call
 from tdag.deinops import PRIMITIVES
-from tdag.deinops.trace import TensorSpec, trace
+from tdag.ops.trace import TensorSpec, trace
 from tdag.errors import (
                          CaptureError,
                          ConversionError,
@@ -44,7 +44,7 @@ from tdag.refine import (
                          strip_batch,
 )
 from tdag.reify import to_onnx, to_torch
-from tdag.lower.cost import cost  # tdag.refine.cost on the program and its lowered kernels
+from tdag.lower.cost import cost  # tdag.refine.cost.report on the program and its lowered kernels
 from tdag.view import to_networkx
 
 __version__ = "0.1.0"
@@ -53,7 +53,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """``tdag.to_jax`` imports jax on first use: ``import tdag`` works without jax."""
     if name == "to_jax":
-        from tdag.reify.to_jax import to_jax  # noqa: PLC0415 (lazy on purpose)
+        from tdag.reify.jax.function import to_jax  # noqa: PLC0415 (lazy on purpose)
         return to_jax
     raise AttributeError(f"module 'tdag' has no attribute {name!r}")
 

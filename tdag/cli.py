@@ -38,8 +38,9 @@ from tdag.demo import main as demo_main
 from tdag.errors import TdagError
 from tdag.view.page import write_page
 from tdag.lower.cost import lowered_for_cost
-from tdag.refine import cost_table, roofline
-from tdag.refine.cost import cost as cost_of
+from tdag.refine.cost import table as cost_table
+from tdag.refine.cost import roofline
+from tdag.refine.cost.report import cost as cost_of
 
 
 def _load(path: str, dynamic_batch: bool = False):

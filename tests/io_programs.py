@@ -6,7 +6,7 @@ import torch
 
 import tdag
 from tdag import Block, Call, If, Loop, Program, TensorSpec, Value, Weight, ops
-from tdag.deinops.builder import active_builder
+from tdag.ops.builder import active_builder
 from tdag.ir.symbols import symbol
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 

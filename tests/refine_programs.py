@@ -8,7 +8,7 @@ import torch
 
 import tdag
 from tdag import ops
-from tdag.deinops.builder import active_builder
+from tdag.ops.builder import active_builder
 from tdag.ir.types import Origin
 
 import torch_models as M

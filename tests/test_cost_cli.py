@@ -22,7 +22,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tdag
 from tdag.cli import main
-from tdag.refine import cost_table, roofline
+from tdag.refine.cost import table as cost_table
+from tdag.refine.cost import roofline
 
 import torch_models as M
 

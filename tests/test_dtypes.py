@@ -378,7 +378,7 @@ def test_onnx_initializers_of_each_storage_form(elem, values, raw):
 
 
 def _torch_name_of_onnx(elem: int) -> str:
-    from tdag.canonicalize.onnx_load import ONNX_TO_DTYPE  # noqa: PLC0415
+    from tdag.canonicalize.onnx.load import ONNX_TO_DTYPE  # noqa: PLC0415
     return _torch_name(ONNX_TO_DTYPE[elem])
 
 
@@ -446,7 +446,7 @@ def test_literal_operand_through_a_float8_cast():
 
 def test_roofline_peaks_of_the_new_types():
     """Datasheets list one float8 rate ("f8") and int8's for uint8 too."""
-    from tdag.refine.roofline import DEVICES  # noqa: PLC0415
+    from tdag.refine.cost.roofline import DEVICES  # noqa: PLC0415
     h100 = DEVICES["h100-sxm"]
     assert h100.peak("f8e4m3fn") == h100.peak("f8e5m2") == h100.peak_flops["f8"]
     assert h100.peak("u8") == h100.peak_flops["i8"]

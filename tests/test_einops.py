@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tdag
 from tdag import ops
-from tdag.deinops import einops as tdag_einops
+from tdag.ops import einops as tdag_einops
 from tdag.ir.symbols import is_static
 
 # (op, pattern, traced shape, keyword sizes, reduction); a name in the shape is a symbol,

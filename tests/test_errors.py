@@ -8,7 +8,7 @@ import torch
 import tdag
 from tdag import InvalidModelError, Node, ShapeError, TdagError, TensorSpec, TensorType
 from tdag import ops as C
-from tdag.deinops.builder import Builder
+from tdag.ops.builder import Builder
 from tdag.deinops.elementwise import Divide, DivideMode
 from tdag.deinops.indexing import Iota
 from tdag.deinops.movement import Permute, Repeat, Ungroup

@@ -90,7 +90,7 @@ def test_a_model_block_reproduces_its_values_and_splices_back(name, scope):
 def test_an_extracted_block_exports_to_onnx():
     to_onnx = getattr(tdag, "to_onnx", None)
     if to_onnx is None:
-        to_onnx = getattr(pytest.importorskip("tdag.reify.to_onnx"), "to_onnx", None)
+        to_onnx = getattr(pytest.importorskip("tdag.reify.onnx.model"), "to_onnx", None)
     if to_onnx is None:
         pytest.skip("to_onnx has not landed")
     ort = pytest.importorskip("onnxruntime")
@@ -111,7 +111,7 @@ def test_an_unknown_scope_lists_the_known_ones():
 
 
 def test_a_scope_that_leaves_and_comes_back_is_refused():
-    from tdag.deinops.builder import active_builder
+    from tdag.ops.builder import active_builder
 
     def fn(x):
         b = active_builder()

@@ -20,7 +20,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import tdag
-from tdag.canonicalize.onnx_load import symbol_name, tdag_name
+from tdag.canonicalize.onnx.load import symbol_name, tdag_name
 from tdag.ir.names import NameMap
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -18,7 +18,7 @@ from torch.export import Dim
 
 import tdag
 from tdag.canonicalize import from_torch
-from tdag.canonicalize.torch_capture import _no_arbitrary_unpickling
+from tdag.canonicalize.torch.capture import _no_arbitrary_unpickling
 from tdag.ir.types import TensorKind
 
 sys.path.insert(0, os.path.dirname(__file__))

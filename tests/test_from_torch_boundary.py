@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tdag
-from tdag.canonicalize import torch_export
+from tdag.canonicalize.torch import export as torch_export
 from tdag.errors import CaptureError, ConversionError
 
 

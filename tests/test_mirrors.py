@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tdag
-from tdag.deinops.builder import Builder
+from tdag.ops.builder import Builder
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,
                                    Unsqueeze)
 from tdag.deinops.windows import Fold, Unfold

@@ -7,7 +7,7 @@ import pytest
 import tdag
 from io_programs import control_program
 from refine_programs import from_torch
-from tdag.refine.cost import cost as cost_of_primitives
+from tdag.refine.cost.report import cost as cost_of_primitives
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A fast, fixed subset of ONNX's node conformance sweep (benchmarks/onnx_conformance.py runs
-all 1,855 tensor cases): one or two cases of each op that onnx_ops_tensor.py, onnx_ops_norm.py,
-onnx_ops_loss.py and onnx_ops_quant.py add, and of each element type beyond the everyday ones
+all 1,855 tensor cases): one or two cases of each op that onnx/ops/tensor.py, onnx/ops/norm.py,
+onnx/ops/loss.py and onnx/ops/quant.py add, and of each element type beyond the everyday ones
 (uint16/32/64, the float8 kinds, bfloat16 where onnxruntime lacks kernels), each through
 to_torch and through to_onnx on onnxruntime. None may run and differ (WRONG) or raise a
 non-tdag exception (crash); each named here passes.

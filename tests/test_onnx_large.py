@@ -18,11 +18,11 @@ import torch
 from onnx import TensorProto, helper
 
 import tdag
-from tdag.canonicalize import onnx_load
+from tdag.canonicalize.onnx import load as onnx_load
 from tdag.reify import write_onnx
 
 # the module, which tdag.reify's function of the same name hides
-to_onnx_module = importlib.import_module("tdag.reify.to_onnx")
+to_onnx_module = importlib.import_module("tdag.reify.onnx.model")
 
 
 def _matmul_model(folder, rows: int, cols: int) -> tuple[str, np.ndarray]:

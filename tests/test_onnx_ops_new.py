@@ -1,5 +1,5 @@
-"""The ONNX ops tdag maps as compositions of its primitives in onnx_ops_vision.py,
-onnx_ops_signal.py and onnx_ops_resize.py: each on small hand-built graphs (random inputs,
+"""The ONNX ops tdag maps as compositions of its primitives in onnx/ops/vision.py,
+onnx/ops/signal.py and onnx/ops/resize.py: each on small hand-built graphs (random inputs,
 attributes varied) against onnxruntime, or onnx's ReferenceEvaluator where onnxruntime lacks
 the op or the opset, through tdag.run, tdag.to_torch and tdag.to_onnx (on onnxruntime)."""
 from __future__ import annotations

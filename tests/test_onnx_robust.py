@@ -23,8 +23,8 @@ from guards import deadline, run_onnx
 
 import tdag
 import tdag.lower
-from tdag.canonicalize import segments
-from tdag.canonicalize.onnx_ops import OPS
+from tdag.canonicalize.common import segments
+from tdag.canonicalize.onnx.ops.table import OPS
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -1,7 +1,7 @@
 """ONNX graphs that compute their own shapes: ``Shape`` -> ``Gather``/``Slice`` -> integer
 arithmetic -> ``Concat`` -> ``Reshape``/``Expand``/``ConstantOfShape``/``Range``, on inputs
 whose sizes are symbols (``dim_param``). from_onnx follows those values as Dims
-(canonicalize/onnx_values.py), so each graph imports with its symbols kept in the types (no
+(canonicalize/onnx/values.py), so each graph imports with its symbols kept in the types (no
 fresh run-time size), and the Program matches onnxruntime on the original model at two
 different sizes through tdag.run, tdag.to_torch and tdag.to_onnx.
 """
@@ -19,7 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import tdag
-from tdag.canonicalize.onnx_values import Known, cast_known, mod, trunc_div
+from tdag.canonicalize.onnx.values import Known, cast_known, mod, trunc_div
 from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, symbol
 from tdag.ir.types import DType

@@ -20,7 +20,7 @@ import torch
 
 import tdag
 from tdag.deinops.bitcast import BitCast
-from tdag.deinops.builder import Builder
+from tdag.ops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
 from tdag.deinops.movement import (Group, Pad, Permute, Repeat, Select, Slice, Squeeze, Ungroup,

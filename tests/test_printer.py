@@ -14,7 +14,7 @@ from io_programs import control_program, core_program, dtype_program, tiny_progr
 
 import tdag
 from tdag import FileFormatError, InvalidModelError, Program
-from tdag.deinops.builder import Builder
+from tdag.ops.builder import Builder
 from tdag.deinops.bitcast import BitCast
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota

@@ -24,11 +24,11 @@ import torch.nn as nn
 from torch.export import Dim
 
 import tdag
-from tdag.canonicalize import pt2_exprs
-from tdag.canonicalize.pt2_archive import check_pt2
-from tdag.canonicalize.pt2_exprs import check_guard, check_size
-from tdag.canonicalize.pt2_zip import pickle_imports_beyond_tensors
-from tdag.canonicalize.torch_capture import _same_view
+from tdag.canonicalize.torch.pt2 import exprs as pt2_exprs
+from tdag.canonicalize.torch.pt2.archive import check_pt2
+from tdag.canonicalize.torch.pt2.exprs import check_guard, check_size
+from tdag.canonicalize.torch.pt2.members import pickle_imports_beyond_tensors
+from tdag.canonicalize.torch.capture import _same_view
 
 MODEL_JSON = "models/model.json"
 WEIGHTS_CONFIG = "data/weights/model_weights_config.json"

@@ -11,7 +11,7 @@ from guards import run_onnx
 import tdag
 import tdag.lower
 from tdag.errors import UnsupportedOpError
-from tdag.deinops.kernels.sequence import Lstm
+from tdag.lower.kernels.sequence import Lstm
 from tdag.ir.program import Call, Loop
 
 LENGTHS = (3, 9, 40)

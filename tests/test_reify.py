@@ -221,7 +221,7 @@ def test_parametrized_weights_still_apply(block_program):
 
 def _dead(model: onnx.ModelProto) -> tuple[list, list]:
     """Nodes whose outputs nothing reads and initializers no node reads (subgraphs too)."""
-    from tdag.reify.onnx_graph import _graphs
+    from tdag.reify.onnx.graph import _graphs
     graphs = _graphs(model.graph)
     read = {o.name for g in graphs for o in g.output} | \
         {i for g in graphs for n in g.node for i in n.input}
@@ -250,7 +250,7 @@ def test_onnx_outputs_are_written_by_their_producers():
 
 def test_prune_drops_dead_chains_in_subgraphs_and_their_initializers():
     from onnx import helper
-    from tdag.reify.onnx_graph import GraphBuilder, prune
+    from tdag.reify.onnx.graph import GraphBuilder, prune
     g = GraphBuilder(20)
     x = "x"
     unused = g.node("Add", [g.node("Mul", [x, g.const(3.0, tdag.DType.f32)]), x])  # dead chain

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import tdag
 from tdag import ops
-from tdag.deinops.builder import Builder
+from tdag.ops.builder import Builder
 from tdag.deinops.runtime import NonZero
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -228,7 +228,7 @@ def test_a_pinned_input_is_a_const_the_program_no_longer_takes():
         tdag.from_onnx(model, inputs={"axes": [0, 1]})
 
 
-# -- ONNX shapes, pads, repeats and bounds given at run time (canonicalize/onnx_runtime.py) -----
+# -- ONNX shapes, pads, repeats and bounds given at run time (canonicalize/onnx/runtime.py) -----
 
 I64 = TensorProto.INT64
 RUNTIME_SHAPED = {  # model, torch reference, two inputs whose results differ in shape

@@ -24,7 +24,7 @@ from io_programs import control_program
 from tdag.cli import main as cli_main
 from tdag.ir.program import all_steps
 from tdag.models import tiny_vit
-from tdag.refine.cost import cost as cost_of_primitives
+from tdag.refine.cost.report import cost as cost_of_primitives
 from tdag.view.page import CHUNK, page_data, page_html, write_page
 
 BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",

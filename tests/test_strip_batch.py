@@ -132,7 +132,7 @@ def test_broadcasts_over_the_batch_lose_their_batch_axis():
 # -- ops that mix samples ----------------------------------------------------------------
 
 def scoped(path, fn):
-    from tdag.deinops.builder import active_builder
+    from tdag.ops.builder import active_builder
 
     def wrapped(*args):
         with active_builder().scope(tdag.Origin("aten.op", path)):
@@ -194,7 +194,7 @@ def test_every_record_has_a_batch_rule_of_one_of_the_four_kinds():
 
 
 def test_the_walkers_dispatch_on_rule_kinds_never_on_ops():
-    source = inspect.getsource(importlib.import_module("tdag.refine.strip_batch"))
+    source = inspect.getsource(importlib.import_module("tdag.refine.batch.strip"))
     assert not re.search(r"\.op\s+(is|in|==|!=|not)\b", source)
 
 

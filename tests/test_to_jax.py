@@ -26,7 +26,7 @@ jax = pytest.importorskip("jax")
 
 import tdag  # noqa: E402
 from tdag.ir.record import REGISTRY  # noqa: E402
-from tdag.reify.to_jax_context import jax_dtype  # noqa: E402
+from tdag.reify.jax.context import jax_dtype  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import test_from_torch  # noqa: E402
@@ -50,7 +50,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 def to_torch(a) -> torch.Tensor:
     a = np.asarray(a)
     bits = torch.from_numpy(a.view(_INT[a.dtype.itemsize]).copy())
-    from tdag.reify.to_jax_context import tdag_dtype
+    from tdag.reify.jax.context import tdag_dtype
     return bits.view(tdag_dtype(a.dtype, "an output").torch)
 
 

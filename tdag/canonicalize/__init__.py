@@ -1,5 +1,5 @@
 """canonicalize: one pass from a framework graph to a tdag Program."""
-from tdag.canonicalize.onnx_import import from_onnx
-from tdag.canonicalize.torch_export import from_torch
+from tdag.canonicalize.onnx.importer import from_onnx
+from tdag.canonicalize.torch.export import from_torch
 
 __all__ = ["from_onnx", "from_torch"]

@@ -59,7 +59,7 @@ class Op(enum.Enum):
     nonzero = "nonzero"
     arange = "arange"
     # kernels (placeholders made by tdag.lower): one fast framework call each; their records
-    # live in tdag/deinops/kernels
+    # live in tdag/lower/kernels
     einsum = "einsum"
     conv = "conv"
     conv_transpose = "conv_transpose"

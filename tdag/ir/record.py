@@ -17,7 +17,7 @@ registers a primitive's rules beside it. One ``OpRecord`` per op holds:
 - ``jax``: the JAX emitter, called at trace time, ``(node, args, ctx) -> jax.Array``: ``args``
   are the operands' arrays, ``ctx`` gives the namespaces (``ctx.jnp``, ``ctx.lax``,
   ``ctx.nn``), ``ctx.resolve(dim)`` and ``ctx.shape(dims)`` for symbolic sizes bound from the
-  input shapes, and ``ctx.dtype(DType)`` (``tdag/reify/to_jax_context.py``). Emitters take
+  input shapes, and ``ctx.dtype(DType)`` (``tdag/reify/jax/context.py``). Emitters take
   jax from ``ctx`` so that importing tdag never imports jax.
 
 A new target or a new analysis is one new field here, filled in every record; a new op is

@@ -1,6 +1,6 @@
 """Lowering: recognise primitive patterns that a framework runs as one kernel.
 
-The kernels it emits are ops like any other, with their records in ``tdag/deinops/kernels``.
+The kernels it emits are ops like any other, with their records in ``tdag/lower/kernels``.
 Each pass sweeps its rules (``Rule(op, fn)``, one tuple per module) with the rewrite engine of
 ``tdag.ir.rewrite``; ``explain(prog, "%42")`` says why a node was or was not lowered.
 

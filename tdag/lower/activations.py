@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.deinops.kernels.activations import Clamp, Gelu
+from tdag.lower.kernels.activations import Clamp, Gelu
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec

@@ -11,8 +11,8 @@ e (q, k), ev (v, out). The kernel gets q[..., l, e], k[..., s, e], v[..., s, ev]
 from __future__ import annotations
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.deinops.kernels.contraction import parse_equation
-from tdag.deinops.kernels.sequence import Attention
+from tdag.lower.kernels.contraction import parse_equation
+from tdag.lower.kernels.sequence import Attention
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import string
 
-from tdag.deinops.kernels.contraction import Einsum, parse_equation
-from tdag.deinops.kernels.layout import Reshape
+from tdag.lower.kernels.contraction import Einsum, parse_equation
+from tdag.lower.kernels.layout import Reshape
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

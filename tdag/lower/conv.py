@@ -10,8 +10,8 @@ layout and the result is reshaped and permuted back into the einsum's layout.
 """
 from __future__ import annotations
 
-from tdag.deinops.kernels.contraction import Conv, ConvTranspose, parse_equation
-from tdag.deinops.kernels.layout import Reshape
+from tdag.lower.kernels.contraction import Conv, ConvTranspose, parse_equation
+from tdag.lower.kernels.layout import Reshape
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

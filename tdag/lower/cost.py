@@ -1,6 +1,6 @@
 """``tdag.cost``: the cost report with bytes as the lowered program moves them.
 
-The analysis lives in ``tdag.refine.cost``; lowering is a later stage, so the function that
+The analysis lives in ``tdag.refine.cost.report``; lowering is a later stage, so the function that
 runs one before the other lives here.
 """
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
 from tdag.lower.pipeline import DEFAULT, lower
-from tdag.refine.cost import CostReport
-from tdag.refine.cost import cost as cost_of
+from tdag.refine.cost.report import CostReport
+from tdag.refine.cost.report import cost as cost_of
 
 
 def cost(prog: Program | TDAG, lowered: bool = True) -> CostReport:
     """Flops and bytes of ``prog`` per node, op, module scope, TDAG and step (conventions in
-    ``tdag.refine.cost``); with ``lowered``, bytes and flops are those of
+    ``tdag.refine.cost.report``); with ``lowered``, bytes and flops are those of
     ``tdag.lower.lower(prog)``'s kernels, and ``unfused_bytes`` the primitives' op by op.
 
     >>> import tdag

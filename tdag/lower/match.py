@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from tdag.deinops.core import _reshape_segments
+from tdag.ops.core import _reshape_segments
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Context

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from tdag.deinops.kernels.layout import Concat, Expand, Reshape
+from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.deinops.movement import Permute, Slice
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

@@ -12,7 +12,7 @@ folded in by ``AFFINE_RULES`` (run with the other fusions).
 """
 from __future__ import annotations
 
-from tdag.deinops.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

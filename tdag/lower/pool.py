@@ -14,8 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from tdag.deinops.kernels.layout import Reshape
-from tdag.deinops.kernels.windows import Pool
+from tdag.lower.kernels.layout import Reshape
+from tdag.lower.kernels.windows import Pool
 from tdag.deinops.movement import Permute
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Unfold

@@ -18,8 +18,8 @@ to a kernel) is a reverse layer.
 """
 from __future__ import annotations
 
-from tdag.deinops.kernels.contraction import parse_equation
-from tdag.deinops.kernels.sequence import Lstm, lstm_parts
+from tdag.lower.kernels.contraction import parse_equation
+from tdag.lower.kernels.sequence import Lstm, lstm_parts
 from tdag.deinops.movement import Permute
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node

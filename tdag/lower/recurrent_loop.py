@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from tdag.deinops.builder import Builder
-from tdag.deinops.core import select, transpose
-from tdag.deinops.kernels.contraction import parse_equation
-from tdag.deinops.kernels.sequence import Lstm
+from tdag.ops.builder import Builder
+from tdag.ops.core import select, transpose
+from tdag.lower.kernels.contraction import parse_equation
+from tdag.lower.kernels.sequence import Lstm
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.program import (

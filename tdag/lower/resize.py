@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from tdag.deinops.kernels.windows import Resize
-from tdag.deinops.nn_pool import _nearest_index, _scale
+from tdag.lower.kernels.windows import Resize
+from tdag.ops.nn.pool import _nearest_index, _scale
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from tdag.deinops.kernels.activations import Softmax
+from tdag.lower.kernels.activations import Softmax
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op

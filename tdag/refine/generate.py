@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tdag.deinops import arrays, core
-from tdag.deinops.trace import trace
+from tdag.ops import arrays
+from tdag.ops import core
+from tdag.ops.trace import trace
 from tdag.errors import InvalidModelError
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, Loop, Program, all_steps, nested_blocks, with_blocks

@@ -16,7 +16,7 @@ import networkx
 
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
-from tdag.refine.cost import CostReport
+from tdag.refine.cost.report import CostReport
 from tdag.view.facts import program_facts
 
 
@@ -28,7 +28,7 @@ def to_networkx(prog: Program | TDAG, report: CostReport | None = None) -> netwo
     name)`` when it has several. Attributes: ``graph`` (the TDAG), ``kind`` ("node", "input",
     "param", "buffer", "const"), ``op`` (the primitive; the kind for a boundary tensor),
     ``type`` (a TensorType), ``shape``, ``dtype``, ``scope``, ``provenance``, and the cost
-    figures of each node as captured (``tdag.refine.cost.cost(prog)``, op by op)
+    figures of each node as captured (``tdag.refine.cost.report.cost(prog)``, op by op)
     ``flops``, ``matmul_flops``, ``bytes_read``, ``bytes_written``, ``bytes``,
     ``fused_bytes`` (ints, or sympy expressions in symbolic sizes; all calls of the TDAG
     together); ``report`` passes a report already made. An edge's ``operands`` lists the

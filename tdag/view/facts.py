@@ -1,7 +1,7 @@
 """The program as a table of tensors: what a graph view (networkx, the HTML page) shows.
 
 One row per tensor of each TDAG: its inputs, weights and nodes, with the op that makes it,
-its type, its module scope, where it came from and what it costs: ``tdag.refine.cost`` of
+its type, its module scope, where it came from and what it costs: ``tdag.refine.cost.report`` of
 the program as it stands, node by node and times the calls of its TDAG (``tdag.cost`` costs
 the lowered kernels, which merge nodes; a view of the nodes wants each node's own
 figures). Inputs and weights cost nothing; a weight sits in the scope of its first user, so
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
-from tdag.refine.cost import CostReport, Figures, cost
+from tdag.refine.cost.report import CostReport, Figures, cost
 
 
 @dataclass(frozen=True, slots=True)

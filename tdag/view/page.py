@@ -24,7 +24,7 @@ from tdag.ir.graph import TDAG
 from tdag.ir.printer import format_step
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, free_symbols, symbol
-from tdag.refine.cost import cost
+from tdag.refine.cost.report import cost
 from tdag.view.facts import TensorFacts, graph_facts
 
 CHUNK = 100  # the most tensors a group shows as its own boxes; more go in sub-groups

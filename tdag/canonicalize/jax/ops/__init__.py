@@ -1,0 +1,1 @@
+"""The table from JAX primitives to tdag, a family a file."""

@@ -1,0 +1,168 @@
+"""The ONNX op table, quantized ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv. The integer arithmetic stays in the
+IR: integer inputs, zero points subtracted in i32, products summed exactly (integer matmul;
+convolutions in f32 or f64, whichever is exact for the sizes), a requantization rounds half
+to even and saturates to the output type, as onnx/reference/ops computes. Entries follow
+onnx/ops/table.py's convention.
+"""
+from __future__ import annotations
+
+from tdag import ops
+from tdag.canonicalize.onnx.ops.table import _norm, register, saturate_float8
+from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ir.symbols import is_static, product
+from tdag.ir.types import DType
+
+_RANGE = {DType.u8: (0, 255), DType.i8: (-128, 127), DType.u16: (0, 65535),
+          DType.i16: (-32768, 32767), DType.i32: (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _per_axis(ctx, value, x):
+    """A scale or zero point broadcastable to x: a scalar, one per ``axis`` entry, or one per
+    block of ``block_size`` along it."""
+    block = ctx.attr("block_size", 0)
+    if value.ndim == 0:
+        return value
+    if value.ndim == 1 and value.shape[0] == 1 and not block:  # one value: per tensor
+        return ops.reshape(value, ())
+    axis = _norm(ctx.attr("axis", 1), x.ndim)
+    if block:
+        value = ops.repeat_interleave(value, block, axis)
+        return ops.slice(value, axis, 0, x.shape[axis])
+    if value.ndim != 1:
+        raise InvalidModelError(f"{ctx.node.op_type}: a scale of rank {value.ndim} without "
+                                "block_size")
+    shape = [1] * x.ndim
+    shape[axis] = value.shape[0]
+    return ops.reshape(value, tuple(shape))
+
+
+def _saturate(q, dtype: DType):
+    if dtype not in _RANGE:
+        raise UnsupportedOpError(f"quantization to {dtype.value}")
+    low, high = _RANGE[dtype]
+    return ops.cast(ops.clamp(q, float(low), float(high)), dtype)
+
+
+@register("QuantizeLinear")
+def _quantize(ctx, x, scale, zero_point=None):
+    x, scale = ctx.tensor(x), ctx.tensor(scale)
+    dtype = ctx.tensor(zero_point).dtype if zero_point is not None else \
+        (ctx.dtype(ctx.attr("output_dtype")) if ctx.attr("output_dtype") else DType.u8)
+    precision = ctx.attr("precision")
+    work = ctx.dtype(precision) if precision else x.dtype
+    q = ops.div(ops.cast(x, work), ops.cast(_per_axis(ctx, scale, x), work))
+    if not dtype.is_float8:  # float8 keeps the fraction: the cast rounds it
+        q = ops.round(q)
+    if zero_point is not None:
+        q = ops.add(q, ops.cast(_per_axis(ctx, ctx.tensor(zero_point), x), work))
+    if dtype.is_float8:
+        return ops.cast(saturate_float8(q, dtype) if ctx.flag("saturate", 1) else q, dtype)
+    return _saturate(q, dtype)
+
+
+@register("DequantizeLinear")
+def _dequantize(ctx, x, scale, zero_point=None):
+    x, scale = ctx.tensor(x), ctx.tensor(scale)
+    if x.dtype.is_float and not x.dtype.is_float8:
+        raise UnsupportedOpError(f"DequantizeLinear from {x.dtype.value}")
+    dx = ops.cast(x, DType.f32)
+    if zero_point is not None:
+        dx = ops.sub(dx, ops.cast(_per_axis(ctx, ctx.tensor(zero_point), x), DType.f32))
+    y = ops.mul(dx, ops.cast(_per_axis(ctx, scale, x), DType.f32))
+    out = ctx.attr("output_dtype")
+    return ops.cast(y, ctx.dtype(out) if out else scale.dtype)
+
+
+@register("DynamicQuantizeLinear")
+def _dynamic_quantize(ctx, x):
+    """uint8 with a scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255]."""
+    x = ctx.tensor(x)
+    axes = tuple(range(x.ndim))
+    high = ops.maximum(ops.amax(x, axes), 0.0)
+    low = ops.minimum(ops.amin(x, axes), 0.0)
+    scale = ops.div(ops.sub(high, low), 255.0)
+    zero = _saturate(ops.round(ops.sub(0.0, ops.div(low, scale))), DType.u8)
+    y = _saturate(ops.add(ops.round(ops.div(x, scale)), ops.cast(zero, DType.f32)), DType.u8)
+    return y, scale, zero
+
+
+def _centered(ctx, x, zero_point, row_axis=None):
+    """x - zero_point in i32; a 1-D zero point of a matrix is one per row (``row_axis``)."""
+    x = ops.cast(ctx.tensor(x), DType.i32)
+    if zero_point is None:
+        return x
+    zp = ops.cast(ctx.tensor(zero_point), DType.i32)
+    if zp.ndim == 1 and row_axis is not None and zp.shape[0] != 1:
+        zp = ops.unsqueeze(zp, row_axis)
+    elif zp.ndim == 1:
+        zp = ops.reshape(zp, ())
+    return ops.sub(x, zp)
+
+
+@register("MatMulInteger")
+def _matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
+    a = _centered(ctx, a, a_zero, row_axis=-1)  # a's zero point: one per row of a
+    b = _centered(ctx, b, b_zero)  # b's: one per column, broadcast along the last axis
+    return ops.matmul(a, b)
+
+
+@register("QLinearMatMul")
+def _qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero=None):
+    product = ops.matmul(_centered(ctx, a, a_zero, row_axis=-1), _centered(ctx, b, b_zero))
+    scale = ops.div(ops.mul(ctx.tensor(a_scale), ctx.tensor(b_scale)), ctx.tensor(y_scale))
+    d = ops.mul(ops.cast(product, DType.f64), ops.cast(scale, DType.f64))
+    dtype = ctx.tensor(y_zero).dtype if y_zero is not None else ctx.tensor(a).dtype
+    if y_zero is not None:
+        d = ops.add(d, ops.cast(ctx.tensor(y_zero), DType.f64))
+    return _saturate(ops.round(d), dtype)
+
+
+def _conv_attrs(ctx, x, w):
+    from tdag.canonicalize.onnx.ops.nn import _group, _kernel, _pre_pad, _window  # noqa: PLC0415
+    kernel = _kernel(ctx, x, w.shape[2:])
+    strides, dilations, begins, ends = _window(ctx, x, kernel)
+    return strides, dilations, begins, ends, _group(ctx), _pre_pad
+
+
+def _int_conv(ctx, x, w):
+    """The exact integer convolution of centred 8-bit tensors, as i32: summed in f32 where
+    every partial sum stays below 2**24 (|x|, |w| <= 255, so 255 * 255 * terms; onnxruntime
+    has no f64 Conv), else in f64 (exact below 2**53)."""
+    terms = product(w.shape[1:])
+    exact32 = is_static(terms) and 255 * 255 * terms < 2 ** 24
+    work = DType.f32 if exact32 else DType.f64
+    x64, w64 = ops.cast(x, work), ops.cast(w, work)
+    strides, dilations, begins, ends, group, pre_pad = _conv_attrs(ctx, x64, w64)
+    x64, padding = pre_pad(x64, begins, ends)
+    return ops.cast(ops.conv(x64, w64, None, strides, padding, dilations, group), DType.i32)
+
+
+@register("ConvInteger")
+def _conv_integer(ctx, x, w, x_zero=None, w_zero=None):
+    x = _centered(ctx, x, x_zero)
+    w = _centered(ctx, w, None)
+    if w_zero is not None:  # one per output channel
+        zp = ops.cast(ctx.tensor(w_zero), DType.i32)
+        w = ops.sub(w, ops.reshape(zp, (-1,) + (1,) * (w.ndim - 1)) if zp.ndim else zp)
+    return _int_conv(ctx, x, w)
+
+
+@register("QLinearConv")
+def _qlinear_conv(ctx, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero=None, b=None):
+    xc = _centered(ctx, x, x_zero)
+    wc = ops.cast(ctx.tensor(w), DType.i32)
+    wz = ops.cast(ctx.tensor(w_zero), DType.i32)
+    wc = ops.sub(wc, ops.reshape(wz, (-1,) + (1,) * (wc.ndim - 1)) if wz.ndim else wz)
+    acc = _int_conv(ctx, xc, wc)
+    if b is not None:  # the i32 bias, added exactly
+        acc = ops.add(acc, ops.reshape(ops.cast(ctx.tensor(b), DType.i32),
+                                       (-1,) + (1,) * (acc.ndim - 2)))
+    ws = ctx.tensor(w_scale)
+    ws = ops.reshape(ws, (-1,) + (1,) * (acc.ndim - 2)) if ws.ndim else ws
+    scale = ops.div(ops.mul(ctx.tensor(x_scale), ws), ctx.tensor(y_scale))
+    d = ops.mul(ops.cast(acc, DType.f64), ops.cast(scale, DType.f64))
+    dtype = ctx.tensor(y_zero).dtype if y_zero is not None else ctx.tensor(x).dtype
+    if y_zero is not None:
+        d = ops.add(d, ops.cast(ctx.tensor(y_zero), DType.f64))
+    return _saturate(ops.round(d), dtype)

@@ -1,0 +1,21 @@
+"""The ATen op table, split by family; importing this package registers every entry."""
+from tdag.canonicalize.torch.aten import (  # noqa: F401
+                                    contraction,
+                                    creation,
+                                    elementwise,
+                                    indexing,
+                                    losses,
+                                    masking,
+                                    movement,
+                                    nn,
+                                    pool_indices,
+                                    recurrent,
+                                    reduce,
+                                    resample,
+                                    scatter,
+                                    search,
+                                    sorting,
+)
+from tdag.canonicalize.torch.aten.registry import TABLE, Entry, entry_for, key, supports
+
+__all__ = ["TABLE", "Entry", "entry_for", "key", "supports"]

@@ -1,0 +1,176 @@
+"""Searching and counting ATen ops, as comparisons summed over a static axis.
+
+``bucketize``/``searchsorted`` count the boundaries below each value; ``histc`` counts the
+values in each bin (one-hot); ``pdist`` picks a static index set.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tdag import ops
+from tdag.canonicalize.torch.aten.contraction import cdist
+from tdag.canonicalize.torch.aten.indexing import gather
+from tdag.canonicalize.torch.aten.registry import aten
+from tdag.ir.types import DType
+
+
+def _count_below(values, boundaries, right):
+    """For each value, the number of boundaries < value (<= with ``right``): its insertion
+    point in the sorted boundaries. boundaries: [..., B], values: [..., N] (same batch)."""
+    below = ops.le if right else ops.lt
+    hits = below(ops.unsqueeze(boundaries, boundaries.ndim - 1), ops.unsqueeze(values, values.ndim))
+    return ops.sum(ops.cast(hits, DType.i64), values.ndim)
+
+
+@aten("bucketize")
+def bucketize(x, boundaries, out_int32=False, right=False):
+    flat = ops.reshape(x, (-1,)) if x.ndim else ops.reshape(x, (1,))
+    counts = _count_below(flat, boundaries, right)
+    return ops.reshape(counts, x.shape)
+
+
+@aten("searchsorted")
+def searchsorted(sorted_sequence, x, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        sorted_sequence = ops.gather(sorted_sequence, sorter, sorted_sequence.ndim - 1) \
+            if sorted_sequence.ndim == 1 else _take_along_last(sorted_sequence, sorter)
+    right = right or side == "right"
+    if sorted_sequence.ndim == 1:
+        return bucketize(x, sorted_sequence, out_int32, right)
+    return _count_below(x, sorted_sequence, right)
+
+
+def _take_along_last(x, index):
+    return gather(x, x.ndim - 1, index)
+
+
+@aten("histc")
+def histc(x, bins=100, min=0, max=0):
+    """Counts of values in ``bins`` equal bins over [min, max] (the data's range when
+    min == max); values outside are not counted, max goes into the last bin."""
+    x = ops.reshape(x, (-1,))
+    low, high = (ops.amin(x), ops.amax(x)) if min == max else (float(min), float(max))
+    if min == max:  # a constant tensor: torch widens the range by one on each side
+        same = ops.eq(low, high)
+        low, high = ops.where(same, ops.sub(low, 1.0), low), ops.where(same, ops.add(high, 1.0),
+                                                                         high)
+    width = ops.sub(high, low)
+    index = ops.cast(ops.floor(ops.div(ops.mul(ops.sub(x, low), float(bins)), width)), DType.i64)
+    index = ops.where(ops.eq(x, high), bins - 1, index)
+    inside = ops.logical_and(ops.ge(x, low), ops.le(x, high))
+    index = ops.where(inside, index, -1)
+    one_hot = ops.eq(ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(bins, "i64", x.builder), 0))
+    return ops.sum(ops.cast(one_hot, x.dtype), 0)
+
+
+@aten("angle")
+def angle(x):
+    """Of a real number: pi if negative, else 0 (nan stays nan)."""
+    x = ops.cast(x, DType.f32) if not x.dtype.is_float else x
+    return ops.where(ops.lt(x, 0.0), math.pi, ops.where(ops.isnan(x), x, 0.0))
+
+
+@aten("_pdist_forward")
+def pdist(x, p=2.0):
+    """The upper triangle (i < j) of the distance matrix, row by row."""
+    n = x.shape[0]
+    full = ops.reshape(cdist(x, x, p), (-1,))
+    pairs = [i * n + j for i in range(n) for j in range(i + 1, n)]
+    return ops.gather(full, x.builder.const(torch.tensor(pairs, dtype=torch.int64)), 0)
+
+
+def _outer_edges(values, bounds):
+    """(low, high) of the bins: ``bounds`` or the data's range; one value: torch centres a
+    bin of width 1 on it."""
+    if bounds is None:
+        low, high = ops.amin(values), ops.amax(values)
+    else:
+        low, high = (ops.full((), float(b), values.dtype, like=values) for b in bounds)
+    same = ops.eq(low, high)
+    return ops.where(same, ops.sub(low, 0.5), low), ops.where(same, ops.add(high, 0.5), high)
+
+
+def _edges(low, high, bins, like):
+    steps = ops.iota(bins + 1, "i64", like.builder)
+    edges = ops.add(low, ops.mul(ops.div(ops.sub(high, low), float(bins)),
+                                 ops.cast(steps, like.dtype)))
+    return ops.where(ops.eq(steps, bins), high, edges)
+
+
+def _bin_of(values, edges, low, high, bins):
+    """Each value's bin (the last includes its right edge) and whether it is counted."""
+    index = ops.sub(_count_below(values, edges, right=True), 1)
+    index = ops.where(ops.eq(values, high), bins - 1, index)
+    return index, ops.logical_and(ops.ge(values, low), ops.le(values, high))
+
+
+def _counts(index, inside, total, weight, like):
+    """Per-bin sums of the counted values' weights: a one-hot [values, bins] summed."""
+    one_hot = ops.logical_and(ops.unsqueeze(inside, 1), ops.eq(
+        ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(total, "i64", like.builder), 0)))
+    mass = ops.cast(one_hot, like.dtype)
+    if weight is not None:
+        mass = ops.mul(mass, ops.unsqueeze(ops.reshape(weight, (-1,)), 1))
+    return ops.sum(mass, 0)
+
+
+def _widths(edges, bins):
+    return ops.sub(ops.slice(edges, 0, 1, bins + 1), ops.slice(edges, 0, 0, bins))
+
+
+@aten("histogram.bin_ct")
+def histogram(x, bins=100, range=None, weight=None, density=False):
+    """(counts, edges) over ``bins`` equal bins of [min, max] (the data's range by default);
+    the last bin includes its right edge; values outside are not counted."""
+    flat = ops.reshape(x, (-1,))
+    low, high = _outer_edges(flat, range)
+    edges = _edges(low, high, bins, x)
+    counts = _counts(*_bin_of(flat, edges, low, high, bins), bins, weight, x)
+    if density:
+        counts = ops.div(counts, ops.mul(ops.sum(counts), _widths(edges, bins)))
+    return counts, edges
+
+
+def _dd_edges(x, bins, range):
+    points = ops.reshape(x, (-1, x.shape[-1]))
+    out = []
+    for d, b in enumerate(bins):
+        column = ops.select(points, 1, d)
+        low, high = _outer_edges(column, None if range is None else range[2 * d:2 * d + 2])
+        out.append(_edges(low, high, b, x))
+    return points, out
+
+
+@aten("_histogramdd_bin_edges")
+def histogramdd_bin_edges(x, bins, range=None, weight=None, density=False):
+    """The edges of each of the D axes of points x [..., D]."""
+    return _dd_edges(x, bins, range)[1]
+
+
+@aten("_histogramdd_from_bin_cts")
+def histogramdd(x, bins, range=None, weight=None, density=False):
+    """Counts of the points x [..., D] in a grid of bins; a point's cell is its row-major
+    number among prod(bins) cells, counted by one one-hot sum."""
+    points, edges = _dd_edges(x, bins, range)
+    cell, counted = None, None
+    for d, b in enumerate(bins):
+        column = ops.select(points, 1, d)
+        low, high = ops.select(edges[d], 0, 0), ops.select(edges[d], 0, b)
+        index, inside = _bin_of(column, edges[d], low, high, b)
+        cell = index if cell is None else ops.add(ops.mul(cell, b), index)
+        counted = inside if counted is None else ops.logical_and(counted, inside)
+    total = 1
+    for b in bins:
+        total *= b
+    counts = ops.reshape(_counts(cell, counted, total, weight, x), tuple(bins))
+    if density:
+        volume = None
+        for d, b in enumerate(bins):
+            shape = [1] * len(bins)
+            shape[d] = b
+            w = ops.reshape(_widths(edges[d], b), shape)
+            volume = w if volume is None else ops.mul(volume, w)
+        counts = ops.div(counts, ops.mul(ops.sum(counts), volume))
+    return counts

@@ -1,0 +1,1 @@
+"""Reading .pt2 archives safely: tdag checks every member before torch's loader reads any of it."""

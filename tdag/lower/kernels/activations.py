@@ -1,0 +1,200 @@
+"""Softmax and activation kernels: one fused elementwise pass each."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tdag.deinops.codegen import literal
+from tdag.lower.kernels.common import float_input, per_element
+from tdag.deinops.primitive import NoSpec, primitive
+from tdag.errors import ShapeError
+from tdag.ir.batching import Aligned, AxisRule, same_axis
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+
+# -- softmax ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Softmax:
+    axis: int
+
+
+def _softmax_shape(spec: Softmax, ins):
+    (x,) = ins
+    float_input("softmax", x)
+    if not 0 <= spec.axis < x.rank:
+        raise ShapeError(f"softmax: axis {spec.axis} out of range for {x}")
+    return x
+
+
+# works along its axis only: any other axis may be the batch
+_SOFTMAX_BATCH = AxisRule(
+    lambda s, t: {s.axis}, same_axis, lambda s, t, p: Softmax(s.axis - (p < s.axis)),
+    lambda s: Softmax(s.axis + 1), mixing="normalises along the batch axis")
+
+
+def _softmax_torch(node, a, code):
+    return f"torch.{node.op.value}({a[0]}, {node.spec.axis})"
+
+
+def _softmax_onnx(node, ins, g, cx):
+    return g.node("Softmax", ins, axis=node.spec.axis)
+
+
+def _log_softmax_onnx(node, ins, g, cx):
+    return g.node("LogSoftmax", ins, axis=node.spec.axis)
+
+
+# max, subtract, exp, sum, divide: five per element, as the decomposition
+primitive(Op.softmax, Softmax, 1, _softmax_shape,
+          lambda s, xs, r: torch.softmax(xs[0], s.axis), per_element(5),
+          "exp/reduce/reciprocal chain makes five passes over memory; softmax makes one",
+          traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch, onnx=_softmax_onnx,
+          jax=lambda node, a, cx: cx.nn.softmax(a[0], axis=node.spec.axis))
+primitive(Op.log_softmax, Softmax, 1, _softmax_shape,
+          lambda s, xs, r: torch.log_softmax(xs[0], s.axis), per_element(5),
+          "x - max - log(sum(exp)) makes five passes over memory; log_softmax makes one",
+          traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch,
+          onnx=_log_softmax_onnx,
+          jax=lambda node, a, cx: cx.nn.log_softmax(a[0], axis=node.spec.axis))
+
+
+# -- activations ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Gelu:
+    approximate: str = "none"  # or "tanh"
+
+
+def _float_unary(op: str):
+    def rule(spec, ins):
+        float_input(op, ins[0])
+        if op == "gelu" and spec.approximate not in ("none", "tanh"):
+            raise ShapeError("gelu: approximate must be 'none' or 'tanh', "
+                             f"not {spec.approximate!r}")
+        return ins[0]
+    return rule
+
+
+def _gelu_torch(node, a, code):
+    approx = node.spec.approximate
+    return f"F.gelu({a[0]})" if approx == "none" else f"F.gelu({a[0]}, approximate={approx!r})"
+
+
+def _gelu_onnx(node, ins, g, cx):
+    if g.opset >= 20:
+        return g.node("Gelu", ins, approximate=node.spec.approximate)
+    dtype = node.type.dtype
+    x = ins[0]
+    if node.spec.approximate == "tanh":
+        cube = g.node("Mul", [g.node("Mul", [x, x]), x])
+        inner = g.node("Add", [x, g.node("Mul", [cube, g.const(0.044715, dtype)])])
+        inner = g.node("Tanh", [g.node("Mul", [inner, g.const(0.7978845608028654, dtype)])])
+    else:
+        inner = g.node("Erf", [g.node("Mul", [x, g.const(0.7071067811865476, dtype)])])
+    half = g.node("Mul", [x, g.const(0.5, dtype)])
+    return g.node("Mul", [half, g.node("Add", [inner, g.const(1.0, dtype)])])
+
+
+primitive(Op.gelu, Gelu, 1, _float_unary("gelu"),
+          lambda s, xs, r: F.gelu(xs[0], approximate=s.approximate), per_element(5),
+          "x * (1 + erf(x/sqrt 2)) / 2 is five elementwise passes",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_gelu_torch, onnx=_gelu_onnx,
+          jax=lambda node, a, cx: cx.nn.gelu(a[0], approximate=node.spec.approximate == "tanh"))
+
+
+def _silu_torch(node, a, code):
+    return f"F.silu({a[0]})"
+
+
+def _silu_onnx(node, ins, g, cx):
+    return g.node("Mul", [ins[0], g.node("Sigmoid", ins)])
+
+
+primitive(Op.silu, NoSpec, 1, _float_unary("silu"), lambda s, xs, r: F.silu(xs[0]),
+          per_element(5), "x / (1 + exp(-x)) is five elementwise passes",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_silu_torch, onnx=_silu_onnx, jax=lambda node, a, cx: cx.nn.silu(a[0]))
+
+
+def _sigmoid_torch(node, a, code):
+    return f"torch.sigmoid({a[0]})"
+
+
+def _sigmoid_onnx(node, ins, g, cx):
+    return g.node("Sigmoid", ins)
+
+
+primitive(Op.sigmoid, NoSpec, 1, _float_unary("sigmoid"), lambda s, xs, r: torch.sigmoid(xs[0]),
+          per_element(4), "1 / (1 + exp(-x)) is four elementwise passes",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_sigmoid_torch, onnx=_sigmoid_onnx,
+          jax=lambda node, a, cx: cx.nn.sigmoid(a[0]))
+
+
+def _relu_torch(node, a, code):
+    return f"torch.relu({a[0]})"
+
+
+def _relu_onnx(node, ins, g, cx):
+    return g.node("Relu", ins)
+
+
+primitive(Op.relu, NoSpec, 1, lambda s, ins: ins[0], lambda s, xs, r: torch.relu(xs[0]),
+          per_element(1), "(x + |x|) / 2 or where(x > 0, x, 0) is several passes",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_relu_torch, onnx=_relu_onnx, jax=lambda node, a, cx: cx.nn.relu(a[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Clamp:
+    """``min(max(x, lo), hi)`` propagating nan (torch.clamp); None leaves a side open."""
+
+    lo: float | None = None
+    hi: float | None = None
+
+
+def _clamp_eval(spec: Clamp, xs, resolve):
+    return torch.clamp(xs[0], spec.lo, spec.hi)
+
+
+def _clamp_torch(node, a, code):
+    lo, hi, dtype = node.spec.lo, node.spec.hi, node.type.dtype
+    return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo, dtype)}, " \
+           f"{'None' if hi is None else literal(hi, dtype)})"
+
+
+def _clamp_onnx(node, ins, g, cx):
+    """Max then Min, which propagate nan as torch.clamp does (Clip is not specified to)."""
+    dtype, out = node.type.dtype, ins[0]
+    if node.spec.lo is not None:
+        out = g.node("Max", [out, g.const(node.spec.lo, dtype)])
+    if node.spec.hi is not None:
+        out = g.node("Min", [out, g.const(node.spec.hi, dtype)])
+    return out
+
+
+primitive(Op.clamp, Clamp, 1, lambda s, ins: ins[0], _clamp_eval, per_element(2),
+          "max/min with nan checks are two compares and two selects per bound",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_clamp_torch, onnx=_clamp_onnx,
+          jax=lambda node, a, cx: cx.jnp.clip(a[0], node.spec.lo, node.spec.hi))  # keeps nan
+
+
+def _hardswish_torch(node, a, code):
+    return f"F.hardswish({a[0]})"
+
+
+def _hardswish_onnx(node, ins, g, cx):
+    return g.node("HardSwish", ins)
+
+
+primitive(Op.hardswish, NoSpec, 1, _float_unary("hardswish"),
+          lambda s, xs, r: F.hardswish(xs[0]), per_element(4),
+          "x * clamp(x + 3, 0, 6) / 6 is four elementwise passes",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_hardswish_torch, onnx=_hardswish_onnx,
+          jax=lambda node, a, cx: cx.nn.hard_swish(a[0]))

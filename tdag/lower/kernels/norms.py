@@ -1,0 +1,250 @@
+"""Normalisation kernels: layer, RMS, group and batch norm."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+
+from tdag.lower.kernels.common import float_input, per_element, same_shape
+from tdag.deinops.primitive import primitive
+from tdag.errors import ShapeError
+from tdag.ir.batching import Refuse
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+from tdag.ir.symbols import is_static
+
+# -- normalisations ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LayerNorm:
+    """Normalise over the trailing ``count`` axes; optional weight and bias of that shape."""
+
+    count: int
+    eps: float
+
+
+def _trailing_norm_shape(name: str):
+    """Shape rule of a norm over the trailing ``spec.count`` axes with optional affine
+    operands of exactly those axes' shape (layer_norm, rms_norm)."""
+    def rule(spec, ins):
+        x = ins[0]
+        float_input(name, x)
+        if not 1 <= spec.count <= x.rank:
+            raise ShapeError(f"{name}: {spec.count} trailing axes of {x}")
+        for t in ins[1:]:
+            same_shape(name, t, x.shape[x.rank - spec.count:], x.dtype)
+        return x
+    return rule
+
+
+_layer_norm_shape = _trailing_norm_shape("layer_norm")
+
+# layer and RMS norm count trailing axes rather than name them
+_TRAILING = Refuse("normalises over its trailing `count` axes, which may include the batch "
+                   "axis: strip the batch before lowering")
+# group and batch norm read x as (N, C, *S), channels on axis 1
+_CHANNELS = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch before "
+                   "lowering")
+
+
+def _layer_norm_eval(spec: LayerNorm, xs, resolve):
+    x = xs[0]
+    w = xs[1] if len(xs) > 1 else None
+    b = xs[2] if len(xs) > 2 else None
+    return F.layer_norm(x, x.shape[x.dim() - spec.count:], w, b, spec.eps)
+
+
+def _layer_norm_torch(node, a, code):
+    """``F.layer_norm`` or ``F.rms_norm`` (the latter has no bias)."""
+    shape = code.shape(node.type.shape[node.type.rank - node.spec.count:], tuple_=True)
+    rest = ", ".join(a[1:] + ["None"] * (3 - len(a))) if node.op is Op.layer_norm else \
+        (a[1] if len(a) > 1 else "None")
+    return f"F.{node.op.value}({a[0]}, {shape}, {rest}, {node.spec.eps!r})"
+
+
+def _layer_norm_onnx(node, ins, g, cx):
+    x_type = node.type
+    tail = x_type.shape[x_type.rank - node.spec.count:]
+    scale = ins[1] if len(ins) > 1 else g.filled(tail, 1.0, x_type.dtype)
+    return g.node("LayerNormalization", [ins[0], scale] + ins[2:3], axis=-node.spec.count,
+                  epsilon=node.spec.eps)
+
+
+# mean (2), centre, square, sum, divide, add eps, rsqrt, scale: about 8 per element
+def normalize_jax(cx, x, axes, eps: float, center: bool = True):
+    """``(x - mean) / sqrt(var + eps)`` over ``axes`` (biased variance, as torch), or
+    without ``center`` the RMS norm ``x / sqrt(mean(x^2) + eps)``."""
+    jnp = cx.jnp
+    if center:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    return x * cx.lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + eps)
+
+
+def _affine_jax(out, a, weight: int, bias: int, shape=(-1,)):
+    """``out * a[weight] + a[bias]`` for those of the two operands given, each reshaped to
+    ``shape`` (a per-channel vector against (N, C, *S))."""
+    if len(a) > weight:
+        out = out * a[weight].reshape(shape)
+    if len(a) > bias:
+        out = out + a[bias].reshape(shape)
+    return out
+
+
+def _trailing_norm_jax(node, a, cx):
+    """layer_norm (centered, weight and bias) and rms_norm (weight only)."""
+    axes = tuple(range(a[0].ndim - node.spec.count, a[0].ndim))
+    out = normalize_jax(cx, a[0], axes, node.spec.eps, center=node.op is Op.layer_norm)
+    return _affine_jax(out, a, 1, 2, a[0].shape[a[0].ndim - node.spec.count:])
+
+
+primitive(Op.layer_norm, LayerNorm, range(1, 4), _layer_norm_shape, _layer_norm_eval,
+          per_element(8), "mean/variance/rsqrt chain reads the input several times",
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx,
+          jax=_trailing_norm_jax)
+
+
+@dataclass(frozen=True, slots=True)
+class RMSNorm:
+    """``x / sqrt(mean(x^2) + eps) [* weight]`` over the trailing ``count`` axes."""
+
+    count: int
+    eps: float
+
+
+_rms_norm_shape = _trailing_norm_shape("rms_norm")
+
+
+def _rms_norm_eval(spec: RMSNorm, xs, resolve):
+    x = xs[0]
+    w = xs[1] if len(xs) > 1 else None
+    return F.rms_norm(x, x.shape[x.dim() - spec.count:], w, spec.eps)
+
+
+def _rms_norm_onnx(node, ins, g, cx):
+    """x * 1/sqrt(mean(x^2) + eps) [* w], as torch.onnx.export writes it."""
+    rank, dtype = node.type.rank, node.type.dtype
+    axes = g.const(list(range(rank - node.spec.count, rank)))
+    mean = g.node("ReduceMean", [g.node("Mul", [ins[0], ins[0]]), axes], keepdims=1)
+    inv = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(node.spec.eps,
+                                                                                dtype)])])])
+    out = g.node("Mul", [ins[0], inv])
+    return g.node("Mul", [out, ins[1]]) if len(ins) > 1 else out
+
+
+primitive(Op.rms_norm, RMSNorm, range(1, 3), _rms_norm_shape, _rms_norm_eval,
+          per_element(5), "square/mean/rsqrt chain reads the input several times",
+          traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_rms_norm_onnx,
+          jax=_trailing_norm_jax)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupNorm:
+    """Normalise ``x[N,C,*]`` over groups of ``C/groups`` channels and all trailing axes;
+    optional per-channel weight and bias (both or neither)."""
+
+    groups: int
+    eps: float
+
+
+def _group_norm_shape(spec: GroupNorm, ins):
+    x = ins[0]
+    float_input("group_norm", x)
+    if x.rank < 2 or spec.groups < 1 or (is_static(x.shape[1]) and x.shape[1] % spec.groups):
+        raise ShapeError(f"group_norm: {spec.groups} groups do not divide the channels of {x}")
+    if len(ins) == 2:
+        raise ShapeError("group_norm: give both weight and bias, or neither")
+    for t in ins[1:]:
+        same_shape("group_norm", t, (x.shape[1],), x.dtype)
+    return x
+
+
+def _group_norm_eval(spec: GroupNorm, xs, resolve):
+    w, b = (xs[1], xs[2]) if len(xs) == 3 else (None, None)
+    return F.group_norm(xs[0], spec.groups, w, b, spec.eps)
+
+
+def _group_norm_torch(node, a, code):
+    w, b = (a[1], a[2]) if len(a) == 3 else ("None", "None")
+    return f"F.group_norm({a[0]}, {node.spec.groups}, {w}, {b}, {node.spec.eps!r})"
+
+
+def _group_norm_onnx(node, ins, g, cx):
+    """Reshape to [N, G, -1], InstanceNormalization, reshape back, per-channel affine."""
+    x_type, groups = node.type, node.spec.groups
+    dtype = x_type.dtype
+    grouped = g.node("Reshape", [ins[0], g.const([0, groups, -1])])
+    ones = g.const([1.0] * groups, dtype)
+    zeros = g.const([0.0] * groups, dtype)
+    normed = g.node("InstanceNormalization", [grouped, ones, zeros], epsilon=node.spec.eps)
+    out = g.node("Reshape", [normed, g.node("Shape", [ins[0]])])
+    if len(ins) == 3:
+        view = g.const([-1] + [1] * (x_type.rank - 2))
+        out = g.node("Mul", [out, g.node("Reshape", [ins[1], view])])
+        out = g.node("Add", [out, g.node("Reshape", [ins[2], view])])
+    return out
+
+
+def _group_norm_jax(node, a, cx):
+    x = a[0]
+    n, c = x.shape[:2]
+    grouped = x.reshape((n, node.spec.groups, -1))
+    out = normalize_jax(cx, grouped, (2,), node.spec.eps).reshape(x.shape)
+    return _affine_jax(out, a, 1, 2, (c,) + (1,) * (x.ndim - 2))
+
+
+primitive(Op.group_norm, GroupNorm, range(1, 4), _group_norm_shape, _group_norm_eval,
+          per_element(8), "ungroup + mean/variance chain reads the input several times",
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_group_norm_torch, onnx=_group_norm_onnx,
+          jax=_group_norm_jax)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchNorm:
+    """Inference batch norm of ``x[N,C,*]`` with given mean and variance per channel:
+    ``(x - mean) / sqrt(var + eps) [* weight] [+ bias]``."""
+
+    eps: float
+
+
+def _batch_norm_shape(spec: BatchNorm, ins):
+    x = ins[0]
+    float_input("batch_norm", x)
+    if x.rank < 2:
+        raise ShapeError(f"batch_norm: needs a channel axis, got {x}")
+    for t in ins[1:]:
+        same_shape("batch_norm", t, (x.shape[1],), x.dtype)
+    return x
+
+
+def _batch_norm_eval(spec: BatchNorm, xs, resolve):
+    w = xs[3] if len(xs) > 3 else None
+    b = xs[4] if len(xs) > 4 else None
+    return F.batch_norm(xs[0], xs[1], xs[2], w, b, False, 0.0, spec.eps)
+
+
+def _batch_norm_torch(node, a, code):
+    w = a[3] if len(a) > 3 else "None"
+    b = a[4] if len(a) > 4 else "None"
+    return f"F.batch_norm({a[0]}, {a[1]}, {a[2]}, {w}, {b}, False, 0.0, {node.spec.eps!r})"
+
+
+def _batch_norm_onnx(node, ins, g, cx):
+    x, mean, var = ins[:3]
+    channels = node.type.shape[1]
+    dtype = node.type.dtype
+    scale = ins[3] if len(ins) > 3 else g.filled((channels,), 1.0, dtype)
+    bias = ins[4] if len(ins) > 4 else g.filled((channels,), 0.0, dtype)
+    return g.node("BatchNormalization", [x, scale, bias, mean, var], epsilon=node.spec.eps)
+
+
+def _batch_norm_jax(node, a, cx):
+    x, mean, var = a[:3]
+    channel = (-1,) + (1,) * (x.ndim - 2)
+    out = (x - mean.reshape(channel)) * cx.lax.rsqrt(var.reshape(channel) + node.spec.eps)
+    return _affine_jax(out, a, 3, 4, channel)
+
+
+primitive(Op.batch_norm, BatchNorm, range(3, 6), _batch_norm_shape, _batch_norm_eval,
+          per_element(4), "broadcast subtract/scale/shift chain makes several passes",
+          traits=Trait.KERNEL, batch=_CHANNELS, torch=_batch_norm_torch, onnx=_batch_norm_onnx,
+          jax=_batch_norm_jax)

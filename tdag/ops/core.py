@@ -1,0 +1,685 @@
+"""Array-API style functions over traced Tensors, each emitting primitives.
+
+These take torch-like arguments (negative axes, numpy broadcasting, Python scalars, type
+promotion) and reduce them to the strict primitives, whose operands always agree exactly.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Sequence
+
+import sympy
+import torch
+
+from tdag.ops.builder import Builder, Tensor, active_builder
+from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
+from tdag.deinops.indexing import Gather, Iota
+from tdag.deinops.movement import (
+    Group,
+    Pad,
+    Permute,
+    Repeat,
+    Select,
+    Slice,
+    Squeeze,
+    Ungroup,
+    Unsqueeze,
+)
+from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.windows import Fold, Unfold
+from tdag.errors import ShapeError, UnsupportedOpError
+from tdag.ir.op import Op
+from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, is_static, product
+from tdag.ir.types import DType
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def norm_axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < builtins.max(ndim, 1):
+        raise ShapeError(f"axis {axis} out of range for rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def norm_axes(axes, ndim: int) -> tuple:
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, int):
+        axes = (axes,)
+    return tuple(sorted({norm_axis(a, ndim) for a in axes}))
+
+
+def _builder(*values) -> Builder:
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.builder
+    return active_builder()
+
+
+def as_tensor(value, builder: Builder | None = None, dtype=None) -> Tensor:
+    """A Tensor for a Tensor, a Python scalar or a torch tensor (made a const)."""
+    if isinstance(value, Tensor):
+        return value if dtype is None else cast(value, dtype)
+    return (builder or active_builder()).const(value, dtype)
+
+
+def _probe(value):
+    """A stand-in for ``torch.result_type``: an empty tensor of the same dtype and category
+    (rank-0 tensors rank below dimensioned ones, Python scalars below both, as in torch)."""
+    if isinstance(value, Tensor):
+        return torch.empty((0,) if value.ndim else (), dtype=value.dtype.torch)
+    return value
+
+
+def result_dtype(*values) -> DType:
+    """torch's type promotion among tensors (traced or torch) and Python scalars."""
+    acc = _probe(values[0])
+    for value in values[1:]:
+        other = _probe(value)
+        if not isinstance(acc, torch.Tensor) and not isinstance(other, torch.Tensor):
+            acc = torch.tensor(acc)  # two Python scalars: as torch.tensor(a) op b
+        dtype = torch.result_type(acc, other)
+        dimensioned = any(isinstance(v, torch.Tensor) and v.dim() for v in (acc, other))
+        acc = torch.empty((0,) if dimensioned else (), dtype=dtype)
+    if not isinstance(acc, torch.Tensor):
+        acc = torch.tensor(acc)
+    return DType.of(acc.dtype)
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    rank = builtins.max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
+        dim: Dim = 1
+        for d in dims:
+            if is_static(d) and d == 1:
+                continue
+            if is_static(dim) and dim == 1:
+                dim = d
+            elif not dims_equal(dim, d):
+                raise ShapeError(f"shapes {' and '.join(str(list(s)) for s in shapes)} "
+                                 "do not broadcast")
+        out.append(dim)
+    return tuple(out)
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    shape = tuple(as_dim(d) for d in shape)
+    if len(shape) < x.ndim:
+        raise ShapeError(f"cannot broadcast {x.type} to rank {len(shape)}")
+    extra = len(shape) - x.ndim
+    if extra:
+        x = unsqueeze(x, tuple(range(extra)))
+    axes = tuple(i for i, (d, t) in enumerate(zip(x.shape, shape))
+                 if not dims_equal(d, t) and is_static(d) and d == 1)
+    for i, (d, t) in enumerate(zip(x.shape, shape)):
+        if i not in axes and not dims_equal(d, t):
+            raise ShapeError(f"cannot broadcast {x.type} to {list(shape)}")
+    if axes:
+        x = x.builder.emit(Op.repeat, Repeat(axes, tuple(shape[a] for a in axes)), x)
+    return x
+
+
+expand = broadcast_to
+
+
+def _describe(values) -> str:
+    """Operands as an error message names them: ``%x: f32[2,3], 2.5``."""
+    return ", ".join(f"%{v.name}: {v.type}" if isinstance(v, Tensor) else repr(v)
+                     for v in values)
+
+
+def _operands(*values, dtype: DType | None = None, what: str = "elementwise") -> list[Tensor]:
+    """Promote and broadcast operands of an elementwise op to one type."""
+    builder = _builder(*values)
+    if dtype is None:
+        dtype = result_dtype(*values)
+    tensors = [as_tensor(v, builder, dtype) for v in values]
+    try:
+        shape = broadcast_shapes(*(t.shape for t in tensors))
+    except ShapeError as exc:
+        raise ShapeError(f"{what}: {exc.args[0]} (operands: {_describe(values)})",
+                         origin=builder.origin) from None
+    return [broadcast_to(t, shape) for t in tensors]
+
+
+def _binary(op: Op, a, b, spec=None, dtype=None) -> Tensor:
+    x, y = _operands(a, b, dtype=dtype, what=op.value)
+    return x.builder.emit(op, spec, x, y)
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+
+def add(a, b) -> Tensor:
+    return _binary(Op.add, a, b)
+
+
+def mul(a, b) -> Tensor:
+    return _binary(Op.multiply, a, b)
+
+
+multiply = mul
+
+
+def neg(x: Tensor) -> Tensor:
+    return x.builder.emit(Op.neg, None, x)
+
+
+def sub(a, b) -> Tensor:
+    x, y = _operands(a, b, what="sub")
+    return x.builder.emit(Op.add, None, x, neg(y))
+
+
+def div(a, b) -> Tensor:
+    """True division; integers are promoted to float as in torch."""
+    dtype = result_dtype(a, b)
+    if not dtype.is_float:
+        dtype = DType.f32
+    return _binary(Op.divide, a, b, Divide(DivideMode.true), dtype)
+
+
+def floor_divide(a, b) -> Tensor:
+    return _binary(Op.divide, a, b, Divide(DivideMode.floor))
+
+
+def trunc_divide(a, b) -> Tensor:
+    return _binary(Op.divide, a, b, Divide(DivideMode.trunc))
+
+
+def remainder(a, b) -> Tensor:
+    """Python-style modulo (the sign of the divisor), as torch.remainder.
+
+    A primitive mode, not ``a - b*floor(a/b)``: that rounds twice in floats."""
+    return _binary(Op.divide, a, b, Divide(DivideMode.remainder))
+
+
+def fmod(a, b) -> Tensor:
+    """C-style modulo (the sign of the dividend), as torch.fmod."""
+    return _binary(Op.divide, a, b, Divide(DivideMode.fmod))
+
+
+def pow(a, b) -> Tensor:
+    return _binary(Op.pow, a, b)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    return x.builder.emit(Op.reciprocal, None, _float(x))
+
+
+def _float(x: Tensor) -> Tensor:
+    return x if x.dtype.is_float else cast(x, DType.f32)
+
+
+def _unary(op: Op):
+    def fn(x: Tensor) -> Tensor:
+        x = _float(x) if op not in (Op.neg, Op.sign) else x
+        return x.builder.emit(op, None, x)
+    fn.__name__ = op.value
+    fn.__doc__ = f"Elementwise {op.value} (a primitive)."
+    return fn
+
+
+exp, log, sin, cos, tan = (_unary(o) for o in (Op.exp, Op.log, Op.sin, Op.cos, Op.tan))
+asin, acos, atan = (_unary(o) for o in (Op.asin, Op.acos, Op.atan))
+sinh, cosh, tanh = (_unary(o) for o in (Op.sinh, Op.cosh, Op.tanh))
+asinh, acosh, atanh = (_unary(o) for o in (Op.asinh, Op.acosh, Op.atanh))
+erf, erfinv, sign = _unary(Op.erf), _unary(Op.erfinv), _unary(Op.sign)
+
+
+def abs(x: Tensor) -> Tensor:
+    """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own."""
+    return x if x.dtype.is_unsigned else mul(x, sign(x))
+
+
+def sqrt(x: Tensor) -> Tensor:
+    x = _float(x)
+    return pow(x, 0.5)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return reciprocal(sqrt(x))
+
+
+def square(x: Tensor) -> Tensor:
+    return mul(x, x)
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    dtype = DType.of(dtype)
+    return x if x.dtype is dtype else x.builder.emit(Op.cast, Cast(dtype), x)
+
+
+def _compare(kind: CompareKind):
+    def fn(a, b) -> Tensor:
+        return _binary(Op.compare, a, b, Compare(kind))
+    fn.__name__ = kind.value
+    return fn
+
+
+eq, ne, lt, le, gt, ge = (_compare(k) for k in CompareKind)
+
+
+def where(cond, a, b) -> Tensor:
+    builder = _builder(cond, a, b)
+    dtype = result_dtype(a, b)
+    c = as_tensor(cond, builder, DType.bool)
+    x, y = as_tensor(a, builder, dtype), as_tensor(b, builder, dtype)
+    try:
+        shape = broadcast_shapes(c.shape, x.shape, y.shape)
+    except ShapeError as exc:
+        raise ShapeError(f"where: {exc.args[0]} (operands: {_describe([c, x, y])})",
+                         origin=builder.origin) from None
+    return builder.emit(Op.where, None, broadcast_to(c, shape), broadcast_to(x, shape),
+                        broadcast_to(y, shape))
+
+
+def isnan(x: Tensor) -> Tensor:
+    return ne(x, x)
+
+
+def logical_not(x: Tensor) -> Tensor:
+    return eq(cast(x, DType.bool), False)
+
+
+def logical_and(a, b) -> Tensor:
+    return _binary(Op.multiply, a, b, dtype=DType.bool)
+
+
+def logical_or(a, b) -> Tensor:
+    return where(a, True, cast(as_tensor(b, _builder(a, b)), DType.bool))
+
+
+def maximum(a, b) -> Tensor:
+    """Elementwise max that propagates nan, as torch.maximum."""
+    x, y = _operands(a, b, what="maximum")
+    return where(logical_or(gt(x, y), isnan(x)), x, y)
+
+
+def minimum(a, b) -> Tensor:
+    x, y = _operands(a, b, what="minimum")
+    return where(logical_or(lt(x, y), isnan(x)), x, y)
+
+
+def clamp(x: Tensor, min=None, max=None) -> Tensor:
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return x
+
+
+def floor(x: Tensor) -> Tensor:
+    """trunc(x), less one where that rounded up; exact, infinities included (inf//1 is nan)."""
+    if not x.dtype.is_float:
+        return x
+    t = trunc(x)
+    return where(lt(x, t), sub(t, 1.0), t)
+
+
+def ceil(x: Tensor) -> Tensor:
+    return x if not x.dtype.is_float else neg(floor(neg(x)))
+
+
+def trunc(x: Tensor) -> Tensor:
+    return x if not x.dtype.is_float else trunc_divide(x, 1.0)
+
+
+def round(x: Tensor) -> Tensor:
+    """Round half to even, as torch.round."""
+    if not x.dtype.is_float:
+        return x
+    low = floor(x)
+    frac = sub(x, low)
+    odd = eq(remainder(low, 2.0), 1.0)
+    up = logical_or(gt(frac, 0.5), logical_and(eq(frac, 0.5), odd))
+    return where(up, add(low, 1.0), low)
+
+
+# -- movement ---------------------------------------------------------------------------------
+
+
+def permute(x: Tensor, *perm) -> Tensor:
+    if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
+        perm = tuple(perm[0])
+    perm = tuple(norm_axis(p, x.ndim) for p in perm)
+    if perm == tuple(range(x.ndim)):
+        return x
+    return x.builder.emit(Op.permute, Permute(perm), x)
+
+
+def transpose(x: Tensor, a: int, b: int) -> Tensor:
+    perm = list(range(x.ndim))
+    a, b = norm_axis(a, x.ndim), norm_axis(b, x.ndim)
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute(x, *perm)
+
+
+def movedim(x: Tensor, source: int, destination: int) -> Tensor:
+    perm = list(range(x.ndim))
+    src = perm.pop(norm_axis(source, x.ndim))
+    perm.insert(norm_axis(destination, x.ndim), src)
+    return permute(x, *perm)
+
+
+def group(x: Tensor, axis: int, count: int) -> Tensor:
+    """Merge ``count`` adjacent axes starting at ``axis`` into one."""
+    if count == 1:
+        return x
+    return x.builder.emit(Op.group, Group(norm_axis(axis, x.ndim), count), x)
+
+
+def ungroup(x: Tensor, axis: int, sizes: Sequence) -> Tensor:
+    """Split ``axis`` into ``sizes`` (one entry may be -1)."""
+    sizes = tuple(as_dim(s) for s in sizes)
+    if len(sizes) == 1:
+        return x
+    return x.builder.emit(Op.ungroup, Ungroup(norm_axis(axis, x.ndim), sizes), x)
+
+
+def squeeze(x: Tensor, axes=None) -> Tensor:
+    if axes is None:
+        axes = tuple(i for i, d in enumerate(x.shape) if is_static(d) and d == 1)
+    axes = norm_axes(axes, x.ndim)
+    return x.builder.emit(Op.squeeze, Squeeze(axes), x) if axes else x
+
+
+def unsqueeze(x: Tensor, axes) -> Tensor:
+    if isinstance(axes, int):
+        axes = (axes,)
+    rank = x.ndim + len(axes)
+    axes = tuple(sorted(a % rank for a in axes))
+    return x.builder.emit(Op.unsqueeze, Unsqueeze(axes), x) if axes else x
+
+
+def flatten(x: Tensor, start: int = 0, end: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return unsqueeze(x, 0)
+    start, end = norm_axis(start, x.ndim), norm_axis(end, x.ndim)
+    return group(x, start, end - start + 1)
+
+
+def reshape(x: Tensor, *shape) -> Tensor:
+    """Reshape as group/ungroup over matching segments; squeeze/unsqueeze for size-1 axes."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    try:
+        target = _resolve_wildcard(x.shape, tuple(as_dim(s) for s in shape))
+    except ShapeError as exc:
+        raise ShapeError(f"{exc.args[0]} (operand: {_describe([x])})",
+                         origin=x.builder.origin) from None
+    segments = _reshape_segments(x.shape, target)
+    if segments is None:  # no segment structure (symbolic mismatch): merge all, split all
+        x = group(x, 0, x.ndim) if x.ndim else unsqueeze(x, 0)
+        if not target:
+            return squeeze(x, 0)
+        return ungroup(x, 0, target) if len(target) > 1 else x
+    pos = 0
+    for n_in, sizes in segments:
+        if n_in == 0:
+            x = unsqueeze(x, tuple(range(pos, pos + len(sizes))))
+        else:
+            x = group(x, pos, n_in)
+            if not sizes:
+                x = squeeze(x, pos)
+            elif len(sizes) > 1:
+                x = ungroup(x, pos, sizes)
+        pos += len(sizes)
+    return x
+
+
+def _resolve_wildcard(shape, target) -> tuple:
+    if builtins.sum(1 for d in target if is_static(d) and d == -1) > 1:
+        raise ShapeError(f"reshape: more than one -1 in {target}")
+    if not any(is_static(d) and d == -1 for d in target):
+        total, want = product(shape), product(target)
+        if not dims_equal(total, want):
+            raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
+        return target
+    known = product(d for d in target if not (is_static(d) and d == -1))
+    rest = as_dim(sympy.sympify(product(shape)) / known)
+    if is_static(rest) is False and not rest.is_integer:
+        raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
+    if is_static(product(shape)) and is_static(known) and (known == 0 or product(shape) % known):
+        raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
+    return tuple(rest if (is_static(d) and d == -1) else d for d in target)
+
+
+def _reshape_segments(src, dst):
+    """Pair runs of source axes with runs of target axes of equal product, or None."""
+    segments, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        if i == len(src) or j == len(dst):
+            rest_src, rest_dst = src[i:], dst[j:]
+            if any(not (is_static(d) and d == 1) for d in rest_src + rest_dst):
+                return None
+            if segments:
+                n_in, sizes = segments[-1]
+                segments[-1] = (n_in + len(rest_src), sizes + tuple(rest_dst))
+            else:
+                segments.append((len(rest_src), tuple(rest_dst)))
+            break
+        n_in, n_out = 1, 1
+        p_in, p_out = src[i], dst[j]
+        while not dims_equal(p_in, p_out):
+            if not (is_static(p_in) and is_static(p_out)):
+                return None
+            if p_in < p_out and i + n_in < len(src):
+                p_in, n_in = p_in * src[i + n_in], n_in + 1
+            elif p_out < p_in and j + n_out < len(dst):
+                p_out, n_out = p_out * dst[j + n_out], n_out + 1
+            else:
+                return None
+        segments.append((n_in, tuple(dst[j:j + n_out])))
+        i, j = i + n_in, j + n_out
+    return segments
+
+
+def slice(x: Tensor, axis: int, start: Dim = 0, stop: Dim | None = None, step: int = 1) -> Tensor:
+    """``x[..., start:stop:step, ...]`` on ``axis`` with Python's rules for negative bounds."""
+    axis = norm_axis(axis, x.ndim)
+    start, stop = _norm_bounds(start, stop, step, x.shape[axis])
+    if is_static(start) and start == 0 and dims_equal(stop, x.shape[axis]) and step == 1:
+        return x
+    return x.builder.emit(Op.slice, Slice((axis,), (start,), (stop,), (step,)), x)
+
+
+def _norm_bounds(start, stop, step, dim):
+    if step is None:
+        step = 1
+    if step < 1:
+        raise ShapeError(f"slice step must be positive, got {step}")
+    start = 0 if start is None else as_dim(start)
+    stop = dim if stop is None else as_dim(stop)
+    if is_static(start) and start < 0:
+        start = as_dim(dim + start)
+    if is_static(stop) and stop < 0:
+        stop = as_dim(dim + stop)
+    if is_static(dim):
+        start = builtins.min(builtins.max(start, 0), dim) if is_static(start) else start
+        stop = builtins.min(builtins.max(stop, 0), dim) if is_static(stop) else stop
+    if is_static(start) and is_static(stop) and stop < start:
+        stop = start
+    return start, stop
+
+
+def pad(x: Tensor, widths: Sequence, value: float = 0.0) -> Tensor:
+    """Pad every axis by ``(before, after)``; negative widths crop."""
+    widths = [tuple(as_dim(w) for w in pair) for pair in widths]
+    if len(widths) != x.ndim:
+        raise ShapeError(f"pad: {len(widths)} width pairs for rank {x.ndim}")
+    for axis, (lo, hi) in enumerate(widths):
+        if (is_static(lo) and lo < 0) or (is_static(hi) and hi < 0):
+            x = slice(x, axis, -lo if is_static(lo) and lo < 0 else 0,
+                      as_dim(x.shape[axis] + hi) if is_static(hi) and hi < 0 else None)
+    clipped = tuple((lo if not (is_static(lo) and lo < 0) else 0,
+                     hi if not (is_static(hi) and hi < 0) else 0) for lo, hi in widths)
+    if all(is_static(w) and w == 0 for pair in clipped for w in pair):
+        return x
+    return x.builder.emit(Op.pad, Pad(clipped, float(value)), x)
+
+
+def select(x: Tensor, axis: int, index: Dim) -> Tensor:
+    axis = norm_axis(axis, x.ndim)
+    index = as_dim(index)
+    if is_static(index) and index < 0:
+        index = as_dim(x.shape[axis] + index)
+    return x.builder.emit(Op.select, Select(axis, index), x)
+
+
+def repeat_axes(x: Tensor, axes, sizes) -> Tensor:
+    """Broadcast size-1 ``axes`` to ``sizes`` (the primitive repeat)."""
+    axes = tuple(norm_axis(a, x.ndim) for a in axes)
+    return x.builder.emit(Op.repeat, Repeat(axes, tuple(as_dim(s) for s in sizes)), x)
+
+
+def unfold(x: Tensor, axis: int, size: int, step: int = 1, dilation: int = 1) -> Tensor:
+    return x.builder.emit(Op.unfold, Unfold(norm_axis(axis, x.ndim), size, step, dilation), x)
+
+
+def fold(x: Tensor, axis: int, length: Dim, step: int = 1, dilation: int = 1) -> Tensor:
+    return x.builder.emit(Op.fold, Fold(norm_axis(axis, x.ndim - 1), step, dilation,
+                                        as_dim(length)), x)
+
+
+def gather(table: Tensor, index, axis: int = 0, wrap: bool = True) -> Tensor:
+    """Rows of ``table`` along ``axis`` at ``index`` (numpy take): a Tensor, or ints (a
+    Python int, list or torch tensor, made a const). Negative indices count from the end;
+    ``wrap=False`` says the caller knows every index is in range, which saves the select."""
+    known = None if isinstance(index, Tensor) else torch.as_tensor(index, dtype=torch.int64)
+    idx = as_tensor(index if known is None else known, table.builder)
+    if idx.dtype not in (DType.i64, DType.i32):
+        idx = cast(idx, DType.i64)
+    axis = norm_axis(axis, table.ndim)
+    if wrap and not (known is not None and bool((known >= 0).all())):
+        idx = where(lt(idx, 0), add(idx, _dim_tensor(table, axis, idx.dtype)), idx)
+    return table.builder.emit(Op.gather, Gather(axis), table, idx)
+
+
+def iota(length: Dim, dtype="i64", builder: Builder | None = None) -> Tensor:
+    return (builder or active_builder()).emit(Op.iota, Iota(as_dim(length), DType.of(dtype)))
+
+
+def arange(start, stop=None, step=1, dtype=None, like: Tensor | None = None) -> Tensor:
+    """``torch.arange``; the length may be symbolic."""
+    if stop is None:
+        start, stop = 0, start
+    builder = like.builder if like is not None else active_builder()
+    floats = any(isinstance(v, float) for v in (start, stop, step))
+    dtype = DType.of(dtype if dtype is not None else (DType.f32 if floats else DType.i64))
+    if floats:
+        length = builtins.max(0, math.ceil((stop - start) / step))
+    elif isinstance(step, int) and step > 0:  # symbolic bounds: ceil((stop - start) / step)
+        length = as_dim(floordiv(as_dim(stop - start + step - 1), step))
+        if is_static(length):
+            length = builtins.max(0, length)
+    else:
+        length = builtins.max(0, -(-(stop - start) // step))
+    if not dtype.is_float:
+        x = iota(length, dtype, builder)
+        x = mul(x, step) if step != 1 else x
+        return add(x, start) if start != 0 else x
+    # as torch: start + step * i in double, then rounded once to dtype
+    x = iota(length, DType.f64, builder)
+    x = mul(x, float(step)) if step != 1 else x
+    x = add(x, float(start)) if start != 0 else x
+    return cast(x, dtype)
+
+
+def full(shape, value, dtype=None, like: Tensor | None = None) -> Tensor:
+    builder = like.builder if like is not None else active_builder()
+    return broadcast_to(builder.const(value, dtype), shape)
+
+
+def zeros(shape, dtype="f32", like=None) -> Tensor:
+    return full(shape, 0, dtype, like)
+
+
+def ones(shape, dtype="f32", like=None) -> Tensor:
+    return full(shape, 1, dtype, like)
+
+
+def _dim_tensor(x: Tensor, axis: int, dtype="f32") -> Tensor:
+    """The length of ``axis`` as a scalar tensor (a const when static)."""
+    dim = x.shape[axis]
+    if is_static(dim):
+        return x.builder.const(dim, dtype)
+    ones_ = full((dim,), 1, DType.i64, like=x)
+    return cast(reduce(ones_, "sum", (0,)), dtype)
+
+
+def size_tensor(x: Tensor, axes, dtype="f32") -> Tensor:
+    """The number of elements over ``axes`` as a scalar tensor (symbolic sizes included)."""
+    count = product(x.shape[a] for a in axes)
+    if is_static(count):
+        return x.builder.const(count, dtype)
+    result = None
+    for a in axes:
+        d = _dim_tensor(x, a, dtype)
+        result = d if result is None else mul(result, d)
+    return result
+
+
+def dim_tensor(expr: sympy.Expr) -> Tensor:
+    """A scalar i64 tensor equal to the symbolic size ``expr`` at run time."""
+    builder = active_builder()
+    if expr.is_Integer:
+        return builder.const(int(expr))
+    if expr.is_Number:
+        return builder.const(float(expr))
+    if expr.is_Symbol:
+        return sum(full((expr,), 1, "i64", like=None))
+    parts = [dim_tensor(a) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return _fold_left(add, parts)
+    if isinstance(expr, sympy.Mul):
+        return _fold_left(mul, parts)
+    if isinstance(expr, sympy.Pow):
+        return pow(cast(parts[0], "f32"), parts[1])
+    if isinstance(expr, sympy.floor):
+        return floor(parts[0])
+    if isinstance(expr, sympy.ceiling):
+        return ceil(parts[0])
+    if isinstance(expr, sympy.Mod):
+        return remainder(*parts)
+    raise UnsupportedOpError(f"a size expression tdag cannot compute: {expr}")
+
+
+def _fold_left(fn, parts):
+    result = parts[0]
+    for p in parts[1:]:
+        result = fn(result, p)
+    return result
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+
+def reduce(x: Tensor, kind: str | ReduceKind, axes=None, keepdim: bool = False) -> Tensor:
+    axes = norm_axes(axes, x.ndim)
+    kind = ReduceKind(kind) if isinstance(kind, str) else kind
+    out = x.builder.emit(Op.reduce, Reduce(kind, axes), x) if axes else x
+    return unsqueeze(out, axes) if keepdim and axes else out
+
+
+def _accumulator(x: Tensor) -> Tensor:
+    """torch sums and multiplies bool and integer tensors in i64."""
+    return x if x.dtype.is_float else cast(x, DType.i64)
+
+
+def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    return reduce(_accumulator(x), ReduceKind.sum, axis, keepdim)
+
+
+def prod(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    return reduce(_accumulator(x), ReduceKind.prod, axis, keepdim)
+
+
+def amax(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    return reduce(x, ReduceKind.max, axis, keepdim)
+
+
+def amin(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
+    return reduce(x, ReduceKind.min, axis, keepdim)

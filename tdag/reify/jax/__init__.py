@@ -1,0 +1,1 @@
+"""tdag.to_jax: a Program as a jittable JAX function, its weights a pytree."""
