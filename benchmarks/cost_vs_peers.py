@@ -2,7 +2,7 @@
 
     python benchmarks/cost_vs_peers.py [--batch 4]
 
-For each model of tests/torch_models.py: tdag's contraction flops (``matmul_flops``, the
+For each model of tests/support/torch_models.py: tdag's contraction flops (``matmul_flops``, the
 ``torch.utils.flop_counter`` convention, 2 per multiply-add), all its flops, and its fused and
 unfused traffic; FlopCounterMode's total (2 per multiply-add, contractions it has formulas
 for); fvcore's total (1 per multiply-add: fvcore counts MACs, and some elementwise ops). The
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from tdag.canonicalize import from_torch  # noqa: E402
 from tdag.refine import cost  # noqa: E402
 
-import torch_models as M  # noqa: E402
+from support import torch_models as M  # noqa: E402
 
 
 class Tuple(torch.nn.Module):

@@ -1,5 +1,5 @@
 """How fast is a JAX model after from_jax -> to_onnx on onnxruntime, next to the jitted JAX
-function (XLA on the CPU)? The flax models of tests/test_from_jax.py at benchmark sizes.
+function (XLA on the CPU)? The flax models of tests/support/flax_models.py at benchmark sizes.
 
 Both sides run on one thread (XLA's eigen pool off, onnxruntime's intra/inter-op pools at
 1): on a shared machine thread pools waiting for busy cores make small kernels slow at
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 import tdag  # noqa: E402
-from test_from_jax import CNN, MLP, TransformerBlock, random_variables  # noqa: E402
+from support.flax_models import CNN, MLP, TransformerBlock, random_variables  # noqa: E402
 
 # name -> (flax module, input shape): sizes where kernels, not dispatch, take the time
 MODELS = {

@@ -28,7 +28,7 @@ from torch.export import Dim  # noqa: E402
 
 from tdag.canonicalize import from_torch  # noqa: E402
 from tdag.canonicalize.torch.symbols import BATCH  # noqa: E402
-from torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
+from support.torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
                           llama_config_7b)
 
 

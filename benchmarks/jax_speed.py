@@ -1,5 +1,5 @@
-"""tdag.to_jax against torch eager on the test zoo (tests/torch_models.py, as
-tests/test_from_torch.MODELS builds them): each model through from_torch -> to_jax, the jitted
+"""tdag.to_jax against torch eager on the test zoo (``MODELS`` of
+tests/support/torch_models.py): each model through from_torch -> to_jax, the jitted
 function's time over the eager module's, one thread each (torch.set_num_threads(1); XLA's CPU
 client without Eigen's thread pool), interleaved rounds, medians. A ratio below 1 means the
 JAX function is faster. Target: geo-mean at most 1.0x.
@@ -28,13 +28,13 @@ import tdag  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests"))
-import test_from_torch  # noqa: E402
-from test_to_jax import to_numpy  # noqa: E402
+from support.jax_arrays import to_numpy  # noqa: E402
+from support.torch_models import MODELS, make_model  # noqa: E402
 
 
 def measure(name: str, batch: int, rounds: int) -> tuple[float, float, float]:
     """(torch median s, jax median s, max |difference|) for one model of the zoo."""
-    model, inputs = test_from_torch._model(name)
+    model, inputs = make_model(name)
     args = inputs(batch)
     fn = tdag.to_jax(tdag.from_torch(model, inputs(2), dynamic_batch=True))
     with jax.enable_x64(True):  # i64 token ids stay i64 on the device
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    names = args.models.split(",") if args.models else list(test_from_torch.MODELS)
+    names = args.models.split(",") if args.models else list(MODELS)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}, "
           f"batch {args.batch}, {args.rounds} rounds, 1 thread")
     rows = {name: measure(name, args.batch, args.rounds) for name in names}

@@ -5,7 +5,7 @@ one thread). A ratio below 1 means tdag's model is faster. Targets: each within 
 geo-mean at most 1.05x. The largest output difference is printed beside: these files' weights
 are constants, so some (SqueezeNet, ResNet-50) reach logits of 1e10 to 1e19 that are equal
 only in exact arithmetic, and their softmax then depends on the last bit of each sum; the
-tests (tests/test_onnx_robust.py) check every model's output on a fixed input.
+tests (tests/canonicalize/onnx/test_onnx_robust.py) check every model's output on a fixed input.
 
     python benchmarks/light_models.py
     python benchmarks/light_models.py --models vgg19,resnet50 --rounds 20

@@ -57,7 +57,7 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
 import tdag  # noqa: E402
-from onnx_cases import node_cases, only_tensors  # noqa: E402
+from support.onnx_cases import node_cases, only_tensors  # noqa: E402
 
 BACKENDS = ("torch", "onnx")
 KINDS = ("pass", "unsupported", "WRONG", "crash")

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from reify_speed import _inner, _session, interleaved, set_threads  # noqa: E402
-from torch_models import Tagger  # noqa: E402
+from support.torch_models import Tagger  # noqa: E402
 
 import tdag  # noqa: E402
 import tdag.lower  # noqa: E402

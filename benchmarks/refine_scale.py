@@ -96,7 +96,7 @@ def scale(sizes) -> None:
 
 def llama_7b() -> None:
     from tdag.canonicalize import from_torch
-    from torch_models import Decoder, llama_config_7b
+    from support.torch_models import Decoder, llama_config_7b
 
     class Logits(torch.nn.Module):
         def __init__(self, model):

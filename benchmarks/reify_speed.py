@@ -32,7 +32,7 @@ import tdag  # noqa: E402
 import tdag.lower  # noqa: E402
 from tdag.canonicalize import from_torch  # noqa: E402
 from tdag.reify import to_onnx, to_torch  # noqa: E402
-from torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
+from support.torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
                           attention_mask, padding_mask)
 
 

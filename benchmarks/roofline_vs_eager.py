@@ -1,5 +1,5 @@
 """The roofline estimate on this machine (``--device local``) beside the measured eager
-latency, for the test zoo (tests/torch_models.py), one thread, medians.
+latency, for the test zoo (tests/support/torch_models.py), one thread, medians.
 
 Each model is captured at ``--batch``, costed (bytes as the lowered program moves them), and
 estimated on a device measured here (fp32 matmul throughput, clone bandwidth, one thread);
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import tdag  # noqa: E402
 from tdag.refine.cost import roofline  # noqa: E402
 
-from refine_programs import MODELS, model  # noqa: E402
+from support.refine_programs import MODELS, model  # noqa: E402
 
 
 def eager_median(module, args, runs: int) -> float:

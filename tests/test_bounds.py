@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from onnx import TensorProto, helper
 
-from guards import deadline
+from support.guards import deadline
 
 import tdag
 from tdag import ops

@@ -7,8 +7,6 @@ type and framework it cannot serve. The 4-bit types of ONNX are refused at impor
 """
 from __future__ import annotations
 
-import os
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -22,9 +20,7 @@ from tdag import ops
 from tdag.errors import UnsupportedOpError
 from tdag.ir.types import FLOAT8, UNSIGNED, DType
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
-from onnx_conformance import _ort_run  # noqa: E402
+from onnx_conformance import _ort_run
 
 NEW = sorted(UNSIGNED - {DType.u8} | FLOAT8, key=lambda d: d.value)
 

@@ -11,7 +11,8 @@ from tdag import ops as C
 from tdag.ops.builder import Builder
 from tdag.deinops.elementwise import Divide, DivideMode
 from tdag.deinops.indexing import Iota
-from tdag.deinops.movement import Permute, Repeat, Ungroup
+from tdag.deinops.extent import Repeat
+from tdag.deinops.movement import Permute, Ungroup
 from tdag.deinops.windows import Fold
 from tdag.ir.record import NoSpec
 from tdag.ir.op import Op

@@ -3,7 +3,7 @@
 The records of the kernels (lowering's placeholders) live in ``tdag.lower.kernels``;
 ``import tdag`` registers both."""
 # the order of registration is the order of PRIMITIVES
-from tdag.deinops import elementwise, indexing, movement, reduce, runtime, windows  # noqa: F401
+from tdag.deinops import elementwise, movement, extent, indexing, reduce, runtime, windows  # noqa: F401,I001
 from tdag.deinops import bitcast  # noqa: F401,I001  (after cast: PRIMITIVES keeps its order)
 from tdag.ir.record import REGISTRY, Cost, NoSpec, OpRecord, Trait, ops_with, record
 

@@ -12,6 +12,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import (
     Cost,
     CostRule,
+    Decomposer,
     Evaluator,
     JaxEmitter,
     NoSpec,
@@ -29,10 +30,11 @@ from tdag.ir.types import TensorType
 def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
               cost: CostRule, reason: str, *, traits: Trait, batch: BatchRule | None = None,
               torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
-              jax: JaxEmitter) -> OpRecord:
-    """Register the record of ``op``; called once per op by the module that defines it."""
+              jax: JaxEmitter, decompose: Decomposer | None = None) -> OpRecord:
+    """Register the record of ``op``; called once per op by the module that defines it. A
+    kernel gives ``decompose``, the composition it stands for; a primitive has none."""
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
-                             torch, onnx, jax))
+                             torch, onnx, jax, decompose))
 
 
 def traffic(in_types: Sequence[TensorType], out: TensorType, flops: Dim = 0,

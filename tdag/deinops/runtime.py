@@ -1,4 +1,4 @@
-"""Sizes that only data decides: the ``nonzero`` and ``arange`` primitives and compositions.
+"""Sizes that only data decides: the ``nonzero`` and ``arange`` primitives.
 
 A value whose size depends on data (the rows of ``nonzero``, a length read from a tensor with
 ``.item()`` or fed to an ONNX Reshape at run time) gets a *fresh* size symbol, what
@@ -15,8 +15,9 @@ n-element tensor has at most n rows).
 Two primitives suffice. ``nonzero`` makes a size from a mask; ``arange`` turns a scalar's
 value into a size (``arange[n](%t)``: 0..t-1, and n == t): every other run-time size
 (``x[:t]``, a Reshape to a shape tensor, an ONNX Range) is ordinary ops over that iota.
-The rest are compositions: ``masked_select`` and ``x[mask]`` are nonzero + gather;
-``unique`` is sort + compare + nonzero + gather.
+The rest are compositions (``tdag/ops/masking.py``, which also mints the fresh symbols):
+``masked_select`` and ``x[mask]`` are nonzero + gather; ``unique`` is sort + compare +
+nonzero + gather.
 
 A node that uses a fresh symbol should read, directly or not, the node that defines it (a
 gather of the nonzero rows, an add to the arange): then dead-code removal, extraction and
@@ -36,17 +37,6 @@ from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, symbol
 from tdag.ir.types import DType, TensorType
-
-
-def fresh_symbol(builder, hint: str) -> str:
-    """A size symbol no input of ``builder``'s graph uses and no other node defines."""
-    taken = {s.name for v in builder.inputs for d in v.type.shape
-             if not isinstance(d, int) for s in d.free_symbols}
-    while True:
-        name = builder.fresh(hint)
-        if name not in taken:
-            builder._taken.add(name)  # no later tensor or symbol of this graph takes it
-            return name
 
 
 def _fresh_dim(name: str, what: str) -> Dim:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tdag.deinops.movement import _check_axis
+from tdag.deinops.movement import check_axis
 from tdag.deinops.primitive import Cost, movement_cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.batching import AxisRule, same_axis
@@ -32,7 +32,7 @@ def window_count(length: Dim, size: int, step: int, dilation: int) -> Dim:
 
 def _unfold_shape(spec: Unfold, ins):
     (x,) = ins
-    _check_axis(spec.axis, x.rank, "unfold")
+    check_axis(spec.axis, x.rank, "unfold")
     if min(spec.size, spec.step, spec.dilation) < 1:
         raise ShapeError(f"unfold: size, step and dilation must be >= 1, got {spec}")
     length = x.shape[spec.axis]
@@ -119,7 +119,7 @@ def _fold_shape(spec: Fold, ins):
     (x,) = ins
     if x.rank < 2:
         raise ShapeError("fold: needs a window axis and a last (kernel) axis")
-    _check_axis(spec.axis, x.rank - 1, "fold")
+    check_axis(spec.axis, x.rank - 1, "fold")
     if min(spec.step, spec.dilation) < 1:
         raise ShapeError(f"fold: step and dilation must be >= 1, got {spec}")
     n, k = x.shape[spec.axis], x.shape[-1]

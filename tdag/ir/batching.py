@@ -1,7 +1,7 @@
 """Batch rules: how an op treats the batch axis, for ``strip_batch`` and ``add_batch``.
 
 Every op record carries one (``OpRecord.batch``). There are four kinds, and the walker in
-``tdag/refine/batch/strip.py`` knows only these kinds, never an op:
+``tdag/refine/batch/`` knows only these kinds, never an op:
 
 - ``AxisRule``: a one-input op that works along some axes (``touched``) and leaves the others
   alone: where an untouched axis lands (``out_axis``) and how the spec reads once the axis is

@@ -98,6 +98,4 @@ class TDAG:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def __str__(self) -> str:
-        from tdag.ir.printer import format_tdag  # noqa: PLC0415  (the printer imports graph)
-        return format_tdag(self, "main")
+    # str(graph) is its text form: tdag.ir.printer installs __str__ (it imports this module)

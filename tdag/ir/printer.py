@@ -248,3 +248,9 @@ def format_program(prog: Program) -> str:
     sections.append("\n".join(main))
     return "\n\n".join(sections) + "\n"
 
+
+# The data model does not import its printer (the printer imports it): str() of a TDAG or a
+# Program is installed here, and tdag.ir imports this module, so it is there once any of
+# tdag.ir is imported.
+TDAG.__str__ = lambda self: format_tdag(self, "main")
+Program.__str__ = format_program

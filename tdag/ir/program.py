@@ -191,9 +191,7 @@ class Program:
     def num_nodes(self) -> int:
         return sum(len(g.nodes) for g in self.graphs.values())
 
-    def __str__(self) -> str:
-        from tdag.ir.printer import format_program  # noqa: PLC0415  (the printer imports program)
-        return format_program(self)
+    # str(prog) is its text form: tdag.ir.printer installs __str__ (it imports this module)
 
     def __repr__(self) -> str:
         return f"<tdag.Program: {len(self.graphs)} TDAGs, {self.num_nodes} nodes>"

@@ -18,7 +18,11 @@ registers a primitive's rules beside it. One ``OpRecord`` per op holds:
   are the operands' arrays, ``ctx`` gives the namespaces (``ctx.jnp``, ``ctx.lax``,
   ``ctx.nn``), ``ctx.resolve(dim)`` and ``ctx.shape(dims)`` for symbolic sizes bound from the
   input shapes, and ``ctx.dtype(DType)`` (``tdag/reify/jax/context.py``). Emitters take
-  jax from ``ctx`` so that importing tdag never imports jax.
+  jax from ``ctx`` so that importing tdag never imports jax;
+- ``decompose``: for a kernel, the composition it stands for, ``(spec, *operands) -> Tensor``
+  (or a tuple of Tensors) written with ``tdag.ops``: it adapts the spec to the one ``tdag.ops``
+  function that holds the composition (``ops.softmax``, ``ops.conv`` ...), which lowering
+  recognises back as this kernel (``tests/lower/test_decompose.py``); None for a primitive.
 
 A new target or a new analysis is one new field here, filled in every record; a new op is
 one new record, written next to its spec in ``tdag/deinops``. ``tdag.ir`` reads the registry
@@ -96,6 +100,7 @@ CostRule = Callable[[object, "Sequence[TensorType]", "TensorType"], Cost]
 TorchEmitter = Callable[..., str]   # (node, operand expressions, code generator) -> expression
 OnnxEmitter = Callable[..., str]    # (node, operand names, GraphBuilder, context) -> name
 JaxEmitter = Callable[..., object]  # (node, operand arrays, JaxContext) -> jax.Array
+Decomposer = Callable[..., object]  # (spec, *operand Tensors) -> Tensor: a kernel's composition
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ class OpRecord:
     torch: TorchEmitter
     onnx: OnnxEmitter
     jax: JaxEmitter
+    decompose: Decomposer | None = None  # kernels only
 
     def takes(self, count: int) -> bool:
         """Whether ``count`` operands are accepted."""

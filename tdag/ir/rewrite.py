@@ -32,10 +32,11 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol, Union
 
-from tdag.errors import InvalidModelError, ShapeError, TdagError
+from tdag.errors import InvalidModelError, TdagError
+from tdag.ir.emit import typed_node
 from tdag.ir.graph import TDAG, Node, Weight
+from tdag.ir.names import FreshNames
 from tdag.ir.op import Op
-from tdag.ir.record import NoSpec, record
 from tdag.ir.types import TensorType
 
 # -- what a rule returns ----------------------------------------------------------------------
@@ -120,8 +121,7 @@ class Context:
         self._uses: dict[str, int] | None = None
         self._new: list[Node] = []  # nodes recorded before uses were first counted
         self._readers: dict[str, list[Node]] | None = None
-        self._taken: set[str] | None = None
-        self._counter = 0
+        self._names: FreshNames | None = None
 
     def producer(self, name: str) -> Node | None:
         """The node computing ``name``; None for inputs and weights."""
@@ -156,14 +156,10 @@ class Context:
         return self._uses.get(name, 0) == 1
 
     def fresh(self, hint: str) -> str:
-        if self._taken is None:
-            self._taken = set(self.types)
-        while True:
-            name = f"{hint}_l{self._counter}"
-            self._counter += 1
-            if name not in self._taken:
-                self._taken.add(name)
-                return name
+        """A new name ``<hint>_l<n>``, one counter for the sweep."""
+        if self._names is None:
+            self._names = FreshNames(self.types, pattern="{hint}_l{n}")
+        return self._names.fresh(hint)
 
     def emitter(self, root: Node) -> "Emitter":
         return Emitter(self, root)
@@ -206,17 +202,16 @@ class Emitter:
         self.ctx, self.root, self.nodes = ctx, root, []
 
     def __call__(self, op: Op, spec, *inputs: str) -> str:
-        spec = NoSpec() if spec is None else spec
-        in_types = [self.ctx.type(n) for n in inputs]
-        try:
-            out = record(op).shape(spec, in_types)
-        except ShapeError as exc:  # a rule built something ill-typed: a bug in the rule
-            raise InvalidModelError(f"a rewrite built a bad {op.value}: {exc.args[0]}",
-                                    node=self.root.name, origin=self.root.origin) from None
-        node = Node(self.ctx.fresh(self.root.name), op, tuple(inputs), spec, out,
-                    self.root.origin)
+        root = self.root
+
+        def refused(reason: str) -> InvalidModelError:  # a bug in the rule
+            return InvalidModelError(f"a rewrite built a bad {op.value}: {reason}",
+                                     node=root.name, origin=root.origin)
+
+        node = typed_node(op, spec, inputs, [self.ctx.type(n) for n in inputs],
+                          name=self.ctx.fresh(root.name), origin=root.origin, refused=refused)
         self.nodes.append(node)
-        self.ctx.types[node.name] = out
+        self.ctx.types[node.name] = node.type
         return node.name
 
     def finish(self, value: str) -> Rewrite:

@@ -14,12 +14,12 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.lower.match import close, is_scalar, producer_is, scalar
+from tdag.lower.match import close, is_scalar, scalar
 
 
 def _minus_scalar_op(ctx: Context, name: str, op: Op, value: float) -> str | None:
     """``name = op(y, value)`` with the scalar on either side -> y."""
-    node = producer_is(ctx, name, op)
+    node = ctx.made(name, op)
     if node is None:
         return None
     a, b = node.inputs
@@ -32,14 +32,14 @@ def _minus_scalar_op(ctx: Context, name: str, op: Op, value: float) -> str | Non
 
 def _negated(ctx: Context, name: str) -> str | None:
     """-y as neg(y) or y * -1 -> y."""
-    node = producer_is(ctx, name, Op.neg)
+    node = ctx.made(name, Op.neg)
     return node.inputs[0] if node is not None else _minus_scalar_op(ctx, name, Op.multiply, -1.0)
 
 
 def sigmoid_denominator(ctx: Context, name: str) -> str | None:
     """``1 + exp(-x)`` -> x."""
     e = _minus_scalar_op(ctx, name, Op.add, 1.0)
-    exp = producer_is(ctx, e, Op.exp) if e is not None else None
+    exp = ctx.made(e, Op.exp) if e is not None else None
     return _negated(ctx, exp.inputs[0]) if exp is not None else None
 
 
@@ -134,7 +134,7 @@ def _scaled(ctx: Context, name: str, x: str, k: float) -> bool:
     coef, terms = factors(ctx, name)
     if terms == [x] and close(coef, k):
         return True
-    node = producer_is(ctx, name, Op.divide)
+    node = ctx.made(name, Op.divide)
     if node is not None and node.inputs[0] == x:
         d = scalar(ctx, node.inputs[1])
         return d is not None and d != 0 and close(1.0 / d, k)
@@ -146,7 +146,7 @@ def _tanh_argument(ctx: Context, name: str, x: str) -> bool:
     coef, terms = factors(ctx, name)
     if len(terms) != 1 or not close(coef, _TANH_SCALE):
         return False
-    add = producer_is(ctx, terms[0], Op.add)
+    add = ctx.made(terms[0], Op.add)
     if add is None:
         return False
     for a, b in (add.inputs, reversed(add.inputs)):
@@ -160,7 +160,7 @@ def _is_cube(ctx: Context, terms: list, x: str) -> bool:
     if terms == [x, x, x]:
         return True
     if len(terms) == 1:
-        node = producer_is(ctx, terms[0], Op.pow)
+        node = ctx.made(terms[0], Op.pow)
         return node is not None and node.inputs[0] == x and is_scalar(ctx, node.inputs[1], 3.0)
     return False
 
@@ -178,7 +178,7 @@ def relu_rule(node: Node, ctx: Context):
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
     cond, a, b = node.inputs
-    test = producer_is(ctx, cond, Op.compare)
+    test = ctx.made(cond, Op.compare)
     if test is None:
         return NoMatch("condition is not a comparison")
     lhs, rhs = test.inputs
@@ -198,7 +198,7 @@ def _bound(ctx: Context, cond: str, x: str):
     node = ctx.producer(cond)
     if node is None or node.op is not Op.where or not is_scalar(ctx, node.inputs[1], 1.0):
         return None
-    nan = producer_is(ctx, node.inputs[2], Op.compare)
+    nan = ctx.made(node.inputs[2], Op.compare)
     if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
         return None
     node = ctx.producer(node.inputs[0])
@@ -240,7 +240,7 @@ def hardswish_rule(node: Node, ctx: Context):
     if len(terms) != 2 or not close(coef, 1 / 6):
         return NoMatch("not a sixth of a product")
     for x, t in (terms, reversed(terms)):
-        c = producer_is(ctx, t, Op.clamp)
+        c = ctx.made(t, Op.clamp)
         if c is not None and c.spec.lo == 0.0 and c.spec.hi == 6.0 and \
                 _minus_scalar_op(ctx, c.inputs[0], Op.add, 3.0) == x:
             return _unary(node, ctx, Op.hardswish, x)

@@ -18,17 +18,17 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.types import DType
-from tdag.lower.match import is_scalar, producer_is, scalar, trace_axes
+from tdag.lower.match import is_scalar, scalar, trace_axes
 
 _INF = float("inf")
 
 
 def _unsafe(ctx: Context, name: str) -> str:
     """where(cond, 0, p) with cond from a max == -inf test (torch's safe softmax) -> p."""
-    node = producer_is(ctx, name, Op.where)
+    node = ctx.made(name, Op.where)
     if node is None or not is_scalar(ctx, node.inputs[1], 0.0):
         return name
-    test = producer_is(ctx, trace_axes(ctx, node.inputs[0], units=True)[0], Op.compare)
+    test = ctx.made(trace_axes(ctx, node.inputs[0], units=True)[0], Op.compare)
     if test is None or test.spec.kind is not CompareKind.eq or \
             not any(is_scalar(ctx, t, -_INF) for t in test.inputs):
         return name
@@ -79,7 +79,7 @@ def attention_rule(node: Node, ctx: Context):
         return NoMatch("not a float contraction of two operands")
     reason = "no operand is a softmax"
     for p_name, v in (node.inputs, reversed(node.inputs)):
-        sm = producer_is(ctx, _unsafe(ctx, p_name), Op.softmax)
+        sm = ctx.made(_unsafe(ctx, p_name), Op.softmax)
         if sm is None:
             continue
         peeled = _peel_masks(ctx, sm.inputs[0])
@@ -184,7 +184,7 @@ def _unbroadcast(ctx: Context, mask: str) -> str:
 def _is_causal(ctx: Context, mask: str, plan) -> bool:
     """j <= i between an iota along the key axis (j) and one along the query axis (i)."""
     src, outer = trace_axes(ctx, mask, units=True)
-    test = producer_is(ctx, src, Op.compare)
+    test = ctx.made(src, Op.compare)
     if test is None:
         return False
     inner = [_iota_axis(ctx, t) for t in test.inputs]
@@ -200,7 +200,7 @@ def _is_causal(ctx: Context, mask: str, plan) -> bool:
 def _iota_axis(ctx: Context, name: str) -> int | None:
     """The one axis along which ``name`` shows 0, 1, 2, ... (a broadcast iota)."""
     src, mapping = trace_axes(ctx, name)
-    node = producer_is(ctx, src, Op.iota)
+    node = ctx.made(src, Op.iota)
     shown = [i for i, m in enumerate(mapping) if m is not None]
     if node is None or len(shown) != 1:
         return None

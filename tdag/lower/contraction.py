@@ -15,7 +15,7 @@ from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.lower.match import is_unit, producer_is, trace_axes
+from tdag.lower.match import is_unit, trace_axes
 
 LETTERS = string.ascii_lowercase + string.ascii_uppercase
 
@@ -24,7 +24,7 @@ def contraction_rule(node: Node, ctx: Context):
     """sum_K(bcast(A) * bcast(B)) -> einsum(A, B)"""
     if node.spec.kind is not ReduceKind.sum:
         return NoMatch("not a sum")
-    prod = producer_is(ctx, node.inputs[0], Op.multiply)
+    prod = ctx.made(node.inputs[0], Op.multiply)
     if prod is None or not prod.type.dtype.is_float:
         return NoMatch("not a float product")
     if prod.type.rank > len(LETTERS):
@@ -57,7 +57,7 @@ def _equation(map_a, map_b, kept) -> str:
 def einsum_bias_rule(node: Node, ctx: Context):
     """einsum(a, b) + bcast(bias over trailing axes) -> einsum(a, b, bias)"""
     for mine, other in (node.inputs, reversed(node.inputs)):
-        found = producer_is(ctx, mine, Op.einsum)
+        found = ctx.made(mine, Op.einsum)
         if found is None or len(found.inputs) != 2 or not ctx.single_use(mine):
             continue
         bias = trailing_source(ctx, other, node.type.rank)
@@ -82,7 +82,7 @@ def trailing_source(ctx: Context, name: str, rank: int) -> str | None:
 
 def einsum_permute_rule(node: Node, ctx: Context):
     """permute(einsum(a, b)) -> einsum(a, b) with the output letters permuted"""
-    found = producer_is(ctx, node.inputs[0], Op.einsum)
+    found = ctx.made(node.inputs[0], Op.einsum)
     if found is None or len(found.inputs) != 2 or not ctx.single_use(node.inputs[0]):
         return NoMatch("not a permuted einsum")
     ins, out = parse_equation(found.spec.equation)

@@ -17,7 +17,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, Emitter, NoMatch, Rule
 from tdag.ir.symbols import as_dim, is_static
-from tdag.lower.match import producer_is, reshape_groups, trace_axes
+from tdag.lower.match import reshape_groups, trace_axes
 from tdag.lower.windows import split_of, symmetric_padding, windows_of
 
 
@@ -147,7 +147,7 @@ def _emit_conv(node: Node, ctx: Context, win, w: str, r: _Roles, lo: str):
 
 def conv_transpose_rule(node: Node, ctx: Context):
     """fold+(reshape?(einsum(x, w))) -> conv_transpose(x', w')"""
-    if producer_is(ctx, node.inputs[0], Op.fold) is None and \
+    if ctx.made(node.inputs[0], Op.fold) is None and \
             not _feeds_from_einsum(ctx, node.inputs[0]):
         return NoMatch("not folds of a contraction")
     folds = []
@@ -316,7 +316,7 @@ def crop_rule(node: Node, ctx: Context):
     """slice(conv_transpose(x, w, padding 0), p, L - p) on a spatial axis -> padding p"""
     if len(node.spec.axes) != 1 or node.spec.steps != (1,):
         return NoMatch("not a unit-step slice of one axis")
-    ct = producer_is(ctx, node.inputs[0], Op.conv_transpose)
+    ct = ctx.made(node.inputs[0], Op.conv_transpose)
     if ct is None or not ctx.single_use(node.inputs[0]) or node.spec.axes[0] < 2:
         return NoMatch("not a crop of a transposed convolution")
     i = node.spec.axes[0] - 2

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from tdag.ops.core import _reshape_segments
+from tdag.ops.reshape_plan import reshape_segments
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Context
@@ -159,12 +159,6 @@ def commuted(node, pred: Callable[[str], object]):
     return None
 
 
-def producer_is(ctx: Context, name: str, op: Op):
-    """The node computing ``name`` if it is ``op``, else None."""
-    node = ctx.producer(name)
-    return node if node is not None and node.op is op else None
-
-
 # -- chains of views and pointwise ops --------------------------------------------------------
 
 # the unary ops the patterns read in a chain (softmax's exp, log, neg and reciprocal, the
@@ -256,7 +250,7 @@ def maps_reduced(mapping, axes, rank: int) -> bool:
 def reshape_groups(src_shape, dst_shape) -> list[tuple[tuple, tuple]] | None:
     """Runs of source axes paired with runs of target axes of equal size (a reshape's
     structure): ``[((in axes), (out axes)), ...]``; None if there is no such pairing."""
-    segments = _reshape_segments(tuple(src_shape), tuple(dst_shape))
+    segments = reshape_segments(tuple(src_shape), tuple(dst_shape))
     if segments is None:
         return None
     groups, i, j = [], 0, 0

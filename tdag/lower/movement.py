@@ -1,14 +1,17 @@
 """Movement chains -> one reshape, one permute or one expand (a framework view each).
 
 The rules keep values and only shorten chains, so a recognised kernel that left reshapes
-around it (a conv's output split into groups and merged back) ends up with none.
+around it (a conv's output split into groups and merged back) ends up with none. A permute of
+a permute and a repeat to size 1 are simplify's rules (``tdag/refine/rules.py``), which every
+lowering round runs first (``tdag/lower/pipeline.py``).
 """
 from __future__ import annotations
 
 import torch
 
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
-from tdag.deinops.movement import Permute, Slice
+from tdag.deinops.extent import Slice
+from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Alias, Context, NoMatch, Rule
@@ -41,20 +44,6 @@ def reshape_rule(node: Node, ctx: Context):
         return NoMatch("already one reshape")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.reshape, Reshape(node.type.shape), src))
-
-
-def permute_rule(node: Node, ctx: Context):
-    """permute(permute(x, p), q) -> permute(x, p[q]); the identity permutation -> x"""
-    perm, src = node.spec.perm, node.inputs[0]
-    inner = ctx.producer(src)
-    if inner is not None and inner.op is Op.permute:
-        perm, src = tuple(inner.spec.perm[p] for p in perm), inner.inputs[0]
-    if perm == tuple(range(len(perm))):
-        return Alias(src)
-    if src == node.inputs[0]:
-        return NoMatch("a single permute")
-    emit = ctx.emitter(node)
-    return emit.finish(emit(Op.permute, Permute(perm), src))
 
 
 _BROADCAST_ONLY = BROADCAST - {Op.permute}
@@ -165,16 +154,8 @@ def gather_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.slice, Slice((axis,), (start,), (stop,), (step,)), node.inputs[0]))
 
 
-def unit_repeat_rule(node: Node, ctx: Context):
-    """repeat to size 1 (a no-op) -> x"""
-    if all(is_unit(s) for s in node.spec.sizes):
-        return Alias(node.inputs[0])
-    return NoMatch("repeats to a size other than 1")
-
-
 RULES = (
     Rule(Op.gather, gather_rule),            # gather(x, const a::s) -> slice(x, a::s)
-    Rule(Op.repeat, unit_repeat_rule),       # repeat(x, to size 1) -> x
     # reshape-like(permute(x)) dropping size-1 axes -> permute(reshape(x)), per reshape op
     Rule(Op.group, squeeze_permute_rule),      # group(permute(x)) -> permute(reshape(x))
     Rule(Op.ungroup, squeeze_permute_rule),    # ungroup(permute(x)) -> permute(reshape(x))
@@ -187,7 +168,6 @@ RULES = (
     Rule(Op.squeeze, reshape_rule),          # squeeze(reshape-like(x)) -> reshape(x)
     Rule(Op.unsqueeze, reshape_rule),        # unsqueeze(reshape-like(x)) -> reshape(x)
     Rule(Op.reshape, reshape_rule),          # reshape(reshape-like(x)) -> reshape(x)
-    Rule(Op.permute, permute_rule),          # permute(permute(x, p), q) -> permute(x, p[q])
     Rule(Op.repeat, expand_rule),            # repeat(unsqueeze(x)) -> expand(x)
     Rule(Op.expand, expand_rule),            # expand(reshape/repeat chain of x) -> expand(x)
     Rule(Op.add, concat_rule),               # pad(a, lo=0) + pad(b, lo=|a|) -> concat(a, b)

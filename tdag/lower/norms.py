@@ -23,7 +23,6 @@ from tdag.lower.match import (
     is_scalar,
     linear_coefficient,
     maps_reduced,
-    producer_is,
     trace_axes,
     trace_chain,
 )
@@ -33,7 +32,7 @@ from tdag.lower.movement import RESHAPES
 def _mean_of(ctx: Context, name: str, rank: int):
     """``name`` = (pointwise ops of) bcast(sum(y, A) / N): ``(y, A, remaining ops)``."""
     src, mapping, ops = trace_chain(ctx, name)
-    node = producer_is(ctx, src, Op.reduce)
+    node = ctx.made(src, Op.reduce)
     if node is None or node.spec.kind is not ReduceKind.sum:
         return None
     y, axes = node.inputs[0], node.spec.axes
@@ -63,10 +62,10 @@ def _eps_of_rsqrt(ops, inverse: bool = True) -> float | None:
 
 
 def _square_of(ctx: Context, name: str) -> str | None:
-    node = producer_is(ctx, name, Op.multiply)
+    node = ctx.made(name, Op.multiply)
     if node is not None and node.inputs[0] == node.inputs[1]:
         return node.inputs[0]
-    node = producer_is(ctx, name, Op.pow)
+    node = ctx.made(name, Op.pow)
     if node is not None:
         if is_scalar(ctx, node.inputs[1], 2.0):
             return node.inputs[0]
@@ -91,7 +90,7 @@ def _normalized(ctx: Context, node: Node):
 
 def _centred(ctx: Context, c: str, axes: tuple) -> str | None:
     """``x - bcast(mean(x, axes))`` -> x."""
-    node = producer_is(ctx, c, Op.add)
+    node = ctx.made(c, Op.add)
     if node is None:
         return None
     for x, m in (node.inputs, reversed(node.inputs)):
@@ -127,7 +126,7 @@ def norm_rule(node: Node, ctx: Context):
 
 def group_norm_rule(node: Node, ctx: Context):
     """reshape(layer_norm(reshape(x[N,C,*S] -> [N,G,C/G,*S]))) -> group_norm(x, G)"""
-    ln = producer_is(ctx, node.inputs[0], Op.layer_norm)
+    ln = ctx.made(node.inputs[0], Op.layer_norm)
     if ln is None or len(ln.inputs) != 1:
         return NoMatch("not a reshaped layer norm")
     split = ctx.producer(ln.inputs[0])
@@ -160,7 +159,7 @@ def batch_norm_rule(node: Node, ctx: Context):
         return NoMatch("not a float tensor with channels")
     for c, s in (node.inputs, reversed(node.inputs)):
         scale = _channel_vector(ctx, s, node.type.rank)
-        centred = producer_is(ctx, c, Op.add)
+        centred = ctx.made(c, Op.add)
         if scale is None or centred is None:
             continue
         var, ops = scale
@@ -192,7 +191,7 @@ RULES = (
 def _operand_of(ctx: Context, node: Node, op: Op, arity: int):
     """(kernel node, other operand) when one operand is a single-use ``op`` with ``arity``."""
     for mine, other in (node.inputs, reversed(node.inputs)):
-        found = producer_is(ctx, mine, op)
+        found = ctx.made(mine, op)
         if found is not None and len(found.inputs) == arity and ctx.single_use(mine):
             return found, other
     return None
@@ -244,7 +243,7 @@ def _channel_affine(node: Node, ctx: Context):
     if node.op is not Op.add or node.type.rank < 3:
         return NoMatch("no norm kernel times a weight (plus a bias)")
     for prod_name, b_name in (node.inputs, reversed(node.inputs)):
-        prod = producer_is(ctx, prod_name, Op.multiply)
+        prod = ctx.made(prod_name, Op.multiply)
         bias = _channel_only(ctx, b_name, node.type.rank)
         if prod is None or bias is None or not ctx.single_use(prod_name):
             continue

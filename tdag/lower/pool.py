@@ -24,13 +24,13 @@ from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import product, shape_is_static
 from tdag.ir.types import TensorKind
-from tdag.lower.match import close, producer_is, scalar, trace_axes
+from tdag.lower.match import close, scalar, trace_axes
 from tdag.lower.windows import symmetric_padding, windows_of
 
 
 def _pooled(ctx: Context, name: str, kind: ReduceKind):
     """``name`` = reduce[kind] over exactly the kernel axes of unfolded windows."""
-    node = producer_is(ctx, name, Op.reduce)
+    node = ctx.made(name, Op.reduce)
     if node is None or node.spec.kind is not kind:
         return None
     win = windows_of(ctx, node.inputs[0])
@@ -152,10 +152,10 @@ def merge_windows_rule(node: Node, ctx: Context):
     window sums (or maxes), one axis at a time, become one windowed reduction"""
     if node.spec.kind not in (ReduceKind.sum, ReduceKind.max):
         return NoMatch("neither a sum nor a max")
-    outer = producer_is(ctx, node.inputs[0], Op.unfold)
+    outer = ctx.made(node.inputs[0], Op.unfold)
     if outer is None or node.spec.axes != (node.type.rank,):
         return NoMatch("not a reduction of the last window axis")
-    inner = producer_is(ctx, outer.inputs[0], Op.reduce)
+    inner = ctx.made(outer.inputs[0], Op.reduce)
     if inner is None or inner.spec.kind is not node.spec.kind or not ctx.single_use(inner.name):
         return NoMatch("not nested window reductions")
     w = ctx.type(inner.inputs[0])

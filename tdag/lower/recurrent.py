@@ -26,18 +26,17 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import Dim, dims_equal, is_static, product
-from tdag.lower.match import producer_is
 from tdag.lower.movement import RESHAPES
 
 
 def _of(ctx: Context, name: str, op: Op) -> str | None:
-    node = producer_is(ctx, name, op)
+    node = ctx.made(name, op)
     return node.inputs[0] if node is not None else None
 
 
 def _pair(ctx: Context, name: str, op: Op):
     """The operands of a commutative ``op`` node, or None."""
-    node = producer_is(ctx, name, op)
+    node = ctx.made(name, op)
     return tuple(node.inputs) if node is not None else None
 
 
@@ -77,7 +76,7 @@ def _gates(ctx: Context, parts, hidden) -> str | None:
     """Slices [0:H], [H:2H], [2H:3H], [3H:4H] of one value's last axis -> that value."""
     source = None
     for k, name in enumerate(parts):
-        node = producer_is(ctx, name, Op.slice)
+        node = ctx.made(name, Op.slice)
         if node is None or len(node.spec.axes) != 1 or node.spec.steps != (1,):
             return None
         if node.spec.axes[0] != ctx.type(node.inputs[0]).rank - 1 or \
@@ -112,7 +111,7 @@ def _step(ctx: Context, h: str):
     if pair is None:
         return None
     for xs, rs in (pair, pair[::-1]):
-        sel, rec = producer_is(ctx, xs, Op.select), producer_is(ctx, rs, Op.einsum)
+        sel, rec = ctx.made(xs, Op.select), ctx.made(rs, Op.einsum)
         if sel is None or rec is None or sel.spec.axis != 0 or not _linear_form(rec) or \
                 not is_static(sel.spec.index):
             continue
@@ -123,7 +122,7 @@ def _step(ctx: Context, h: str):
 
 def _projection(ctx: Context, p: str):
     """P = einsum(x, w_ih, b_ih) with P [T, B, 4H] -> (x, permutation to [T, B, I], w, b)."""
-    node = producer_is(ctx, p, Op.einsum)
+    node = ctx.made(p, Op.einsum)
     if node is None or len(node.inputs) != 3:
         return None
     (lx, lw), lo = parse_equation(node.spec.equation)
@@ -169,7 +168,7 @@ def lstm_rule(node: Node, ctx: Context):
 
 def _lstm_of(ctx: Context, name: str) -> Node | None:
     """The lstm node computing ``name`` when nothing else reads it."""
-    node = producer_is(ctx, name, Op.lstm)
+    node = ctx.made(name, Op.lstm)
     return node if node is not None and ctx.single_use(name) else None
 
 
@@ -254,7 +253,7 @@ def _reverses(ctx: Context, index: str, length: Dim) -> bool:
     if pair is None:
         return False
     for ramp, start in (pair, pair[::-1]):
-        iota = producer_is(ctx, _of(ctx, ramp, Op.neg) or "", Op.iota)
+        iota = ctx.made(_of(ctx, ramp, Op.neg) or "", Op.iota)
         if iota is not None and dims_equal(iota.spec.length, length):
             first = _scalar_dim(ctx, _broadcast_source(ctx, start))
             return first is not None and dims_equal(first, length - 1)
@@ -264,13 +263,13 @@ def _reverses(ctx: Context, index: str, length: Dim) -> bool:
 def _reversed_input(ctx: Context, x: str):
     """``x`` [T, B, I] as the time reversal of a value: (that value's name, whether it must
     be permuted (1, 0, 2) to be [T, B, I]), or None."""
-    perm = producer_is(ctx, x, Op.permute)
+    perm = ctx.made(x, Op.permute)
     if perm is not None and perm.spec.perm == (1, 0, 2):
-        flip = producer_is(ctx, perm.inputs[0], Op.gather)
+        flip = ctx.made(perm.inputs[0], Op.gather)
         if flip is not None and flip.spec.axis == 1 and \
                 _reverses(ctx, flip.inputs[1], ctx.type(x).shape[0]):
             return flip.inputs[0], True
-    flip = producer_is(ctx, x, Op.gather)
+    flip = ctx.made(x, Op.gather)
     if flip is not None and flip.spec.axis == 0 and \
             _reverses(ctx, flip.inputs[1], ctx.type(x).shape[0]):
         return flip.inputs[0], False

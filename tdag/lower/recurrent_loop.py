@@ -35,7 +35,6 @@ from tdag.ir.program import (
 )
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.match import producer_is
 from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
 
 
@@ -122,15 +121,15 @@ def _match_cell(graph: TDAG):
     if cell is None or cell[3] != c or not is_static(hidden):
         return None
     gates = _gates(ctx, (cell[0], cell[1], cell[2], found[0]), hidden)
-    pair = producer_is(ctx, gates, Op.add) if gates is not None else None
+    pair = ctx.made(gates, Op.add) if gates is not None else None
     if pair is None:
         return None
     for xs, hs in (pair.inputs, pair.inputs[::-1]):
-        xin, rec = producer_is(ctx, xs, Op.einsum), producer_is(ctx, hs, Op.einsum)
+        xin, rec = ctx.made(xs, Op.einsum), ctx.made(hs, Op.einsum)
         if xin is None or rec is None or not _affine(xin) or not _affine(rec) or \
                 rec.inputs[0] != h or len(xin.inputs) != len(rec.inputs):
             continue
-        step = producer_is(ctx, xin.inputs[0], Op.gather)
+        step = ctx.made(xin.inputs[0], Op.gather)
         if step is None or step.inputs != (x, t) or step.spec.axis != 1:
             continue
         biases = (xin.inputs[2], rec.inputs[2]) if len(xin.inputs) == 3 else (None, None)

@@ -19,7 +19,7 @@ from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import is_static
 from tdag.ir.types import TensorKind
-from tdag.lower.match import producer_is, trace_axes
+from tdag.lower.match import trace_axes
 
 
 def const_vector(ctx: Context, name: str) -> torch.Tensor | None:
@@ -83,11 +83,11 @@ def nearest_rule(node: Node, ctx: Context):
 
 def _weighted_gather(ctx: Context, name: str):
     """(x, axis, index, weights) of gather(x, I, a) * W."""
-    node = producer_is(ctx, name, Op.multiply)
+    node = ctx.made(name, Op.multiply)
     if node is None:
         return None
     for g, w in (node.inputs, reversed(node.inputs)):
-        gather = producer_is(ctx, g, Op.gather)
+        gather = ctx.made(g, Op.gather)
         weights = const_vector(ctx, w)
         if gather is not None and weights is not None:
             index = const_vector(ctx, gather.inputs[1])
@@ -120,7 +120,7 @@ def linear_rule(node: Node, ctx: Context):
 
 def merge_rule(node: Node, ctx: Context):
     """resize(resize(x)) changing different axes, alike otherwise -> one resize"""
-    inner = producer_is(ctx, node.inputs[0], Op.resize)
+    inner = ctx.made(node.inputs[0], Op.resize)
     if inner is None or not ctx.single_use(inner.name):
         return NoMatch("not nested resizes")
     a, b = inner.spec, node.spec

@@ -11,14 +11,14 @@ from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.lower.match import linear_coefficient, maps_reduced, producer_is, trace_chain
+from tdag.lower.match import linear_coefficient, maps_reduced, trace_chain
 
 
 def _reduced(ctx: Context, name: str, kind: ReduceKind, of: str | None = None):
     """``name`` as a broadcast of ``reduce[kind](of, (a,))`` after the pointwise ``ops``:
     ``(input, axis, ops)``, else None."""
     src, mapping, ops = trace_chain(ctx, name)
-    node = producer_is(ctx, src, Op.reduce)
+    node = ctx.made(src, Op.reduce)
     if node is None or node.spec.kind is not kind or len(node.spec.axes) != 1:
         return None
     if of is not None and node.inputs[0] != of:
@@ -31,7 +31,7 @@ def _reduced(ctx: Context, name: str, kind: ReduceKind, of: str | None = None):
 
 def unshift(ctx: Context, s: str, axis: int) -> str:
     """``x - bcast(max(x, axis))`` -> x; anything else is returned unchanged."""
-    node = producer_is(ctx, s, Op.add)
+    node = ctx.made(s, Op.add)
     if node is None:
         return s
     for x, m in (node.inputs, reversed(node.inputs)):
@@ -61,7 +61,7 @@ def softmax_rule(node: Node, ctx: Context):
     if parts is None:
         return NoMatch("not a quotient")
     e, d = parts
-    exp = producer_is(ctx, e, Op.exp)
+    exp = ctx.made(e, Op.exp)
     found = _reduced(ctx, d, ReduceKind.sum, of=e)
     if exp is None or found is None:
         return NoMatch("not exp over its sum")
@@ -82,10 +82,10 @@ def log_softmax_rule(node: Node, ctx: Context):
         src, mapping, ops = trace_chain(ctx, t)
         if ops != [(Op.log, None), (Op.neg, None)]:
             continue
-        reduce = producer_is(ctx, src, Op.reduce)
+        reduce = ctx.made(src, Op.reduce)
         if reduce is None or reduce.spec.kind is not ReduceKind.sum or len(reduce.spec.axes) != 1:
             continue
-        exp = producer_is(ctx, reduce.inputs[0], Op.exp)
+        exp = ctx.made(reduce.inputs[0], Op.exp)
         if exp is None or exp.inputs[0] != s or \
                 not maps_reduced(mapping, reduce.spec.axes, node.type.rank):
             continue

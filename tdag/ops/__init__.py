@@ -5,13 +5,69 @@ broadcasting and promotion (``add``, ``matmul``, ``reshape``, ``concat``, ...), 
 ops as compositions (``conv``, ``softmax``, ``layer_norm``, ``attention``, ...) and einops
 patterns (``rearrange``, ``einops_reduce``, ``repeat``, ``einsum``). ``reduce`` takes the
 primitive's call ``reduce(x, "sum", axes)`` and einops' ``reduce(x, "a b -> a", "sum")``.
+
+The facade holds functions only (``__all__``); the classes live where they are defined
+(``tdag.ops.tensor.Tensor``, ``tdag.ops.builder.Builder``, the specs in ``tdag.deinops``).
+Importing it installs the Tensor's operators (``tensor_methods``).
 """
-from tdag.ops.arrays import *  # noqa: F401,F403
-from tdag.ops.core import *  # noqa: F401,F403
-from tdag.ops.core import abs, pow, round, slice, sum  # noqa: F401  (shadow builtins)
-from tdag.ops.einops import einsum, rearrange, repeat  # noqa: F401
-from tdag.ops.masking import *  # noqa: F401,F403
+from tdag.ops.arrays import (
+    argmax, argmin, cat, chunk, concat, cumsum, index, linear, matmul, mean, repeat_interleave,
+    split, stack, tile, var,
+)
+from tdag.ops.contraction import einsum
+from tdag.ops.core import (
+    abs, acos, acosh, add, amax, amin, arange, as_tensor, asin, asinh, atan, atanh,
+    broadcast_to, cast, ceil, clamp, cos, cosh, dim_tensor, div, eq, erf, erfinv, exp, expand,
+    flatten, floor, floor_divide, fmod, fold, full, gather, ge, group, gt, iota, isnan, le,
+    log, logical_and, logical_not, logical_or, lt, maximum, minimum, movedim, mul, multiply,
+    ne, neg, ones, pad, permute, pow, prod, reciprocal, remainder, repeat_axes, reshape, round,
+    rsqrt, select, sign, sin, sinh, size_tensor, slice, sqrt, square, squeeze, sub, sum, tan,
+    tanh, transpose, trunc, trunc_divide, unfold, ungroup, unsqueeze, where, zeros,
+)
+from tdag.ops.einops import rearrange, repeat
 from tdag.ops.einops import reduce as einops_reduce
-from tdag.ops.nn.functional import *  # noqa: F401,F403
-from tdag.ops.trace import buffer, const, param  # noqa: F401
-from tdag.ops.einops import reduce_or_pattern as reduce  # noqa: F401  (last: both calls)
+from tdag.ops.einops import reduce_or_pattern as reduce  # the one ``reduce``: both calls
+from tdag.ops.masking import (
+    arange_of, broadcast_index, checked_size, checked_zero, flat_nonzero, mask_index,
+    masked_select, nonzero, size_of, unique, unique_all, unique_slices,
+)
+from tdag.ops.nn.conv import (
+    conv, conv_transpose, torch_pad,
+)
+from tdag.ops.nn.functional import (
+    batch_norm, dropout, elu, embedding, gelu, group_norm, hardsigmoid, hardswish, hardtanh,
+    instance_norm, layer_norm, leaky_relu, local_response_norm, log_softmax, logsumexp, mish,
+    relu, relu6, rms_norm, safe_softmax, scaled_dot_product_attention, sigmoid, silu, softmax,
+    softplus,
+)
+from tdag.ops.nn.pool import (
+    adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate, max_pool,
+)
+from tdag.ops.promotion import broadcast_shapes, result_dtype
+from tdag.ops import tensor_methods
+from tdag.ops.trace import buffer, const, param
+
+tensor_methods.install()
+
+__all__ = [
+    "abs", "acos", "acosh", "adaptive_avg_pool", "adaptive_max_pool", "add", "amax", "amin",
+    "arange", "arange_of", "argmax", "argmin", "as_tensor", "asin", "asinh", "atan", "atanh",
+    "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to", "buffer",
+    "cast", "cat", "ceil", "checked_size", "checked_zero", "chunk", "clamp", "concat", "const",
+    "conv", "conv_transpose", "cos", "cosh", "cumsum", "dim_tensor", "div", "dropout",
+    "einops_reduce", "einsum", "elu", "embedding", "eq", "erf", "erfinv", "exp", "expand",
+    "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
+    "gelu", "group", "group_norm", "gt", "hardsigmoid", "hardswish", "hardtanh", "index",
+    "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
+    "linear", "local_response_norm", "log", "log_softmax", "logical_and", "logical_not",
+    "logical_or", "logsumexp", "lt", "mask_index", "masked_select", "matmul", "max_pool",
+    "maximum", "mean", "minimum", "mish", "movedim", "mul", "multiply", "ne", "neg", "nonzero",
+    "ones", "pad", "param", "permute", "pow", "prod", "rearrange", "reciprocal", "reduce",
+    "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave", "reshape",
+    "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax",
+    "scaled_dot_product_attention", "select",
+    "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice", "softmax",
+    "softplus", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "tan", "tanh",
+    "tile", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold", "ungroup", "unique",
+    "unique_all", "unique_slices", "unsqueeze", "var", "where", "zeros",
+]

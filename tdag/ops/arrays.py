@@ -11,19 +11,13 @@ from typing import Sequence
 
 import torch
 
-from tdag.ops.builder import Tensor
 from tdag.ops.core import (
-    _accumulator,
-    _builder,
-    _describe,
-    _dim_tensor,
-    _float,
     add,
     amax,
     amin,
     arange,
     as_tensor,
-    broadcast_shapes,
+    axis_length,
     broadcast_to,
     cast,
     div,
@@ -35,24 +29,32 @@ from tdag.ops.core import (
     isnan,
     logical_or,
     mul,
-    norm_axes,
-    norm_axis,
     pad,
     reduce,
     repeat_axes,
     reshape,
-    result_dtype,
     select,
     size_tensor,
     slice,
     squeeze,
     sub,
     sum,
+    to_accumulator,
+    to_float,
     transpose,
     unfold,
     unsqueeze,
     where,
 )
+from tdag.ops.promotion import (
+    broadcast_shapes,
+    builder_of,
+    describe_operands,
+    norm_axes,
+    norm_axis,
+    result_dtype,
+)
+from tdag.ops.tensor import Tensor
 from tdag.deinops.reduce import ReduceKind
 from tdag.errors import ShapeError
 from tdag.ir.symbols import as_dim, dims_equal, is_static
@@ -72,7 +74,7 @@ def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
         if x.ndim != xs[0].ndim or not all(dims_equal(d, e) for i, (d, e)
                                            in enumerate(zip(x.shape, xs[0].shape)) if i != axis):
             raise ShapeError(f"concat: operands differ off axis {axis} (operands: "
-                             f"{_describe(xs)})", origin=x.builder.origin)
+                             f"{describe_operands(xs)})", origin=x.builder.origin)
     xs = [cast(x, dtype) for x in xs]
     xs = [x for x in xs if not (is_static(x.shape[axis]) and x.shape[axis] == 0)] or xs[:1]
     if len(xs) == 1:
@@ -181,13 +183,13 @@ def index(x: Tensor, key) -> Tensor:
 
 
 def mean(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    x = _float(x)
+    x = to_float(x)
     axes = norm_axes(axis, x.ndim)
     return div(sum(x, axes, keepdim), size_tensor(x, axes, x.dtype))
 
 
 def var(x: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
-    x = _float(x)
+    x = to_float(x)
     axes = norm_axes(axis, x.ndim)
     centered = sub(x, mean(x, axes, keepdim=True))
     total = sum(mul(centered, centered), axes, keepdim)
@@ -213,14 +215,14 @@ def _arg_extreme(x: Tensor, axis: int, keepdim: bool, extreme) -> Tensor:
     shape[axis] = x.shape[axis]
     positions = broadcast_to(reshape(positions, shape), x.shape)
     miss = full(x.shape, 0, DType.i64, like=x)
-    miss = add(miss, _dim_tensor(x, axis, DType.i64))
+    miss = add(miss, axis_length(x, axis, DType.i64))
     return amin(where(hit, positions, miss), axis, keepdim)
 
 
 def cumsum(x: Tensor, axis: int) -> Tensor:
     """Prefix sums as pad + unfold + reduce-sum (each output sums a window of the input)."""
     axis = norm_axis(axis, x.ndim)
-    x = _accumulator(x)
+    x = to_accumulator(x)
     n = x.shape[axis]
     if not is_static(n):
         raise ShapeError("cumsum: the axis must be static")
@@ -237,7 +239,7 @@ def cumsum(x: Tensor, axis: int) -> Tensor:
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """torch.matmul as unsqueeze + repeat + multiply + reduce-sum, batch dims broadcast."""
-    builder = _builder(a, b)
+    builder = builder_of(a, b)
     a, b = as_tensor(a, builder), as_tensor(b, builder)
     operands = [a, b]
     dtype = result_dtype(a, b)
@@ -250,7 +252,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         b = unsqueeze(b, 1)
     if not dims_equal(a.shape[-1], b.shape[-2]):
         raise ShapeError(f"matmul: the contracted axes disagree (operands: "
-                         f"{_describe(operands)})", origin=builder.origin)
+                         f"{describe_operands(operands)})", origin=builder.origin)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, k = a.shape[-2:]
     n = b.shape[-1]

@@ -12,7 +12,7 @@ overlaps computed once. The unrolled DAG grows with n, so it is refused past MAX
 from __future__ import annotations
 
 from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType

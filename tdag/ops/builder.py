@@ -1,4 +1,5 @@
-"""Building TDAGs: the Builder records nodes; a Tensor is a symbolic value in it.
+"""Building TDAGs: the Builder records nodes; a Tensor (``tdag.ops.tensor``) is a
+symbolic value in it.
 
 Every node is shape-checked as it is emitted, so an error names the node and the source
 location (the origin set with ``Builder.scope``) at the point where it was made.
@@ -12,91 +13,16 @@ from typing import Iterator, Sequence
 
 import torch
 
-from tdag.errors import ShapeError, TdagError
+from tdag.errors import TdagError
+from tdag.ir.emit import typed_node
 from tdag.ir.graph import TDAG, Node, Value, Weight, valid_name
+from tdag.ir.names import FreshNames, literal
 from tdag.ir.op import Op
-from tdag.ir.record import REGISTRY, NoSpec
 from tdag.ir.types import DType, Origin, TensorKind, TensorType, fill_of, spec_of
+from tdag.ops.tensor import Tensor
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("tdag_builder",
                                                                            default=None)
-
-
-class Tensor:
-    """A value in a TDAG under construction. Arithmetic operators emit nodes (see tdag.ops)."""
-
-    __slots__ = ("builder", "name", "type")
-
-    def __init__(self, builder: "Builder", name: str, type: TensorType):
-        self.builder, self.name, self.type = builder, name, type
-
-    @property
-    def shape(self) -> tuple:
-        return self.type.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.type.rank
-
-    def __repr__(self) -> str:
-        return f"Tensor(%{self.name}: {self.type})"
-
-    # == and != compare elementwise (as torch); without them a mask would silently be a bool
-    def __eq__(self, other): return _ops().eq(self, other)
-    def __ne__(self, other): return _ops().ne(self, other)
-    __hash__ = object.__hash__
-
-    # Python operators delegate to tdag.ops, which handles broadcasting and scalars.
-    def __add__(self, other): return _ops().add(self, other)
-    def __radd__(self, other): return _ops().add(other, self)
-    def __sub__(self, other): return _ops().sub(self, other)
-    def __rsub__(self, other): return _ops().sub(other, self)
-    def __mul__(self, other): return _ops().mul(self, other)
-    def __rmul__(self, other): return _ops().mul(other, self)
-    def __truediv__(self, other): return _ops().div(self, other)
-    def __rtruediv__(self, other): return _ops().div(other, self)
-    def __floordiv__(self, other): return _ops().floor_divide(self, other)
-    def __pow__(self, other): return _ops().pow(self, other)
-    def __rpow__(self, other): return _ops().pow(other, self)
-    def __neg__(self): return _ops().neg(self)
-    def __abs__(self): return _ops().abs(self)
-    def __matmul__(self, other): return _ops().matmul(self, other)
-    def __rmatmul__(self, other): return _ops().matmul(other, self)
-    def __lt__(self, other): return _ops().lt(self, other)
-    def __le__(self, other): return _ops().le(self, other)
-    def __gt__(self, other): return _ops().gt(self, other)
-    def __ge__(self, other): return _ops().ge(self, other)
-    def __getitem__(self, index): return _ops().index(self, index)
-
-    def __bool__(self):
-        raise TdagError("a traced tensor has no truth value: data-dependent control flow "
-                        "belongs in a controller (an If or Loop of tdag.Program), not in "
-                        "Python `if`")
-
-    def reshape(self, *shape): return _ops().reshape(self, *shape)
-    def permute(self, *perm): return _ops().permute(self, *perm)
-    def transpose(self, a, b): return _ops().transpose(self, a, b)
-    def sum(self, axis=None, keepdim=False): return _ops().sum(self, axis, keepdim)
-    def mean(self, axis=None, keepdim=False): return _ops().mean(self, axis, keepdim)
-    def max(self, axis=None, keepdim=False): return _ops().amax(self, axis, keepdim)
-    def min(self, axis=None, keepdim=False): return _ops().amin(self, axis, keepdim)
-    def exp(self): return _ops().exp(self)
-    def log(self): return _ops().log(self)
-    def astype(self, dtype): return _ops().cast(self, dtype)
-
-    @property
-    def T(self):
-        return _ops().permute(self, *reversed(range(self.ndim)))
-
-
-def _ops():
-    # tdag.ops gathers core, arrays, nn and einops; imported late (it imports this module)
-    import tdag.ops  # noqa: PLC0415
-    return tdag.ops
 
 
 class Builder:
@@ -107,26 +33,26 @@ class Builder:
         self.weights: dict[str, Weight] = {}
         self.nodes: list[Node] = []
         self.origin = Origin()
-        self._taken: set[str] = set()
-        self._counter = 0
-        self._prefix = prefix
+        # node names count up across hints (%0, %c1, %2 ...), skipping names given or taken
+        self.names = FreshNames(pattern=literal(prefix) + "{hint}{n}")
         self._scalar_consts: dict[tuple, Tensor] = {}
 
     # -- names ------------------------------------------------------------------------------
 
     def fresh(self, hint: str = "") -> str:
-        while True:
-            name = f"{self._prefix}{hint}{self._counter}"
-            self._counter += 1
-            if name not in self._taken:
-                return name
+        """A name no value has yet, claimed by the value it is given to."""
+        return self.names.fresh(hint, take=False)
+
+    @property
+    def _taken(self) -> set[str]:
+        # the front ends still ask ``name in builder._taken``: ``builder.names.taken`` is it
+        return self.names.taken
 
     def _claim(self, name: str) -> str:
         if not valid_name(name):
             raise TdagError(f"invalid tensor name {name!r}: use letters, digits, _ . :")
-        if name in self._taken:
+        if not self.names.claim(name):
             raise TdagError(f"name %{name} is defined twice")
-        self._taken.add(name)
         return name
 
     # -- values -----------------------------------------------------------------------------
@@ -164,26 +90,15 @@ class Builder:
 
     def emit(self, op: Op, spec: object, *inputs: Tensor, name: str | None = None) -> Tensor:
         """Append ``op[spec](inputs)`` after checking it with the op's shape rule."""
-        prim = REGISTRY[op]
         name = self._claim(name) if name is not None else self._claim(self.fresh())
-        if spec is None:
-            spec = NoSpec()
-        if not isinstance(spec, prim.spec_type) or not prim.takes(len(inputs)):
-            raise ShapeError(f"{op.value}: expected {prim.arity} inputs and a "
-                             f"{prim.spec_type.__name__} spec", node=name, origin=self.origin)
         for x in inputs:
             if not isinstance(x, Tensor) or x.builder is not self:
                 raise TdagError(f"{op.value}: operand {x!r} is not a tensor of this graph",
                                 node=name, origin=self.origin)
-        try:
-            out_type = prim.shape(spec, [x.type for x in inputs])
-        except ShapeError as exc:
-            raise ShapeError(f"{exc.args[0]} (operands: "
-                             f"{', '.join(f'%{x.name}: {x.type}' for x in inputs)})",
-                             node=name, origin=self.origin) from None
-        self.nodes.append(Node(name, op, tuple(x.name for x in inputs), spec, out_type,
-                               self.origin))
-        return Tensor(self, name, out_type)
+        node = typed_node(op, spec, [x.name for x in inputs], [x.type for x in inputs],
+                          name=name, origin=self.origin)
+        self.nodes.append(node)
+        return Tensor(self, name, node.type)
 
     @contextlib.contextmanager
     def scope(self, origin: Origin) -> Iterator[None]:

@@ -1,7 +1,10 @@
 """Array-API style functions over traced Tensors, each emitting primitives.
 
 These take torch-like arguments (negative axes, numpy broadcasting, Python scalars, type
-promotion) and reduce them to the strict primitives, whose operands always agree exactly.
+promotion) and reduce them to the strict primitives, whose operands always agree exactly:
+the elementwise ops, the moves, gather, creation (iota, arange, full) and the reductions.
+What dtype and shape operands meet at is decided in ``promotion``; how a reshape pairs axes,
+in ``reshape_plan``.
 """
 from __future__ import annotations
 
@@ -12,20 +15,21 @@ from typing import Sequence
 import sympy
 import torch
 
-from tdag.ops.builder import Builder, Tensor, active_builder
+from tdag.ops.builder import Builder, active_builder
+from tdag.ops.promotion import (
+    broadcast_shapes,
+    builder_of,
+    describe_operands,
+    norm_axes,
+    norm_axis,
+    result_dtype,
+)
+from tdag.ops.reshape_plan import reshape_segments, resolve_wildcard
+from tdag.ops.tensor import Tensor
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
-from tdag.deinops.movement import (
-    Group,
-    Pad,
-    Permute,
-    Repeat,
-    Select,
-    Slice,
-    Squeeze,
-    Ungroup,
-    Unsqueeze,
-)
+from tdag.deinops.extent import Pad, Repeat, Select, Slice
+from tdag.deinops.movement import Group, Permute, Squeeze, Ungroup, Unsqueeze
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Fold, Unfold
 from tdag.errors import ShapeError, UnsupportedOpError
@@ -36,73 +40,11 @@ from tdag.ir.types import DType
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def norm_axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < builtins.max(ndim, 1):
-        raise ShapeError(f"axis {axis} out of range for rank {ndim}")
-    return axis % ndim if ndim else 0
-
-
-def norm_axes(axes, ndim: int) -> tuple:
-    if axes is None:
-        return tuple(range(ndim))
-    if isinstance(axes, int):
-        axes = (axes,)
-    return tuple(sorted({norm_axis(a, ndim) for a in axes}))
-
-
-def _builder(*values) -> Builder:
-    for v in values:
-        if isinstance(v, Tensor):
-            return v.builder
-    return active_builder()
-
-
 def as_tensor(value, builder: Builder | None = None, dtype=None) -> Tensor:
     """A Tensor for a Tensor, a Python scalar or a torch tensor (made a const)."""
     if isinstance(value, Tensor):
         return value if dtype is None else cast(value, dtype)
     return (builder or active_builder()).const(value, dtype)
-
-
-def _probe(value):
-    """A stand-in for ``torch.result_type``: an empty tensor of the same dtype and category
-    (rank-0 tensors rank below dimensioned ones, Python scalars below both, as in torch)."""
-    if isinstance(value, Tensor):
-        return torch.empty((0,) if value.ndim else (), dtype=value.dtype.torch)
-    return value
-
-
-def result_dtype(*values) -> DType:
-    """torch's type promotion among tensors (traced or torch) and Python scalars."""
-    acc = _probe(values[0])
-    for value in values[1:]:
-        other = _probe(value)
-        if not isinstance(acc, torch.Tensor) and not isinstance(other, torch.Tensor):
-            acc = torch.tensor(acc)  # two Python scalars: as torch.tensor(a) op b
-        dtype = torch.result_type(acc, other)
-        dimensioned = any(isinstance(v, torch.Tensor) and v.dim() for v in (acc, other))
-        acc = torch.empty((0,) if dimensioned else (), dtype=dtype)
-    if not isinstance(acc, torch.Tensor):
-        acc = torch.tensor(acc)
-    return DType.of(acc.dtype)
-
-
-def broadcast_shapes(*shapes) -> tuple:
-    rank = builtins.max(len(s) for s in shapes)
-    out = []
-    for i in range(rank):
-        dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
-        dim: Dim = 1
-        for d in dims:
-            if is_static(d) and d == 1:
-                continue
-            if is_static(dim) and dim == 1:
-                dim = d
-            elif not dims_equal(dim, d):
-                raise ShapeError(f"shapes {' and '.join(str(list(s)) for s in shapes)} "
-                                 "do not broadcast")
-        out.append(dim)
-    return tuple(out)
 
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
@@ -125,22 +67,16 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
 expand = broadcast_to
 
 
-def _describe(values) -> str:
-    """Operands as an error message names them: ``%x: f32[2,3], 2.5``."""
-    return ", ".join(f"%{v.name}: {v.type}" if isinstance(v, Tensor) else repr(v)
-                     for v in values)
-
-
 def _operands(*values, dtype: DType | None = None, what: str = "elementwise") -> list[Tensor]:
     """Promote and broadcast operands of an elementwise op to one type."""
-    builder = _builder(*values)
+    builder = builder_of(*values)
     if dtype is None:
         dtype = result_dtype(*values)
     tensors = [as_tensor(v, builder, dtype) for v in values]
     try:
         shape = broadcast_shapes(*(t.shape for t in tensors))
     except ShapeError as exc:
-        raise ShapeError(f"{what}: {exc.args[0]} (operands: {_describe(values)})",
+        raise ShapeError(f"{what}: {exc.args[0]} (operands: {describe_operands(values)})",
                          origin=builder.origin) from None
     return [broadcast_to(t, shape) for t in tensors]
 
@@ -206,16 +142,17 @@ def pow(a, b) -> Tensor:
 
 
 def reciprocal(x: Tensor) -> Tensor:
-    return x.builder.emit(Op.reciprocal, None, _float(x))
+    return x.builder.emit(Op.reciprocal, None, to_float(x))
 
 
-def _float(x: Tensor) -> Tensor:
+def to_float(x: Tensor) -> Tensor:
+    """x, or x cast to f32 where it is not float (as torch computes exp or sqrt of an int)."""
     return x if x.dtype.is_float else cast(x, DType.f32)
 
 
 def _unary(op: Op):
     def fn(x: Tensor) -> Tensor:
-        x = _float(x) if op not in (Op.neg, Op.sign) else x
+        x = to_float(x) if op not in (Op.neg, Op.sign) else x
         return x.builder.emit(op, None, x)
     fn.__name__ = op.value
     fn.__doc__ = f"Elementwise {op.value} (a primitive)."
@@ -235,7 +172,7 @@ def abs(x: Tensor) -> Tensor:
 
 
 def sqrt(x: Tensor) -> Tensor:
-    x = _float(x)
+    x = to_float(x)
     return pow(x, 0.5)
 
 
@@ -263,14 +200,14 @@ eq, ne, lt, le, gt, ge = (_compare(k) for k in CompareKind)
 
 
 def where(cond, a, b) -> Tensor:
-    builder = _builder(cond, a, b)
+    builder = builder_of(cond, a, b)
     dtype = result_dtype(a, b)
     c = as_tensor(cond, builder, DType.bool)
     x, y = as_tensor(a, builder, dtype), as_tensor(b, builder, dtype)
     try:
         shape = broadcast_shapes(c.shape, x.shape, y.shape)
     except ShapeError as exc:
-        raise ShapeError(f"where: {exc.args[0]} (operands: {_describe([c, x, y])})",
+        raise ShapeError(f"where: {exc.args[0]} (operands: {describe_operands([c, x, y])})",
                          origin=builder.origin) from None
     return builder.emit(Op.where, None, broadcast_to(c, shape), broadcast_to(x, shape),
                         broadcast_to(y, shape))
@@ -289,7 +226,7 @@ def logical_and(a, b) -> Tensor:
 
 
 def logical_or(a, b) -> Tensor:
-    return where(a, True, cast(as_tensor(b, _builder(a, b)), DType.bool))
+    return where(a, True, cast(as_tensor(b, builder_of(a, b)), DType.bool))
 
 
 def maximum(a, b) -> Tensor:
@@ -406,11 +343,11 @@ def reshape(x: Tensor, *shape) -> Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     try:
-        target = _resolve_wildcard(x.shape, tuple(as_dim(s) for s in shape))
+        target = resolve_wildcard(x.shape, tuple(as_dim(s) for s in shape))
     except ShapeError as exc:
-        raise ShapeError(f"{exc.args[0]} (operand: {_describe([x])})",
+        raise ShapeError(f"{exc.args[0]} (operand: {describe_operands([x])})",
                          origin=x.builder.origin) from None
-    segments = _reshape_segments(x.shape, target)
+    segments = reshape_segments(x.shape, target)
     if segments is None:  # no segment structure (symbolic mismatch): merge all, split all
         x = group(x, 0, x.ndim) if x.ndim else unsqueeze(x, 0)
         if not target:
@@ -428,53 +365,6 @@ def reshape(x: Tensor, *shape) -> Tensor:
                 x = ungroup(x, pos, sizes)
         pos += len(sizes)
     return x
-
-
-def _resolve_wildcard(shape, target) -> tuple:
-    if builtins.sum(1 for d in target if is_static(d) and d == -1) > 1:
-        raise ShapeError(f"reshape: more than one -1 in {target}")
-    if not any(is_static(d) and d == -1 for d in target):
-        total, want = product(shape), product(target)
-        if not dims_equal(total, want):
-            raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
-        return target
-    known = product(d for d in target if not (is_static(d) and d == -1))
-    rest = as_dim(sympy.sympify(product(shape)) / known)
-    if is_static(rest) is False and not rest.is_integer:
-        raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
-    if is_static(product(shape)) and is_static(known) and (known == 0 or product(shape) % known):
-        raise ShapeError(f"reshape: cannot reshape {list(shape)} into {list(target)}")
-    return tuple(rest if (is_static(d) and d == -1) else d for d in target)
-
-
-def _reshape_segments(src, dst):
-    """Pair runs of source axes with runs of target axes of equal product, or None."""
-    segments, i, j = [], 0, 0
-    while i < len(src) or j < len(dst):
-        if i == len(src) or j == len(dst):
-            rest_src, rest_dst = src[i:], dst[j:]
-            if any(not (is_static(d) and d == 1) for d in rest_src + rest_dst):
-                return None
-            if segments:
-                n_in, sizes = segments[-1]
-                segments[-1] = (n_in + len(rest_src), sizes + tuple(rest_dst))
-            else:
-                segments.append((len(rest_src), tuple(rest_dst)))
-            break
-        n_in, n_out = 1, 1
-        p_in, p_out = src[i], dst[j]
-        while not dims_equal(p_in, p_out):
-            if not (is_static(p_in) and is_static(p_out)):
-                return None
-            if p_in < p_out and i + n_in < len(src):
-                p_in, n_in = p_in * src[i + n_in], n_in + 1
-            elif p_out < p_in and j + n_out < len(dst):
-                p_out, n_out = p_out * dst[j + n_out], n_out + 1
-            else:
-                return None
-        segments.append((n_in, tuple(dst[j:j + n_out])))
-        i, j = i + n_in, j + n_out
-    return segments
 
 
 def slice(x: Tensor, axis: int, start: Dim = 0, stop: Dim | None = None, step: int = 1) -> Tensor:
@@ -554,7 +444,7 @@ def gather(table: Tensor, index, axis: int = 0, wrap: bool = True) -> Tensor:
         idx = cast(idx, DType.i64)
     axis = norm_axis(axis, table.ndim)
     if wrap and not (known is not None and bool((known >= 0).all())):
-        idx = where(lt(idx, 0), add(idx, _dim_tensor(table, axis, idx.dtype)), idx)
+        idx = where(lt(idx, 0), add(idx, axis_length(table, axis, idx.dtype)), idx)
     return table.builder.emit(Op.gather, Gather(axis), table, idx)
 
 
@@ -601,7 +491,7 @@ def ones(shape, dtype="f32", like=None) -> Tensor:
     return full(shape, 1, dtype, like)
 
 
-def _dim_tensor(x: Tensor, axis: int, dtype="f32") -> Tensor:
+def axis_length(x: Tensor, axis: int, dtype="f32") -> Tensor:
     """The length of ``axis`` as a scalar tensor (a const when static)."""
     dim = x.shape[axis]
     if is_static(dim):
@@ -617,7 +507,7 @@ def size_tensor(x: Tensor, axes, dtype="f32") -> Tensor:
         return x.builder.const(count, dtype)
     result = None
     for a in axes:
-        d = _dim_tensor(x, a, dtype)
+        d = axis_length(x, a, dtype)
         result = d if result is None else mul(result, d)
     return result
 
@@ -664,17 +554,17 @@ def reduce(x: Tensor, kind: str | ReduceKind, axes=None, keepdim: bool = False) 
     return unsqueeze(out, axes) if keepdim and axes else out
 
 
-def _accumulator(x: Tensor) -> Tensor:
+def to_accumulator(x: Tensor) -> Tensor:
     """torch sums and multiplies bool and integer tensors in i64."""
     return x if x.dtype.is_float else cast(x, DType.i64)
 
 
 def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    return reduce(_accumulator(x), ReduceKind.sum, axis, keepdim)
+    return reduce(to_accumulator(x), ReduceKind.sum, axis, keepdim)
 
 
 def prod(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:
-    return reduce(_accumulator(x), ReduceKind.prod, axis, keepdim)
+    return reduce(to_accumulator(x), ReduceKind.prod, axis, keepdim)
 
 
 def amax(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:

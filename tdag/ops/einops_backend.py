@@ -19,8 +19,9 @@ from einops._backends import AbstractBackend  # private, and the only way einops
 
 from tdag.ops import arrays
 from tdag.ops import core
-from tdag.ops.builder import Tensor
-from tdag.ops.einops import REDUCERS, einsum
+from tdag.ops.tensor import Tensor
+from tdag.ops.contraction import einsum
+from tdag.ops.einops import REDUCERS
 from tdag.errors import UnsupportedOpError
 from tdag.ir.types import DType
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tdag.ops import core
 from tdag.ops.arrays import argmax
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.ops.writes import take_along
 from tdag.errors import ShapeError
 from tdag.ir.symbols import is_static

@@ -1,4 +1,5 @@
-"""Compositions over sizes that data decides (the primitives are in ``runtime.py``).
+"""Compositions over sizes that data decides (the primitives are in
+``tdag/deinops/runtime.py``), and the minting of their fresh size symbols.
 
 ``masked_select`` and boolean-mask indexing are ``nonzero`` + ``gather``; ``unique`` compares
 every pair of elements (O(n^2), as tdag's sort) and keeps the first of each value with
@@ -9,12 +10,19 @@ from __future__ import annotations
 
 from tdag.ops import core as ops
 from tdag.ops.arrays import cumsum
-from tdag.ops.builder import Tensor
-from tdag.deinops.runtime import Arange, NonZero, fresh_symbol
+from tdag.ops.tensor import Tensor
+from tdag.deinops.runtime import Arange, NonZero
 from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.op import Op
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import DType
+
+
+def fresh_symbol(builder, hint: str) -> str:
+    """A size symbol no input of ``builder``'s graph uses and no other node defines."""
+    used = {s.name for v in builder.inputs for d in v.type.shape
+            if not isinstance(d, int) for s in d.free_symbols}
+    return builder.names.fresh(hint, avoid=used)  # taken: no later tensor or symbol takes it
 
 
 def nonzero(x: Tensor) -> Tensor:

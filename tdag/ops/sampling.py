@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 
 from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.errors import ShapeError
 from tdag.ir.symbols import is_static, product
 

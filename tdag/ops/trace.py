@@ -8,7 +8,8 @@ from typing import Callable
 
 import torch
 
-from tdag.ops.builder import Builder, Tensor, active_builder
+from tdag.ops.builder import Builder, active_builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import TdagError
 from tdag.ir.graph import valid_name
 from tdag.ir.program import Program

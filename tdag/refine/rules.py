@@ -9,7 +9,8 @@ replaced node, so a chain (permute of permute of permute) collapses in a single 
 from __future__ import annotations
 
 from tdag.deinops.elementwise import DivideMode
-from tdag.deinops.movement import Permute, Slice, Squeeze, Unsqueeze, ungroup_sizes
+from tdag.deinops.extent import Slice
+from tdag.deinops.movement import Permute, Squeeze, Unsqueeze, ungroup_sizes
 from tdag.errors import ShapeError
 from tdag.ir.graph import TDAG
 from tdag.ir.op import Op

@@ -8,7 +8,7 @@ import random
 import re
 from pathlib import Path
 
-import io_programs  # in tests/, which pytest puts on sys.path for this package
+from support import io_programs  # tests/support: tests/conftest.py puts tests/ on sys.path
 import torch
 
 import tdag

@@ -2,25 +2,21 @@
 ``scan`` -> Loop with a fixed trip count and stacked outputs.
 
 The walker closes its segment first, so every tensor operand is a value of the block (a
-Boundary). A body's jaxpr is flattened (jax_trace.flatten_closed) on placeholder Refs and
+Boundary). A body's jaxpr is flattened (jax/trace.py's flatten_closed) on placeholder Refs and
 walked by a nested walker; tensor operands enter it as the body Block's inputs, weights
 and literals directly (each body TDAG holds the weights it reads). A Loop carries
 unchanged the tensors its body reads but does not update.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tdag import ops
 from tdag.canonicalize.jax.trace import Ref, dim_of, flatten_closed, type_of
+from tdag.canonicalize.jax.walker import CONTROL, Walker
 from tdag.canonicalize.common.segments import Boundary
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, If, Loop
 from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType, TensorType
-
-if TYPE_CHECKING:
-    from tdag.canonicalize.jax.importer import Walker
 
 
 def _passed(w: Walker, operands: list) -> list:
@@ -51,6 +47,7 @@ def _bind(w: Walker, eqn, names: list, types: list) -> None:
 
 # -- cond ----------------------------------------------------------------------------------------
 
+@CONTROL.register("cond")
 def convert_cond(w: Walker, eqn, index: int) -> None:
     """``branches[which](*operands)``: If which == 0 then branch 0 else (if which == 1 ...),
     nested in the else branches (``which`` is clamped, as lax does)."""
@@ -100,6 +97,7 @@ def _chain(w, branches, operands, passed, preds, names: dict, outs, caller) -> I
 
 # -- while ---------------------------------------------------------------------------------------
 
+@CONTROL.register("while")
 def convert_while(w: Walker, eqn, index: int) -> None:
     """``while cond(carry): carry = body(carry)`` as a Loop: the initial condition is
     computed before it, and the body computes the next condition after the new carry."""
@@ -152,6 +150,7 @@ def _inline(w: Walker, closed, operands: list, caller) -> list:
 
 # -- scan ----------------------------------------------------------------------------------------
 
+@CONTROL.register("scan")
 def convert_scan(w: Walker, eqn, index: int) -> None:
     """``carry, ys = scan(body, carry, xs)`` as a Loop over ``length`` steps: the body reads
     step i of each xs by a gather (``length-1-i`` reversed), ys are stacked by the Loop (and
@@ -204,6 +203,3 @@ def _last(length):
     last = as_dim(length - 1)
     return last if is_static(last) else ops.dim_tensor(last)
 
-
-# primitive -> fn(walker, eqn, index): the equations that become controllers
-CONTROL = {"cond": convert_cond, "while": convert_while, "scan": convert_scan}

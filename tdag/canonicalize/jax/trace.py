@@ -113,7 +113,7 @@ def as_torch(value) -> torch.Tensor:
 
 
 def source_line(source_info) -> str:
-    from jax._src import source_info_util  # noqa: PLC0415
+    from jax._src import source_info_util  # noqa: PLC0415  (jax is optional: tdag imports without it)
     try:
         return source_info_util.summarize(source_info)
     except Exception:  # an equation jax made itself
@@ -169,7 +169,7 @@ def trace(fn, example_args, dynamic_shapes) -> Traced:
 def _bind_arguments(traced: Traced, jaxpr, trees: list, input_names: list) -> dict:
     """Refs for the jaxpr's inputs: a Held weight per leaf of each (name, tree), then the
     inputs, in order."""
-    import jax  # noqa: PLC0415
+    import jax  # noqa: PLC0415  (jax is optional: tdag imports without it)
     leaves = [(path, leaf, name, _is_flax_variables(tree)) for name, tree in trees
               for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
     if len(jaxpr.invars) != len(leaves) + len(input_names):
@@ -187,16 +187,16 @@ def _bind_arguments(traced: Traced, jaxpr, trees: list, input_names: list) -> di
 
 
 def _is_array(arg) -> bool:
-    import jax  # noqa: PLC0415
+    import jax  # noqa: PLC0415  (jax is optional: tdag imports without it)
     return isinstance(arg, (np.ndarray, jax.Array, jax.ShapeDtypeStruct, np.generic))
 
 
 def _abstract(arg, axes: dict | None, name: str):
     """The argument as a ShapeDtypeStruct; ``axes`` ({axis: symbol}) makes sizes symbolic."""
-    import jax  # noqa: PLC0415
+    import jax  # noqa: PLC0415  (jax is optional: tdag imports without it)
     shape = list(np.shape(arg))
     if axes:
-        from jax import export  # noqa: PLC0415
+        from jax import export  # noqa: PLC0415  (jax is optional: tdag imports without it)
         for axis, sym in axes.items():
             shape[axis] = sym
         try:
@@ -254,7 +254,7 @@ def _kind_of(path, flax: bool) -> TensorKind:
 
 
 def _operand(env: dict, var):
-    from jax._src import core  # noqa: PLC0415
+    from jax._src import core  # noqa: PLC0415  (jax is optional: tdag imports without it)
     if isinstance(var, core.Literal):
         return Lit(np.asarray(var.val, dtype=var.aval.dtype))
     return env[var]
@@ -281,7 +281,7 @@ class _Flattener:
     def eqns(self, eqns, env: dict, outer: tuple[str, str] = ("", "")) -> list:
         """The flat equations; ``outer`` is the (source line, scope) of the call they were
         inlined from (an equation inside jax's own functions has no line of the user's)."""
-        from jax._src import core  # noqa: PLC0415
+        from jax._src import core  # noqa: PLC0415  (jax is optional: tdag imports without it)
         out = []
         for eqn in eqns:
             name = eqn.primitive.name

@@ -23,7 +23,7 @@ from tdag.ir.symbols import is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name
 
-CONTROL_OPS = ("If", "Loop", "Scan")  # the ops onnx_import hands to this module
+CONTROL_OPS = ("If", "Loop", "Scan")  # the ops onnx/importer.py hands to this module
 
 
 def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
@@ -40,7 +40,7 @@ def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
             return
     key = f"{node.output[0]}__cond"  # the bool scalar the controller reads
     with importer.builder.active():
-        importer.env[key] = ops.reshape(ops.cast(importer._as_tensor(cond), DType.bool))
+        importer.env[key] = ops.reshape(ops.cast(importer.as_tensor(cond), DType.bool))
     before = len(importer.problems)
     blocks, passed = _bodies(importer, node, index, [branches["then_branch"],
                                                       branches["else_branch"]], {key})
@@ -68,7 +68,7 @@ def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
     if count is not None and not isinstance(count, Known):
         trips, count = f"{_base(node)}__trips", None
         with importer.builder.active():
-            m = ops.reshape(ops.cast(importer._as_tensor(importer.read(node.input[0])),
+            m = ops.reshape(ops.cast(importer.as_tensor(importer.read(node.input[0])),
                                      DType.i64))
             importer.env[trips] = m
     count = count.dims()[0] if count is not None else None
@@ -82,14 +82,14 @@ def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
         with importer.builder.active():
             value = ops.lt(ops.full((), 0, DType.i64), importer.env[trips]) if trips else None
             if node.input[1]:
-                given = ops.reshape(ops.cast(importer._as_tensor(importer.read(node.input[1])),
+                given = ops.reshape(ops.cast(importer.as_tensor(importer.read(node.input[1])),
                                              DType.bool))
                 value = given if value is None else ops.logical_and(value, given)
             importer.env[key] = value
     with importer.builder.active():
         for name in carried:  # shape values and initializers become tensors of the block
             if isinstance(importer.env.get(name), (Known, Param)):
-                importer.env[name] = importer._as_tensor(importer.read(name))
+                importer.env[name] = importer.as_tensor(importer.read(name))
     hook = _trip_condition(body, trips, bool(node.input[1])) if trips else None
     before = len(importer.problems)
     blocks, passed = _bodies(importer, node, index, [body], {key, *carried} - {None},
@@ -154,9 +154,9 @@ def _one_type(a, b, what: str, why: str) -> None:
 
 def _inline(importer, node, branch: onnx.GraphProto) -> None:
     """A branch chosen at import time: its nodes join the current segment."""
-    importer._initializers(branch)
+    importer.read_initializers(branch)
     for i, inner in enumerate(branch.node):
-        importer._node(inner, i, branch)
+        importer.convert_node(inner, i, branch)
     for out, inner in zip(node.output, branch.output):
         importer.env[out] = importer.env.get(inner.name)
         importer.check_declared(out, importer.env[out])
@@ -256,7 +256,7 @@ def _trip_condition(body: onnx.GraphProto, trips: str, with_cond: bool):
                 if with_cond:
                     if not isinstance(value, (Tensor, Known)):
                         return  # not computed: the failure is reported already
-                    own = ops.reshape(ops.cast(sub._as_tensor(value), DType.bool))
+                    own = ops.reshape(ops.cast(sub.as_tensor(value), DType.bool))
                     keep = ops.logical_and(keep, own)
                 sub.env[name] = keep
         return hook
@@ -290,7 +290,7 @@ def convert_scan(importer, node: onnx.NodeProto, index: int) -> None:
     out_dirs = list(attrs.get("scan_output_directions") or [0] * n_out)
     base = _base(node)
     with importer.builder.active():
-        values = [importer._as_tensor(importer.read(n)) for n in names]
+        values = [importer.as_tensor(importer.read(n)) for n in names]
         if legacy:  # [batch, ...] with batch 1: the body's per-sample values
             values = [_unbatch(v) for v in values]
             in_axes = [0] * n_in

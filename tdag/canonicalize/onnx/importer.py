@@ -2,9 +2,10 @@
 
 Graph inputs become inputs (``dim_param`` axes become symbols), initializers become
 parameters under their own (sanitised) names, Constant nodes become consts. Each node is
-converted by its entry in the op table (onnx_ops*.py) inside ``Builder.scope(origin)``, where
-the origin names the ONNX op, the module path torch.onnx.export encodes in the node name, and
-the node name itself. Unsupported ops are collected over the whole graph and reported in one
+converted by its entry in the op table (onnx/ops/, a family a file; an entry sees its node
+through onnx/context.py's NodeContext) inside ``Builder.scope(origin)``, where the origin
+names the ONNX op, the module path torch.onnx.export encodes in the node name, and the node
+name itself. Unsupported ops are collected over the whole graph and reported in one
 UnsupportedOpError.
 
 Runs of nodes between control-flow nodes become TDAGs ("segments"); If and Loop become
@@ -25,13 +26,10 @@ import contextlib
 
 import onnx
 import torch
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
-import tdag.canonicalize.onnx.ops  # noqa: F401,E402  (fills the op table, every family)
-from tdag.canonicalize.onnx.ops import functions as onnx_ops_functions  # noqa: E402
-from tdag.canonicalize.onnx.ops import ml as onnx_ops_ml
-from tdag.canonicalize.onnx.ops import training as onnx_ops_training
 from tdag import ops
+from tdag.canonicalize.onnx.context import NodeContext
 from tdag.canonicalize.onnx.control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx.load import (
     declared_clash,
@@ -44,7 +42,10 @@ from tdag.canonicalize.onnx.load import (
     tdag_name,
     tensor_of,
 )
-from tdag.canonicalize.onnx.ops.table import OPS
+from tdag.canonicalize.onnx.ops import OPS  # the package imports every family: the table is full
+from tdag.canonicalize.onnx.ops.functions import PREVIEW_OPS
+from tdag.canonicalize.onnx.ops.ml import ML_OPS
+from tdag.canonicalize.onnx.ops.training import TRAINING_OPS
 from tdag.canonicalize.onnx.recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx.values import Known, Param, known_of, materialize
 from tdag.canonicalize.common.segments import Boundary, SegmentEnv, finished_program
@@ -92,7 +93,7 @@ def from_onnx(model_or_path, inputs: dict | None = None) -> Program:
     shared = Shared(opset, model.graph)
     shared.pinned = _pinned(model.graph, inputs or {})
     _precheck(model.graph, shared)
-    importer = _Importer(model.graph, shared, "main", {})
+    importer = GraphImporter(model.graph, shared, "main", {})
     block = importer.main_block()
     if shared.problems:
         raise unsupported_error(shared.problems)
@@ -128,9 +129,8 @@ def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
 
 
 # the ops of other domains that the table maps (by op type, as the default domain's)
-_OTHER_DOMAINS = {"ai.onnx.preview": onnx_ops_functions.PREVIEW_OPS,
-                  "ai.onnx.preview.training": onnx_ops_training.TRAINING_OPS,
-                  "ai.onnx.ml": onnx_ops_ml.ML_OPS}
+_OTHER_DOMAINS = {"ai.onnx.preview": PREVIEW_OPS, "ai.onnx.preview.training": TRAINING_OPS,
+                  "ai.onnx.ml": ML_OPS}
 
 
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:
@@ -175,7 +175,7 @@ class Shared:
         return f"{hint}_{k}"
 
 
-class _Importer:
+class GraphImporter:
     """Converts one ONNX graph into a Block: straight-line runs of nodes become TDAGs
     (segments) joined by the controllers that If nodes become."""
 
@@ -195,7 +195,7 @@ class _Importer:
     # -- blocks ---------------------------------------------------------------------------------
 
     def main_block(self) -> Block:
-        self._initializers()
+        self.read_initializers()
         inputs = self._inputs()
         for onnx_name in [v.name for v in self.graph.input if v.name in self.env]:
             if isinstance(self.env[onnx_name], Boundary):  # the model's inputs, in order
@@ -205,7 +205,7 @@ class _Importer:
     def sub_block(self, inputs: list, bool_first: bool = False) -> Block:
         """The Block of a subgraph; ``bool_first`` makes its first output a bool scalar
         (a loop body's condition, which ONNX allows to be a one-element tensor)."""
-        self._initializers()
+        self.read_initializers()
         if bool_first:
             self.graph_outputs_hook = self._scalar_condition
         return self._walk(inputs)
@@ -214,14 +214,14 @@ class _Importer:
         value = self.read(name)
         if not isinstance(value, _Poisoned):
             with self.builder.active():
-                self.env[name] = ops.reshape(ops.cast(self._as_tensor(value), DType.bool))
+                self.env[name] = ops.reshape(ops.cast(self.as_tensor(value), DType.bool))
 
     def _walk(self, inputs: list) -> Block:
         for index, node in enumerate(self.graph.node):
             if node.op_type in CONTROLLERS:
                 self._controller(node, index)
             else:
-                self._node(node, index)
+                self.convert_node(node, index)
         for out in self.graph.output:
             self.check_declared(out.name, self.env.get(out.name))
         outputs = []
@@ -233,7 +233,7 @@ class _Importer:
                 outputs.append(value.name)
                 continue
             if not isinstance(value, _Poisoned):
-                self.env[out.name] = self._as_tensor(self.read(out.name))
+                self.env[out.name] = self.as_tensor(self.read(out.name))
             outputs.append(self.names(out.name))
         self.close([o.name for o in self.graph.output])
         return Block(tuple(Value(v.name, v.type) for v in inputs), tuple(self.steps),
@@ -271,7 +271,7 @@ class _Importer:
 
     # -- graph boundary -------------------------------------------------------------------------
 
-    def _initializers(self, graph: onnx.GraphProto | None = None) -> None:
+    def read_initializers(self, graph: onnx.GraphProto | None = None) -> None:
         graph = graph or self.graph
         for init in graph.initializer:
             self._initializer(graph, init.name, init.data_type,
@@ -363,13 +363,13 @@ class _Importer:
             self.local[name] = self.builder.input(value.name, value.type)
         return self.local[name]
 
-    def _as_tensor(self, value) -> Tensor:
+    def as_tensor(self, value) -> Tensor:
         with self.builder.active():
             return materialize(self.builder, value) if isinstance(value, Known) else value
 
     # -- nodes ----------------------------------------------------------------------------------
 
-    def _node(self, node: onnx.NodeProto, index: int,
+    def convert_node(self, node: onnx.NodeProto, index: int,
               graph: onnx.GraphProto | None = None) -> None:
         with self._boundary(node, index, graph):
             inputs = [self.read(name) if name else None for name in node.input]
@@ -466,94 +466,6 @@ def last_uses(graph: onnx.GraphProto) -> dict:
         last[out.name] = len(graph.node)
     last.pop("", None)  # an omitted optional input
     return last
-
-
-class NodeContext:
-    """What an op-table entry sees of its node: attributes, opset and value helpers."""
-
-    def __init__(self, importer: _Importer, node: onnx.NodeProto):
-        self.importer, self.node, self.opset = importer, node, importer.opset
-        self.builder = importer.builder
-        self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-    def attr(self, name: str, default=None):
-        value = self.attrs.get(name, default)
-        return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
-
-    def flag(self, name: str, default: int = 0) -> bool:
-        """A 0/1 attribute (keepdims, transA, ...). ONNX defines no other value and
-        runtimes read one differently (keepdims=2), so any other is a malformed model."""
-        value = self.attrs.get(name, default)
-        if type(value) is not int or value not in (0, 1):
-            raise InvalidModelError(f"attribute {name} must be 0 or 1, got {value!r}")
-        return bool(value)
-
-    def sizes(self, name: str, count: int, default: int, least: int) -> list:
-        """An ints attribute with one entry per spatial axis (strides, dilations, ...), each
-        at least ``least``; ``count`` entries of ``default`` where it is absent or empty."""
-        values = list(self.attrs.get(name) or [default] * count)
-        if len(values) != count or any(type(v) is not int or v < least for v in values):
-            raise InvalidModelError(f"attribute {name} must hold {count} integers of at "
-                                    f"least {least}, got {values}")
-        return values
-
-    def choice(self, name: str, default: str, allowed) -> str:
-        """A string attribute from the values the ONNX spec lists."""
-        value = self.attr(name, default)
-        if value not in allowed:
-            raise InvalidModelError(f"attribute {name} must be one of {sorted(allowed)}, "
-                                    f"got {value!r}")
-        return value
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.node.output)
-
-    def tensor(self, value) -> Tensor:
-        """Any value as a tensor of the graph (Knowns are materialised)."""
-        if isinstance(value, Known):
-            return materialize(self.builder, value)
-        if not isinstance(value, Tensor):
-            raise UnsupportedOpError(f"{self.node.op_type}: expected a tensor, got {value!r}")
-        return value
-
-    def known(self, value) -> Known | None:
-        """The value as a Known when it is one, or a small integer const/initializer."""
-        if isinstance(value, Known) or value is None:
-            return value
-        weight = self.builder.weights.get(value.name)
-        if weight is not None and weight.value is not None:
-            return known_of(weight.value)
-        return None
-
-    def ints(self, value, what: str = "") -> list | None:
-        """The elements of an integer input known at import time (Dims); None if absent."""
-        if value is None:
-            return None
-        known = self.known(value)
-        if known is None:
-            raise UnsupportedOpError(f"{self.node.op_type}: input {what or ''} must be known "
-                                     "at import time (it is computed from data)")
-        return known.dims()
-
-    def scalar(self, value, what: str = ""):
-        """A Python number for a scalar input known at import time."""
-        if value is None:
-            return None
-        if isinstance(value, Known):
-            return value.dims()[0]
-        weight = self.builder.weights.get(value.name)
-        if weight is None or weight.value is None or weight.value.numel() != 1:
-            raise UnsupportedOpError(f"{self.node.op_type}: {what or 'a scalar input'} must be "
-                                     "a constant")
-        return weight.value.reshape(()).item()
-
-    def const_tensor(self, value: torch.Tensor) -> Tensor | Known:
-        known = known_of(value)
-        return known if known is not None else self.builder.const(value)
-
-    def dtype(self, onnx_type: int) -> DType:
-        return dtype_of(onnx_type)
 
 
 def unsupported_error(problems) -> UnsupportedOpError:

@@ -144,7 +144,7 @@ def convert_recurrent(importer, node: onnx.NodeProto, index: int) -> None:
     origin = Origin(op=f"onnx.{node.op_type}", scope=scope_of(node.name), location=node.name)
     names = list(node.input) + [""] * (8 - len(node.input))
     with importer.builder.active(), importer.builder.scope(origin):
-        args = [importer._as_tensor(importer.read(n)) if n else None for n in names]
+        args = [importer.as_tensor(importer.read(n)) if n else None for n in names]
         pre = _prepare(spec, kind, *args)
     base = next(o for o in node.output if o) if any(node.output) else node.name or "rnn"
     keys = {}

@@ -9,7 +9,7 @@ arange's length to -1, which every runtime refuses (``checked_size``): a bad val
 it never answers. The rank must stay known: inputs that decide it (the axes of Reduce*,
 Squeeze and Unsqueeze, Resize's scales) are pinned instead (``from_onnx(..., inputs=)``).
 
-The entries in onnx/ops/table.py call these when ``ctx.known`` of the input is None. A shape
+The entries in onnx/ops/ call these when ``ctx.known`` of the input is None. A shape
 Concat'ed from known sizes and run-time ones (``[Shape(x)[0], k, -1]``) keeps the known ones
 (``note_entries``): only the rest become fresh sizes, and the ops that take a run-time entry
 as it is (ConstantOfShape, Expand of a size-1 axis) share one fresh size per entry.

@@ -170,6 +170,22 @@ def decide(relation):
     return None
 
 
+def dim_max(a, b):
+    """The larger of two Dims; a sympy Max where the symbols leave it open."""
+    choice = decide(sympy.Ge(sympy.sympify(a), b))
+    if choice is None:
+        return as_dim(sympy.Max(a, b))
+    return a if choice else b
+
+
+def dim_min(a, b):
+    """The smaller of two Dims; a sympy Min where the symbols leave it open."""
+    choice = decide(sympy.Le(sympy.sympify(a), b))
+    if choice is None:
+        return as_dim(sympy.Min(a, b))
+    return a if choice else b
+
+
 def fold_compare(fn, a: Known, b: Known) -> Known | None:
     arrays = np.broadcast_arrays(a.values, b.values)
     if not fits(arrays[0].shape):

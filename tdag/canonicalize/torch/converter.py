@@ -177,7 +177,7 @@ class Converter:
         origin = self._origin(node)
         with self.builder.scope(origin):
             try:
-                result = aten.entry_for(node.target).fn(*args, **kwargs)
+                result = aten.entry_for(node.target)(*args, **kwargs)
                 self.env[node] = self._fit(node, result)
                 if is_inplace(node.target):  # readers of the mutated value now read this
                     self.env[node.args[0]] = self.env[node]

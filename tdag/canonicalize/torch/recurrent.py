@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tdag import ops
-from tdag.canonicalize.torch.aten.recurrent import gru_cell, lstm_cell
+from tdag.ops.nn.recurrent import gru_cell, lstm_cell
 from tdag.canonicalize.common.segments import Boundary
 from tdag.ops.builder import Builder, Tensor
 from tdag.errors import UnsupportedOpError

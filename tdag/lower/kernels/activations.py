@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tdag import ops
 from tdag.deinops.codegen import literal
 from tdag.lower.kernels.common import float_input, per_element
 from tdag.deinops.primitive import NoSpec, primitive
@@ -52,13 +53,15 @@ primitive(Op.softmax, Softmax, 1, _softmax_shape,
           lambda s, xs, r: torch.softmax(xs[0], s.axis), per_element(5),
           "exp/reduce/reciprocal chain makes five passes over memory; softmax makes one",
           traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch, onnx=_softmax_onnx,
-          jax=lambda node, a, cx: cx.nn.softmax(a[0], axis=node.spec.axis))
+          jax=lambda node, a, cx: cx.nn.softmax(a[0], axis=node.spec.axis),
+          decompose=lambda s, x: ops.softmax(x, s.axis))
 primitive(Op.log_softmax, Softmax, 1, _softmax_shape,
           lambda s, xs, r: torch.log_softmax(xs[0], s.axis), per_element(5),
           "x - max - log(sum(exp)) makes five passes over memory; log_softmax makes one",
           traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch,
           onnx=_log_softmax_onnx,
-          jax=lambda node, a, cx: cx.nn.log_softmax(a[0], axis=node.spec.axis))
+          jax=lambda node, a, cx: cx.nn.log_softmax(a[0], axis=node.spec.axis),
+          decompose=lambda s, x: ops.log_softmax(x, s.axis))
 
 
 # -- activations ------------------------------------------------------------------------------
@@ -103,7 +106,8 @@ primitive(Op.gelu, Gelu, 1, _float_unary("gelu"),
           "x * (1 + erf(x/sqrt 2)) / 2 is five elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_gelu_torch, onnx=_gelu_onnx,
-          jax=lambda node, a, cx: cx.nn.gelu(a[0], approximate=node.spec.approximate == "tanh"))
+          jax=lambda node, a, cx: cx.nn.gelu(a[0], approximate=node.spec.approximate == "tanh"),
+          decompose=lambda s, x: ops.gelu(x, s.approximate))
 
 
 def _silu_torch(node, a, code):
@@ -117,7 +121,8 @@ def _silu_onnx(node, ins, g, cx):
 primitive(Op.silu, NoSpec, 1, _float_unary("silu"), lambda s, xs, r: F.silu(xs[0]),
           per_element(5), "x / (1 + exp(-x)) is five elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_silu_torch, onnx=_silu_onnx, jax=lambda node, a, cx: cx.nn.silu(a[0]))
+          torch=_silu_torch, onnx=_silu_onnx, jax=lambda node, a, cx: cx.nn.silu(a[0]),
+          decompose=lambda s, x: ops.silu(x))
 
 
 def _sigmoid_torch(node, a, code):
@@ -132,7 +137,7 @@ primitive(Op.sigmoid, NoSpec, 1, _float_unary("sigmoid"), lambda s, xs, r: torch
           per_element(4), "1 / (1 + exp(-x)) is four elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_sigmoid_torch, onnx=_sigmoid_onnx,
-          jax=lambda node, a, cx: cx.nn.sigmoid(a[0]))
+          jax=lambda node, a, cx: cx.nn.sigmoid(a[0]), decompose=lambda s, x: ops.sigmoid(x))
 
 
 def _relu_torch(node, a, code):
@@ -146,7 +151,8 @@ def _relu_onnx(node, ins, g, cx):
 primitive(Op.relu, NoSpec, 1, lambda s, ins: ins[0], lambda s, xs, r: torch.relu(xs[0]),
           per_element(1), "(x + |x|) / 2 or where(x > 0, x, 0) is several passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_relu_torch, onnx=_relu_onnx, jax=lambda node, a, cx: cx.nn.relu(a[0]))
+          torch=_relu_torch, onnx=_relu_onnx, jax=lambda node, a, cx: cx.nn.relu(a[0]),
+          decompose=lambda s, x: ops.relu(x))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +187,8 @@ primitive(Op.clamp, Clamp, 1, lambda s, ins: ins[0], _clamp_eval, per_element(2)
           "max/min with nan checks are two compares and two selects per bound",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_clamp_torch, onnx=_clamp_onnx,
-          jax=lambda node, a, cx: cx.jnp.clip(a[0], node.spec.lo, node.spec.hi))  # keeps nan
+          jax=lambda node, a, cx: cx.jnp.clip(a[0], node.spec.lo, node.spec.hi),  # keeps nan
+          decompose=lambda s, x: ops.clamp(x, s.lo, s.hi))
 
 
 def _hardswish_torch(node, a, code):
@@ -197,4 +204,4 @@ primitive(Op.hardswish, NoSpec, 1, _float_unary("hardswish"),
           "x * clamp(x + 3, 0, 6) / 6 is four elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_hardswish_torch, onnx=_hardswish_onnx,
-          jax=lambda node, a, cx: cx.nn.hard_swish(a[0]))
+          jax=lambda node, a, cx: cx.nn.hard_swish(a[0]), decompose=lambda s, x: ops.hardswish(x))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tdag import ops
 from tdag.deinops.codegen import last_two, tuple_expr
 from tdag.lower.kernels.common import NDIM, check_bias
 from tdag.lower.kernels.einsum_plan import parse_equation, plan_einsum
@@ -114,13 +115,18 @@ def _einsum_jax(node, a, cx):
     return out + a[2] if len(a) == 3 else out
 
 
+def _einsum_decompose(spec: Einsum, a, b, *bias):
+    out = ops.einsum(spec.equation, a, b)
+    return ops.add(out, bias[0]) if bias else out
+
+
 primitive(Op.einsum, Einsum, range(2, 4), _einsum_shape, _einsum_eval, _einsum_cost,
           "multiply + reduce-sum of broadcast operands materialises the whole product; "
           "matmul/bmm/linear never do",
           traits=Trait.KERNEL,
           batch=Refuse("is an einsum kernel whose equation names every axis and was planned as "
                        "one framework call for them: strip the batch before lowering"),
-          torch=_einsum_torch, onnx=_einsum_onnx, jax=_einsum_jax)
+          torch=_einsum_torch, onnx=_einsum_onnx, jax=_einsum_jax, decompose=_einsum_decompose)
 
 
 # -- convolutions -----------------------------------------------------------------------------
@@ -242,7 +248,10 @@ _CONV_BATCH = Refuse("works on the framework's fixed (N, C, *S) layout: strip th
 primitive(Op.conv, Conv, range(2, 4), _conv_shape, _conv_eval, _conv_cost,
           "pad + unfold + multiply + reduce materialises every window; conv kernels do not",
           traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx,
-          jax=_conv_jax)
+          jax=_conv_jax,
+          decompose=lambda s, x, w, *bias: ops.conv(x, w, *bias, stride=s.stride,
+                                                    padding=s.padding, dilation=s.dilation,
+                                                    groups=s.groups))
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,4 +325,7 @@ primitive(Op.conv_transpose, ConvTranspose, range(2, 4), _conv_t_shape, _conv_t_
           _conv_t_cost, "fold of a windowed product materialises every window; "
           "transposed-conv kernels do not",
           traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_transpose_torch,
-          onnx=_conv_transpose_onnx, jax=_conv_transpose_jax)
+          onnx=_conv_transpose_onnx, jax=_conv_transpose_jax,
+          decompose=lambda s, x, w, *bias: ops.conv_transpose(
+              x, w, *bias, stride=s.stride, padding=s.padding, output_padding=s.output_padding,
+              groups=s.groups, dilation=s.dilation))

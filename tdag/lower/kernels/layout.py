@@ -5,8 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
+from tdag import ops
 from tdag.lower.kernels.common import fmt_shape
-from tdag.deinops.movement import broadcast_jax, reshape_jax, reshape_onnx
+from tdag.deinops.extent import broadcast_jax
+from tdag.deinops.movement import reshape_jax, reshape_onnx
 from tdag.deinops.primitive import movement_cost, primitive
 from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
@@ -41,7 +43,8 @@ primitive(Op.reshape, Reshape, 1, _reshape_shape,
           traits=Trait.KERNEL | Trait.VIEW | Trait.KEEPS_VALUES,
           batch=Refuse("is a reshape kernel whose spec is the whole target shape, which may merge "
                        "the batch with other axes: strip the batch before lowering"),
-          torch=_reshape_torch, onnx=reshape_onnx, jax=reshape_jax)
+          torch=_reshape_torch, onnx=reshape_onnx, jax=reshape_jax,
+          decompose=lambda s, x: ops.reshape(x, s.shape))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ primitive(Op.expand, Expand, 1, _expand_shape,
           traits=Trait.KERNEL | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING | Trait.INSERTING,
           batch=Refuse("is an expand kernel whose spec is the whole broadcast shape, the batch "
                        "size included: strip the batch before lowering"),
-          torch=_expand_torch, onnx=_expand_onnx, jax=broadcast_jax)
+          torch=_expand_torch, onnx=_expand_onnx, jax=broadcast_jax,
+          decompose=lambda s, x: ops.broadcast_to(x, s.shape))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,4 +129,5 @@ primitive(Op.concat, Concat, range(1, 1 << 16), _concat_shape,
           batch=Refuse("is a concat kernel of many operands whose batch axes need not line up: "
                        "strip the batch before lowering"),
           torch=_concat_torch, onnx=_concat_onnx,
-          jax=lambda node, a, cx: cx.jnp.concatenate(a, axis=node.spec.axis))
+          jax=lambda node, a, cx: cx.jnp.concatenate(a, axis=node.spec.axis),
+          decompose=lambda s, *xs: ops.concat(xs, s.axis))

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
+from tdag import ops
 from tdag.lower.kernels.common import float_input, per_element, same_shape
 from tdag.deinops.primitive import primitive
 from tdag.errors import ShapeError
@@ -38,6 +39,11 @@ def _trailing_norm_shape(name: str):
 
 
 _layer_norm_shape = _trailing_norm_shape("layer_norm")
+
+
+def _tail(x, spec) -> tuple:
+    """The normalized_shape of a norm over the trailing ``spec.count`` axes of ``x``."""
+    return tuple(x.shape[x.ndim - spec.count:])
 
 # layer and RMS norm count trailing axes rather than name them
 _TRAILING = Refuse("normalises over its trailing `count` axes, which may include the batch "
@@ -100,7 +106,8 @@ def _trailing_norm_jax(node, a, cx):
 primitive(Op.layer_norm, LayerNorm, range(1, 4), _layer_norm_shape, _layer_norm_eval,
           per_element(8), "mean/variance/rsqrt chain reads the input several times",
           traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx,
-          jax=_trailing_norm_jax)
+          jax=_trailing_norm_jax,
+          decompose=lambda s, x, *affine: ops.layer_norm(x, _tail(x, s), *affine, eps=s.eps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +141,8 @@ def _rms_norm_onnx(node, ins, g, cx):
 primitive(Op.rms_norm, RMSNorm, range(1, 3), _rms_norm_shape, _rms_norm_eval,
           per_element(5), "square/mean/rsqrt chain reads the input several times",
           traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_rms_norm_onnx,
-          jax=_trailing_norm_jax)
+          jax=_trailing_norm_jax,
+          decompose=lambda s, x, *weight: ops.rms_norm(x, _tail(x, s), *weight, eps=s.eps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +203,8 @@ def _group_norm_jax(node, a, cx):
 primitive(Op.group_norm, GroupNorm, range(1, 4), _group_norm_shape, _group_norm_eval,
           per_element(8), "ungroup + mean/variance chain reads the input several times",
           traits=Trait.KERNEL, batch=_CHANNELS, torch=_group_norm_torch, onnx=_group_norm_onnx,
-          jax=_group_norm_jax)
+          jax=_group_norm_jax,
+          decompose=lambda s, x, *affine: ops.group_norm(x, s.groups, *affine, eps=s.eps))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,4 +256,6 @@ def _batch_norm_jax(node, a, cx):
 primitive(Op.batch_norm, BatchNorm, range(3, 6), _batch_norm_shape, _batch_norm_eval,
           per_element(4), "broadcast subtract/scale/shift chain makes several passes",
           traits=Trait.KERNEL, batch=_CHANNELS, torch=_batch_norm_torch, onnx=_batch_norm_onnx,
-          jax=_batch_norm_jax)
+          jax=_batch_norm_jax,
+          decompose=lambda s, x, mean, var, *affine: ops.batch_norm(x, mean, var, *affine,
+                                                                     eps=s.eps))

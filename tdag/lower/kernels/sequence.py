@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tdag import ops
 from tdag.deinops.codegen import last_two
 from tdag.lower.kernels.common import float_input, same_shape
 from tdag.deinops.primitive import Cost, primitive, traffic
@@ -15,6 +16,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import dims_equal, is_static, product
 from tdag.ir.types import DType, TensorType
+from tdag.ops.nn.recurrent import recurrent
 
 # -- attention --------------------------------------------------------------------------------
 
@@ -134,7 +136,9 @@ primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eva
           traits=Trait.KERNEL,
           batch=Refuse("reads q, k, v and a mask as [..., L, E] with their leading axes "
                        "broadcast together: strip the batch before lowering"),
-          torch=_attention_torch, onnx=_attention_onnx, jax=_attention_jax)
+          torch=_attention_torch, onnx=_attention_onnx, jax=_attention_jax,
+          decompose=lambda s, q, k, v, *mask: ops.scaled_dot_product_attention(
+              q, k, v, *mask, is_causal=s.causal, scale=s.scale))
 
 
 # -- recurrence -------------------------------------------------------------------------------
@@ -282,9 +286,15 @@ def _lstm_jax(node, a, cx):
     return cx.jnp.flip(x, 0) if s.reverse else x
 
 
+def _lstm_decompose(spec: Lstm, *xs):
+    x, weights, h0s, c0s = lstm_parts(spec, list(xs))
+    return recurrent("lstm", x, weights, h0s, c0s, spec.layers, spec.bidirectional,
+                     spec.reverse)[0]
+
+
 primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
           "an unrolled recurrence is a dozen small ops per step; the LSTM kernel loops in C++",
           traits=Trait.KERNEL,
           batch=Refuse("works on the framework's fixed [T, B, I] layout with [B, H] states: "
                        "strip the batch before lowering"),
-          torch=_lstm_torch, onnx=_lstm_onnx, jax=_lstm_jax)
+          torch=_lstm_torch, onnx=_lstm_onnx, jax=_lstm_jax, decompose=_lstm_decompose)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch.nn.functional as F
 
+from tdag import ops
 from tdag.deinops.codegen import tuple_expr
 from tdag.lower.kernels.common import NDIM
 from tdag.lower.kernels.contraction import conv_out
@@ -122,7 +123,8 @@ _LAYOUT = Refuse("works on the framework's fixed (N, C, *S) layout: strip the ba
 primitive(Op.max_pool, Pool, 1, _pool_shape_rule("max_pool"), _max_pool_eval, _pool_cost,
           "pad + unfold + reduce-max materialises every window",
           traits=Trait.KERNEL, batch=_LAYOUT, torch=_max_pool_torch, onnx=_max_pool_onnx,
-          jax=_max_pool_jax)
+          jax=_max_pool_jax,
+          decompose=lambda s, x: ops.max_pool(x, s.kernel, s.stride, s.padding, s.dilation))
 
 
 def _avg_pool_torch(node, a, code):
@@ -145,7 +147,9 @@ def _avg_pool_onnx(node, ins, g, cx):
 primitive(Op.avg_pool, Pool, 1, _pool_shape_rule("avg_pool"), _avg_pool_eval, _pool_cost,
           "pad + unfold + reduce-sum + scale materialises every window",
           traits=Trait.KERNEL, batch=_LAYOUT, torch=_avg_pool_torch, onnx=_avg_pool_onnx,
-          jax=_avg_pool_jax)
+          jax=_avg_pool_jax,
+          decompose=lambda s, x: ops.avg_pool(x, s.kernel, s.stride, s.padding,
+                                              count_include_pad=not s.exclude_pad))
 
 
 # -- resizing ---------------------------------------------------------------------------------
@@ -268,7 +272,15 @@ def _resize_jax(node, a, cx):
     return x
 
 
+def _resize_decompose(spec: Resize, x):
+    align = spec.align_corners if spec.mode == "linear" else None
+    if spec.scales is None:
+        return ops.interpolate(x, size=spec.sizes, mode=torch_mode(spec), align_corners=align)
+    return ops.interpolate(x, scale_factor=spec.scales, mode=torch_mode(spec),
+                           align_corners=align)
+
+
 primitive(Op.resize, Resize, 1, _resize_shape, _resize_eval, _resize_cost,
           "gathers and weighted sums per axis materialise each pass; one resize does not",
           traits=Trait.KERNEL, batch=_LAYOUT, torch=_resize_torch, onnx=_resize_onnx,
-          jax=_resize_jax)
+          jax=_resize_jax, decompose=_resize_decompose)

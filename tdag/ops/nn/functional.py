@@ -34,7 +34,7 @@ __all__ = [
     "relu", "relu6", "leaky_relu", "sigmoid", "silu", "gelu", "softplus", "elu", "hardtanh",
     "hardsigmoid", "hardswish", "mish",
     # softmax family
-    "softmax", "log_softmax", "logsumexp",
+    "softmax", "safe_softmax", "log_softmax", "logsumexp",
     # norms
     "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
     "local_response_norm",
@@ -143,8 +143,29 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     tensor([[0.5000, 0.5000, 0.0000]])
     """
     shifted, _ = _shift(as_float(x), axis)
+    return _normalized_exp(shifted, axis)
+
+
+def _normalized_exp(shifted: Tensor, axis: int) -> Tensor:
     e = core.exp(shifted)
     return core.div(e, core.sum(e, axis, keepdim=True))
+
+
+def safe_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """softmax along ``axis`` where a row that is entirely -inf gives zeros, not nan: torch's
+    ``_safe_softmax``, what attention runs (a query that may see no key attends to nothing).
+    Otherwise as ``softmax``: a -inf entry weighs 0; a nan, or a +inf, makes its row nan.
+
+    >>> import tdag, torch
+    >>> from tdag import ops
+    >>> prog = tdag.trace(lambda x: ops.safe_softmax(x, -1), tdag.TensorSpec((2, 2)))
+    >>> tdag.run(prog, torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]]))
+    tensor([[1., 0.],
+            [0., 0.]])
+    """
+    shifted, top = _shift(as_float(x), axis)
+    weights = _normalized_exp(shifted, axis)  # before the mask: the node order of the capture
+    return core.where(core.eq(top, -_INF), 0.0, weights)
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -304,7 +325,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
         mask = core.as_tensor(attn_mask, q.builder)
         scores = core.where(mask, scores, -_INF) if mask.dtype is DType.bool else \
             core.add(scores, mask)
-    return arrays.matmul(_safe_softmax(scores), v)
+    return arrays.matmul(safe_softmax(scores), v)
 
 
 def _repeat_heads(q: Tensor, kv: Tensor) -> Tensor:
@@ -321,15 +342,6 @@ def _causal_keep(queries, keys, like: Tensor) -> Tensor:
     rows = core.unsqueeze(core.arange(0, queries, like=like), 1)
     cols = core.unsqueeze(core.arange(0, keys, like=like), 0)
     return core.le(cols, rows)
-
-
-def _safe_softmax(scores: Tensor) -> Tensor:
-    """softmax over the last axis, with 0 for rows that are entirely -inf (torch's
-    _safe_softmax in attention) instead of nan."""
-    shifted, top = _shift(scores, -1)
-    e = core.exp(shifted)
-    weights = core.div(e, core.sum(e, -1, keepdim=True))
-    return core.where(core.eq(top, -_INF), 0.0, weights)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = False) -> Tensor:

@@ -47,8 +47,8 @@ def _pool_length(length: Dim, k: int, s: int, p: int, dl: int, ceil_mode: bool) 
     return out - 1 if (out - 1) * s >= length + p else out
 
 
-def _windows(x: Tensor, d: int, kernel, stride, padding, dilation, ceil_mode: bool,
-             fill: float) -> Tensor:
+def pool_windows(x: Tensor, d: int, kernel, stride, padding, dilation, ceil_mode: bool,
+                 fill: float) -> Tensor:
     """(..., *S) -> (..., *O, *K): padded with ``fill``, plus extra right padding in ceil
     mode so that the last (partial) window exists."""
     widths = [(0, 0)] * (x.ndim - d)
@@ -66,7 +66,7 @@ def _windows(x: Tensor, d: int, kernel, stride, padding, dilation, ceil_mode: bo
     return x
 
 
-def _pool_args(x: Tensor, kernel_size, stride, padding, dilation, spatial_dims, what: str):
+def pool_args(x: Tensor, kernel_size, stride, padding, dilation, spatial_dims, what: str):
     d = spatial_rank(x, kernel_size, spatial_dims, what)
     kernel = ntuple(kernel_size, d, f"{what} kernel_size")
     stride = kernel if stride is None or stride == [] else ntuple(stride, d, f"{what} stride")
@@ -91,9 +91,9 @@ def max_pool(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     >>> [str(t) for t in prog.graph.output_types]
     ['f32[b,8,5,5]']
     """
-    d, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride, padding,
-                                                      dilation, spatial_dims, "max_pool")
-    windows = _windows(x, d, kernel, stride, padding, dilation, ceil_mode, fill_value(x, True))
+    d, kernel, stride, padding, dilation = pool_args(x, kernel_size, stride, padding,
+                                                     dilation, spatial_dims, "max_pool")
+    windows = pool_windows(x, d, kernel, stride, padding, dilation, ceil_mode, fill_value(x, True))
     return core.amax(windows, tuple(range(windows.ndim - d, windows.ndim)))
 
 
@@ -102,9 +102,9 @@ def avg_pool(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = F
              spatial_dims: int | None = None) -> Tensor:
     """``torch.nn.functional.avg_pool{1,2,3}d``: window sums divided by the window size, or
     by the count of real (unpadded) cells when ``count_include_pad`` is False."""
-    d, kernel, stride, padding, _ = _pool_args(x, kernel_size, stride, padding, 1,
-                                               spatial_dims, "avg_pool")
-    windows = _windows(as_float(x), d, kernel, stride, padding, (1,) * d, ceil_mode, 0.0)
+    d, kernel, stride, padding, _ = pool_args(x, kernel_size, stride, padding, 1,
+                                              spatial_dims, "avg_pool")
+    windows = pool_windows(as_float(x), d, kernel, stride, padding, (1,) * d, ceil_mode, 0.0)
     sums = core.sum(windows, tuple(range(windows.ndim - d, windows.ndim)))
     if divisor_override is not None:
         if divisor_override == 0:

@@ -19,7 +19,7 @@ from tdag.ir.symbols import Dim
 from tdag.ir.types import DType
 
 # every DType by the name of its jnp type (float8s included: JAX has them all through
-# ml_dtypes); tests/test_to_jax.py checks that the table covers every member
+# ml_dtypes); tests/reify/test_to_jax.py checks that the table covers every member
 _JNP_NAMES = {
     DType.f64: "float64", DType.f32: "float32", DType.f16: "float16", DType.bf16: "bfloat16",
     DType.i64: "int64", DType.i32: "int32", DType.i16: "int16", DType.i8: "int8",

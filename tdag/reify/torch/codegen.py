@@ -41,13 +41,11 @@ def identifier(name: str) -> str:
 
 
 class Scope(NameMap):
-    """Python identifiers for tdag names, unique within one generated function."""
+    """Python identifiers for tdag names, unique within one generated function; ``fresh``
+    names a value no tdag name stands for (a loop's carried values)."""
 
     def __init__(self):
         super().__init__(RESERVED, identifier)
-
-    def fresh(self, hint: str) -> str:
-        return self(f"{hint}#{len(self.names)}")
 
 
 def dim_expr(dim: Dim, used: set | None = None) -> str:

@@ -1,7 +1,7 @@
 """The table from JAX primitives to tdag: its registry, what an entry sees, and elementwise math.
 
 An entry is ``fn(ctx, *operands) -> Tensor | list[Tensor]``, operands already tensors of the
-segment being built; ``ctx.params`` are the equation's params. The walker (jax/importer.py)
+segment being built; ``ctx.params`` are the equation's params. The walker (jax/walker.py)
 casts a result to the dtype jax gives it (jax's own promotion has run before the jaxpr), and
 a result of another shape is a ShapeError naming the primitive. The other families live in
 jax/ops/shape.py (movement), jax/ops/nn.py (contractions, reductions, windows) and
@@ -9,26 +9,17 @@ jax/ops/index.py (gather, scatter, sorting).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from tdag import ops
+from tdag.canonicalize.common.registry import Registry
 from tdag.canonicalize.jax.trace import Eqn, type_of
 from tdag.ops.builder import Builder, Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.types import DType, TensorType
 
-OPS: dict[str, Callable] = {}
-
-
-def op(*names: str):
-    """Register the decorated function as the entry of each primitive in ``names``."""
-    def register(fn):
-        for name in names:
-            OPS[name] = fn
-        return fn
-    return register
+OPS = Registry("the JAX primitive table")
+op = OPS.register  # ``@op("add", "sub")``: the decorated function converts those primitives
 
 
 class EqnContext:
@@ -75,7 +66,7 @@ def _unary(fn):
 for _name, _fn in {"add": ops.add, "sub": ops.sub, "mul": ops.mul, "pow": ops.pow,
                    "max": ops.maximum, "min": ops.minimum, "eq": ops.eq, "ne": ops.ne,
                    "lt": ops.lt, "le": ops.le, "gt": ops.gt, "ge": ops.ge}.items():
-    OPS[_name] = _binary(_fn)
+    OPS.add(_name, _binary(_fn))
 
 for _name, _fn in {"exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "erf": ops.erf,
                    "erf_inv": ops.erfinv, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt,
@@ -84,7 +75,7 @@ for _name, _fn in {"exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "erf": ops.
                    "sinh": ops.sinh, "cosh": ops.cosh, "asinh": ops.asinh, "acosh": ops.acosh,
                    "atanh": ops.atanh, "logistic": ops.sigmoid, "floor": ops.floor,
                    "ceil": ops.ceil, "square": ops.square}.items():
-    OPS[_name] = _unary(_fn)
+    OPS.add(_name, _unary(_fn))
 
 
 @op("div")

@@ -1,16 +1,53 @@
-"""Registers the ONNX op-table entries kept beside onnx/ops/table.py, a family a file: movement,
-neural-network ops, tensor ops, norms and attention, losses, quantization, ops the standard
-defines as functions, ai.onnx.ml, Resize, signal processing, training and vision. The one
-import that fills the table (onnx/importer.py imports this module)."""
-import tdag.canonicalize.onnx.ops.movement  # noqa: F401
-import tdag.canonicalize.onnx.ops.nn  # noqa: F401
-import tdag.canonicalize.onnx.ops.loss  # noqa: F401
-import tdag.canonicalize.onnx.ops.norm  # noqa: F401
-import tdag.canonicalize.onnx.ops.tensor  # noqa: F401
-import tdag.canonicalize.onnx.ops.quant  # noqa: F401
-import tdag.canonicalize.onnx.ops.functions  # noqa: F401
-import tdag.canonicalize.onnx.ops.ml  # noqa: F401
-import tdag.canonicalize.onnx.ops.resize  # noqa: F401
-import tdag.canonicalize.onnx.ops.signal  # noqa: F401
-import tdag.canonicalize.onnx.ops.training  # noqa: F401
-import tdag.canonicalize.onnx.ops.vision  # noqa: F401
+"""The ONNX op table, a family a file; importing this package fills ``table.OPS`` (the one
+import that does: onnx/importer.py imports it). ``OPS.where(op)`` names an op's file.
+
+    elementwise   math functions, arithmetic, comparisons, logic, Where, Cast
+    bitwise       BitShift, Bitwise*, BitCast
+    activations   Relu, Sigmoid, Gelu, LeakyRelu, Elu, Selu, Celu, ..., Softmax, Hardmax
+    creation      Constant, ConstantOfShape, Range, Shape, Size, EyeLike, OneHot, Trilu
+    passthrough   Identity, Dropout, Optional*
+    movement      Reshape, Transpose, Concat, Split, Slice, Pad, Expand, Tile, DepthToSpace, ...
+    indexing      Gather*, Scatter*, TensorScatter, NonZero, Compress
+    sorting       TopK, ArgMax, ArgMin, Unique
+    reductions    Reduce*, CumSum, CumProd
+    linalg        MatMul, Gemm, Einsum, Det
+    conv          Conv, ConvTranspose
+    pool          MaxPool, AveragePool, Global*Pool, LpPool
+    norm          LayerNormalization, RMSNormalization, BatchNormalization, ..., LRN
+    attention     Attention, RotaryEmbedding
+    signal        DFT, STFT, MelWeightMatrix, HannWindow, HammingWindow, BlackmanWindow
+    resize        Resize, Upsample
+    quant         QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearConv, ...
+    loss          NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+    ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor, TreeEnsemble; TfIdfVectorizer
+    functions     ops the standard defines by a function body (SwiGLU, ...), LinearAttention
+    training      ai.onnx.preview.training's Adagrad, Adam, Momentum
+    vision        GridSample, AffineGrid, RoiAlign, DeformConv, NonMaxSuppression, Col2Im, ...
+"""
+from tdag.canonicalize.onnx.ops import (  # noqa: F401
+    activations,
+    attention,
+    bitwise,
+    conv,
+    creation,
+    elementwise,
+    functions,
+    indexing,
+    linalg,
+    loss,
+    ml,
+    movement,
+    norm,
+    passthrough,
+    pool,
+    quant,
+    reductions,
+    resize,
+    signal,
+    sorting,
+    training,
+    vision,
+)
+from tdag.canonicalize.onnx.ops.table import OPS
+
+__all__ = ["OPS"]

@@ -1,7 +1,8 @@
 """ONNX ops the standard defines as functions of other ONNX ops (their schema carries the body,
 often built for the node's attributes and input types): tdag imports such a node by expanding
 that body and importing each body node in its place, so the op is whatever composition of
-tdag primitives its body's ops map to.
+tdag primitives its body's ops map to: CausalConvWithState, SwiGLU and (of the
+ai.onnx.preview domain) FlexAttention.
 
 Only ops whose bodies hold plain ops are expanded (a body with Scan or If would need the
 importer's controllers): LinearAttention, whose body scans the tokens, is written out here
@@ -92,7 +93,7 @@ def _expand(ctx, *inputs):
     names.update({formal: prefix + formal for formal in body.input[len(node.input):]})
     given = {a.name: a for a in node.attribute}
     for index, inner in enumerate(body.node):
-        importer._node(_renamed(inner, names, prefix, given), index)
+        importer.convert_node(_renamed(inner, names, prefix, given), index)
     return [importer.read(prefix + name) for name in body.output[:len(node.output)]]
 
 

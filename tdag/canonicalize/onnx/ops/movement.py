@@ -1,7 +1,9 @@
-"""ONNX movement ops: Reshape, Flatten, Transpose, Squeeze/Unsqueeze, Concat, Split, Slice,
-Gather, Expand, Tile and Pad, each a short function over tdag.ops (the entry convention is
-onnx/ops/table.py's). Shape values (Knowns) fold here where every size is known at import time; a
-size read from data becomes a fresh one (onnx/runtime.py).
+"""ONNX movement ops: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Slice,
+Expand, Tile, Pad, CenterCropPad, DepthToSpace, SpaceToDepth and ReverseSequence (Gather is
+with the other reads at computed positions in onnx/ops/indexing.py).
+
+Shape values (Knowns) fold here where every size is known at import time; a size read from
+data becomes a fresh one (onnx/runtime.py).
 """
 from __future__ import annotations
 
@@ -11,8 +13,15 @@ import torch
 
 from tdag import ops
 from tdag.canonicalize.onnx import runtime
-from tdag.canonicalize.onnx.ops.table import _axes, _is_constant, _norm, _norm_axes, register
+from tdag.canonicalize.onnx.ops.table import (
+    axes_of,
+    is_constant,
+    norm_axes,
+    norm_axis,
+    register,
+)
 from tdag.canonicalize.onnx.values import MAX_TABLE, Known, fits
+from tdag.ops import writes
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static, product
 from tdag.ir.types import DType
@@ -56,7 +65,7 @@ def _check_reshape(dims, rank: int, allow_zero: bool) -> None:
 @register("Flatten")
 def _flatten(ctx, x):
     shape = list(x.shape)
-    axis = _norm(ctx.attr("axis", 1), len(shape), end_ok=True)
+    axis = norm_axis(ctx.attr("axis", 1), len(shape), end_ok=True)
     return ops.reshape(ctx.tensor(x), product(shape[:axis]), product(shape[axis:]))
 
 
@@ -73,14 +82,14 @@ def _transpose(ctx, x):
 
 @register("Squeeze")
 def _squeeze(ctx, x, axes=None):
-    axes = _axes(ctx, axes, 13)
+    axes = axes_of(ctx, axes, 13)
     rank = len(x.shape)
     ones = [i for i, d in enumerate(x.shape) if is_static(d) and d == 1]
     if axes is None:
         axes = ones
     elif not axes and ones:  # ONNX's inference squeezes none, onnxruntime every size-1 axis
         raise UnsupportedOpError("Squeeze: an empty axes input on a shape with size-1 axes")
-    axes = _norm_axes(axes, rank)
+    axes = norm_axes(axes, rank)
     if isinstance(x, Known):
         return Known(np.squeeze(x.values, axes), x.dtype)
     out = ops.squeeze(ctx.tensor(x), axes)
@@ -90,10 +99,10 @@ def _squeeze(ctx, x, axes=None):
 
 @register("Unsqueeze")
 def _unsqueeze(ctx, x, axes=None):
-    axes = _axes(ctx, axes, 13)
+    axes = axes_of(ctx, axes, 13)
     if axes is None:
         raise InvalidModelError("Unsqueeze: no axes given")
-    axes = tuple(sorted(_norm_axes(axes, len(x.shape) + len(axes))))
+    axes = tuple(sorted(norm_axes(axes, len(x.shape) + len(axes))))
     if isinstance(x, Known):
         return Known(np.expand_dims(x.values, axes), x.dtype)
     out = ops.unsqueeze(ctx.tensor(x), axes)
@@ -103,7 +112,7 @@ def _unsqueeze(ctx, x, axes=None):
 
 @register("Concat")
 def _concat(ctx, *xs):
-    axis = _norm(ctx.attr("axis"), len(xs[0].shape))
+    axis = norm_axis(ctx.attr("axis"), len(xs[0].shape))
     if all(isinstance(x, Known) for x in xs) and \
             fits([sum(x.shape[axis] for x in xs), *xs[0].shape[:axis], *xs[0].shape[axis + 1:]]):
         return Known(np.concatenate([x.values for x in xs], axis), xs[0].dtype)
@@ -115,7 +124,7 @@ def _concat(ctx, *xs):
 
 @register("Split")
 def _split(ctx, x, split=None):
-    axis = _norm(ctx.attr("axis", 0), len(x.shape))
+    axis = norm_axis(ctx.attr("axis", 0), len(x.shape))
     if ctx.opset >= 13 and split is not None and ctx.known(split) is None:
         return runtime.split(ctx, x, split, axis)
     sizes = ctx.attr("split") if ctx.opset < 13 else ctx.ints(split, "split")
@@ -159,7 +168,7 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
         starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
         axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
     rank = len(x.shape)
-    axes = list(_norm_axes(axes, rank)) if axes else list(range(len(starts)))
+    axes = list(norm_axes(axes, rank)) if axes else list(range(len(starts)))
     steps = [int(s) for s in steps] if steps else [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
         raise InvalidModelError(f"Slice: starts {list(starts)}, ends {list(ends)}, axes {axes} "
@@ -197,18 +206,6 @@ def _slice_axis(x, axis, start, stop, step):
     return ops.gather(x, x.builder.const(torch.tensor(index, dtype=torch.int64)), axis)
 
 
-@register("Gather")
-def _gather(ctx, data, index):
-    axis = _norm(ctx.attr("axis", 0), len(data.shape))
-    if isinstance(data, Known) and isinstance(index, Known) and index.static and \
-            fits(data.shape[:axis] + index.shape + data.shape[axis + 1:]):
-        return Known(np.take(data.values, index.values.astype(np.int64), axis), data.dtype)
-    picked = runtime.picked_entries(ctx, data, index.values.astype(np.int64)) \
-        if axis == 0 and isinstance(index, Known) and index.static else None
-    return runtime.known_or_noted(ctx, picked, data.dtype, lambda: ops.gather(
-        ctx.tensor(data), ctx.tensor(index), axis))
-
-
 @register("Expand")
 def _expand(ctx, x, shape):
     if ctx.known(shape) is None:
@@ -238,14 +235,14 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
         pads, fill = list(ctx.attr("pads")), ctx.attr("value", 0.0)
     else:
         fill = value if value is not None else 0
-        if value is not None and _is_constant(ctx, value):
+        if value is not None and is_constant(ctx, value):
             fill = ctx.scalar(value, "value")
         if ctx.known(pads) is None or (axes is not None and ctx.known(axes) is None) or \
                 not isinstance(fill, (int, float)) and ctx.attr("mode", "constant") != \
                 "constant":  # given at run time
             return _pad_runtime(ctx, x, pads, fill, axes)
         pads = ctx.ints(pads, "pads")
-    axes = list(_norm_axes(ctx.ints(axes, "axes"), rank)) if axes is not None \
+    axes = list(norm_axes(ctx.ints(axes, "axes"), rank)) if axes is not None \
         else list(range(rank))
     if len(pads) != 2 * len(axes):
         raise InvalidModelError(f"Pad: {len(pads)} pads for {len(axes)} axes (two per axis)")
@@ -281,5 +278,73 @@ def _pad_runtime(ctx, x, pads, fill, axes):
     if axes is None:
         axes = list(range(x.ndim))
     elif known is not None:
-        axes = list(_norm_axes(known.dims(), x.ndim))
+        axes = list(norm_axes(known.dims(), x.ndim))
     return runtime.pad(ctx, x, pads, fill, axes, ctx.attr("mode", "constant"))
+
+
+@register("CenterCropPad")
+def _center_crop_pad(ctx, x, shape):
+    """Crop (the centre, the extra cell at the end) or zero-pad (likewise) each axis to the
+    target size."""
+    x = ctx.tensor(x)
+    sizes = [int(s) for s in ctx.ints(shape, "shape")]
+    axes = ctx.attr("axes") or list(range(x.ndim))
+    if len(axes) != len(sizes):
+        raise InvalidModelError(f"CenterCropPad: {len(sizes)} sizes for axes {list(axes)}")
+    for axis, size in zip(axes, sizes):
+        axis = norm_axis(axis, x.ndim)
+        dim = x.shape[axis]
+        if not is_static(dim):
+            raise UnsupportedOpError(f"CenterCropPad of the symbolic axis {dim}")
+        if size < dim:
+            start = (dim - size) // 2
+            x = ops.slice(x, axis, start, start + size)
+        elif size > dim:
+            before = (size - dim) // 2
+            widths = [(0, 0)] * x.ndim
+            widths[axis] = (before, size - dim - before)
+            x = ops.pad(x, widths, 0)
+    return x
+
+
+# -- space and depth, reversals --------------------------------------------------------------------
+
+@register("DepthToSpace")
+def _depth_to_space(ctx, x):
+    x = ctx.tensor(x)
+    b = ctx.attr("blocksize")
+    n, c, h, w = x.shape
+    if ctx.attr("mode", "DCR") == "CRD":
+        y = ops.reshape(x, n, c // (b * b), b, b, h, w)
+        y = ops.permute(y, 0, 1, 4, 2, 5, 3)
+    else:
+        y = ops.reshape(x, n, b, b, c // (b * b), h, w)
+        y = ops.permute(y, 0, 3, 4, 1, 5, 2)
+    return ops.reshape(y, n, c // (b * b), h * b, w * b)
+
+
+@register("SpaceToDepth")
+def _space_to_depth(ctx, x):
+    x = ctx.tensor(x)
+    b = ctx.attr("blocksize")
+    n, c, h, w = x.shape
+    y = ops.reshape(x, n, c, h // b, b, w // b, b)
+    crd = ctx.attr("mode", "DCR") == "CRD"
+    y = ops.permute(y, *((0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)))
+    return ops.reshape(y, n, c * b * b, h // b, w // b)
+
+
+@register("ReverseSequence")
+def _reverse_sequence(ctx, x, lengths):
+    """Reverse the first lengths[b] steps of each batch entry along the time axis: a gather
+    along time at index len - 1 - t (t < len), t elsewhere."""
+    x = ctx.tensor(x)
+    time, batch = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    lengths = ops.cast(ctx.tensor(lengths), DType.i64)
+    steps = ops.iota(x.shape[time], "i64", x.builder)
+    shape_t, shape_b = [1] * x.ndim, [1] * x.ndim
+    shape_t[time], shape_b[batch] = x.shape[time], x.shape[batch]
+    t = ops.reshape(steps, tuple(shape_t))
+    n = ops.reshape(lengths, tuple(shape_b))
+    index = ops.where(ops.lt(t, n), ops.sub(ops.sub(n, 1), t), t)
+    return writes.take_along(x, time, ops.broadcast_to(index, tuple(x.shape)))

@@ -1,20 +1,16 @@
-"""The ONNX op table, normalisation and attention: LayerNormalization (with its Mean and
-InvStdDev outputs), RMSNormalization, Attention, RotaryEmbedding. Entries follow
-onnx/ops/table.py's convention ``(ctx, *inputs) -> value(s)``; each is a composition of tdag ops
-written after the ONNX reference implementation (onnx/reference/ops), whose outputs the
-conformance cases ship.
+"""ONNX normalisations: LayerNormalization (with its Mean and InvStdDev outputs),
+RMSNormalization, BatchNormalization (inference and training), InstanceNormalization,
+GroupNormalization, MeanVarianceNormalization, LpNormalization and LRN. Each is a composition
+of tdag ops written after the ONNX reference implementation (onnx/reference/ops), whose
+outputs the conformance cases ship.
 """
 from __future__ import annotations
 
-import math
-
 from tdag import ops
-from tdag.canonicalize.onnx.ops.table import _norm, register
+from tdag.canonicalize.onnx.ops.table import norm_axis, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
-
-_INF = float("inf")
 
 
 def _stash(ctx, x):
@@ -25,14 +21,12 @@ def _stash(ctx, x):
     return ops.cast(x, DType.f32) if x.dtype is not DType.f32 else x
 
 
-# -- norms ----------------------------------------------------------------------------------------
-
 @register("LayerNormalization")
 def _layer_norm(ctx, x, scale, bias=None):
     """(x - mean) * inv_std_dev * scale + bias over the axes from ``axis`` on; Mean and
     InvStdDev keep those axes as size 1."""
     x = ctx.tensor(x)
-    axes = tuple(range(_norm(ctx.attr("axis", -1), x.ndim), x.ndim))
+    axes = tuple(range(norm_axis(ctx.attr("axis", -1), x.ndim), x.ndim))
     xs = _stash(ctx, x)
     mean = ops.mean(xs, axes, True)
     centered = ops.sub(xs, mean)
@@ -48,16 +42,69 @@ def _layer_norm(ctx, x, scale, bias=None):
 @register("RMSNormalization")
 def _rms_norm(ctx, x, scale):
     x = ctx.tensor(x)
-    axes = tuple(range(_norm(ctx.attr("axis", -1), x.ndim), x.ndim))
+    axes = tuple(range(norm_axis(ctx.attr("axis", -1), x.ndim), x.ndim))
     xs = _stash(ctx, x)
     rms = ops.sqrt(ops.add(ops.mean(ops.mul(xs, xs), axes, True), ctx.attr("epsilon", 1e-5)))
     return ops.mul(ops.cast(ops.mul(xs, ops.reciprocal(rms)), x.dtype), ctx.tensor(scale))
 
 
+@register("BatchNormalization")
+def _batch_norm(ctx, x, scale, bias, mean, var, *rest):
+    if ctx.flag("training_mode", 0):
+        return _batch_norm_training(ctx, ctx.tensor(x), ctx.tensor(scale), ctx.tensor(bias),
+                                    ctx.tensor(mean), ctx.tensor(var))
+    y = ops.batch_norm(ctx.tensor(x), ctx.tensor(mean), ctx.tensor(var), ctx.tensor(scale),
+                       ctx.tensor(bias), ctx.attr("epsilon", 1e-5))
+    return (y,) + (None,) * (ctx.num_outputs - 1)
+
+
+def _batch_norm_training(ctx, x, scale, bias, mean, var):
+    """Normalised by the batch's own statistics (the population variance over every axis
+    but the channels); the running statistics move toward them by 1 - momentum."""
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    batch_mean = ops.mean(x, axes)
+    centred = ops.sub(x, ops.reshape(batch_mean, (-1,) + (1,) * (x.ndim - 2)))
+    batch_var = ops.mean(ops.mul(centred, centred), axes)
+    y = ops.batch_norm(x, batch_mean, batch_var, scale, bias, ctx.attr("epsilon", 1e-5))
+    momentum = float(ctx.attr("momentum", 0.9))
+    running = [ops.add(ops.mul(old, momentum), ops.mul(new, 1.0 - momentum))
+               for old, new in ((mean, batch_mean), (var, batch_var))]
+    return (y, *running)[:max(ctx.num_outputs, 1)]
+
+
+@register("InstanceNormalization")
+def _instance_norm(ctx, x, scale, bias):
+    return ops.instance_norm(ctx.tensor(x), weight=ctx.tensor(scale), bias=ctx.tensor(bias),
+                             eps=ctx.attr("epsilon", 1e-5))
+
+
+@register("GroupNormalization")
+def _group_norm(ctx, x, scale, bias):
+    x, scale, bias = ctx.tensor(x), ctx.tensor(scale), ctx.tensor(bias)
+    groups, channels = ctx.attr("num_groups"), x.shape[1]
+    if type(groups) is not int or groups < 1:
+        raise InvalidModelError(f"GroupNormalization: num_groups must be at least 1, got "
+                                f"{groups!r}")
+    if is_static(channels) and scale.shape[0] == groups != channels:
+        # opset 18 gave one scale per group (21 changed it to one per channel)
+        scale = ops.repeat_interleave(scale, channels // groups, 0)
+        bias = ops.repeat_interleave(bias, channels // groups, 0)
+    return ops.group_norm(x, groups, scale, bias, ctx.attr("epsilon", 1e-5))
+
+
+@register("MeanVarianceNormalization")
+def _mvn(ctx, x):
+    x = ctx.tensor(x)
+    axes = tuple(norm_axis(a, x.ndim) for a in (ctx.attr("axes") or [0, 2, 3]))
+    mean = ops.mean(x, axes, True)
+    spread = ops.sqrt(ops.sub(ops.mean(ops.mul(x, x), axes, True), ops.mul(mean, mean)))
+    return ops.div(ops.sub(x, mean), ops.add(spread, 1e-9))
+
+
 @register("LpNormalization")
 def _lp_norm(ctx, x):
     x = ctx.tensor(x)
-    axis, p = _norm(ctx.attr("axis", -1), x.ndim), ctx.attr("p", 2)
+    axis, p = norm_axis(ctx.attr("axis", -1), x.ndim), ctx.attr("p", 2)
     if p not in (1, 2):
         raise InvalidModelError(f"LpNormalization: p must be 1 or 2, got {p!r}")
     norm = ops.sum(ops.abs(x), (axis,), True) if p == 1 else \
@@ -66,170 +113,11 @@ def _lp_norm(ctx, x):
     return ops.where(zero, ops.zeros((), x.dtype, like=x), ops.div(x, norm))
 
 
-# -- attention ------------------------------------------------------------------------------------
-
-def _heads(x, count, what):
-    """(batch, seq, heads * size) -> (batch, heads, seq, size)."""
-    if count is None:
-        raise InvalidModelError(f"Attention: 3-D inputs need {what}")
-    hidden = x.shape[2]
-    if is_static(hidden) and hidden % count:
-        raise InvalidModelError(f"Attention: {what}={count} does not divide {hidden}")
-    return ops.permute(ops.ungroup(x, 2, (count, -1)), 0, 2, 1, 3)
-
-
-def _neg_inf_where_not(keep, like):
-    """0 where ``keep``, -inf elsewhere, in like's dtype."""
-    return ops.where(keep, ops.zeros((), like.dtype, like=like),
-                     ops.full((), -_INF, like.dtype, like=like))
-
-
-def _safe_softmax(x):
-    """Softmax over the last axis where a row of -inf gives zeros, not NaN."""
-    top = ops.amax(x, -1, True)
-    top = ops.where(ops.eq(top, -_INF), ops.zeros((), x.dtype, like=x), top)
-    e = ops.exp(ops.sub(x, top))
-    total = ops.sum(e, -1, True)
-    total = ops.where(ops.eq(total, 0.0), ops.ones((), x.dtype, like=x), total)
-    return ops.div(e, total)
-
-
-@register("Attention")
-def _attention(ctx, q, k, v, mask=None, past_key=None, past_value=None, nonpad=None):
-    """Scaled dot-product attention as onnx/reference/ops/op_attention.py computes it:
-    Y, present_key, present_value and the qk_matmul_output the mode selects."""
-    q, k, v = ctx.tensor(q), ctx.tensor(k), ctx.tensor(v)
-    rank = q.ndim
-    if not q.ndim == k.ndim == v.ndim or rank not in (3, 4):
-        raise InvalidModelError("Attention: Q, K and V must all be 3-D or all 4-D")
-    if rank == 3:
-        q = _heads(q, ctx.attr("q_num_heads"), "q_num_heads")
-        k = _heads(k, ctx.attr("kv_num_heads"), "kv_num_heads")
-        v = _heads(v, ctx.attr("kv_num_heads"), "kv_num_heads")
-    if (past_key is None) != (past_value is None):
-        raise InvalidModelError("Attention: past_key and past_value go together")
-    if past_key is not None:
-        k = ops.concat([ctx.tensor(past_key), k], 2)
-        v = ops.concat([ctx.tensor(past_value), v], 2)
-    present_k, present_v = k, v
-    nq, nk = q.shape[1], k.shape[1]
-    if is_static(nq) and is_static(nk) and nq != nk:
-        if nq % nk:
-            raise InvalidModelError(f"Attention: {nq} query heads over {nk} key heads")
-        k, v = ops.repeat_interleave(k, nq // nk, 1), ops.repeat_interleave(v, nq // nk, 1)
-    scale = ctx.attr("scale")
-    if scale is None:
-        if not is_static(q.shape[3]):
-            raise UnsupportedOpError("Attention: default scale of a symbolic head size")
-        scale = 1.0 / math.sqrt(q.shape[3])
-    root = math.sqrt(scale)
-    scores = ops.matmul(ops.mul(q, root), ops.permute(ops.mul(k, root), 0, 1, 3, 2))
-    softcap = ctx.attr("softcap", 0.0)
-    if softcap and softcap > 0:
-        scores = ops.mul(ops.tanh(ops.div(scores, softcap)), softcap)
-    bias = _bias(ctx, q, k, scores, mask, past_key, nonpad)
-    with_bias = ops.add(scores, bias) if bias is not None else scores
-    mode = ctx.attr("qk_matmul_output_mode", 0)
-    qk_out = with_bias if mode == 2 else scores
-    precision = ctx.attr("softmax_precision")
-    soft_in = ops.cast(with_bias, ctx.dtype(precision)) if precision else with_bias
-    probs = _safe_softmax(soft_in)
-    if bias is not None:  # a row the bias masks entirely gives zeros
-        masked = ops.eq(ops.amax(bias, -1, True), -_INF)
-        probs = ops.where(masked, ops.zeros((), probs.dtype, like=probs), probs)
-    probs = ops.cast(probs, q.dtype)
-    if mode == 3:
-        qk_out = probs
-    y = ops.matmul(probs, v)
-    if rank == 3:
-        y = ops.group(ops.permute(y, 0, 2, 1, 3), 2, 2)
-    return (y, present_k, present_v, ops.cast(qk_out, q.dtype))[:ctx.num_outputs]
-
-
-def _bias(ctx, q, k, scores, mask, past_key, nonpad):
-    """The additive mask (0 or -inf, or the float mask given), broadcastable to the scores;
-    None where nothing is masked."""
-    nq, nkv = q.shape[2], k.shape[2]
-    bias = None
-    if mask is not None:
-        mask = ctx.tensor(mask)
-        width = mask.shape[-1]
-        if not dims_static_equal(width, nkv):  # a short mask: the rest is masked
-            fill = 0.0 if mask.dtype is DType.bool else -_INF
-            mask = ops.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, nkv - width)], fill)
-        bias = _neg_inf_where_not(mask, scores) if mask.dtype is DType.bool else \
-            ops.cast(mask, scores.dtype)
-    rows = ops.unsqueeze(ops.iota(nq), 1)
-    cols = ops.unsqueeze(ops.iota(nkv), 0)
-    offset = None
-    if nonpad is not None and past_key is None:
-        offset = ops.reshape(ops.sub(ops.cast(ctx.tensor(nonpad), DType.i64), nq), (-1, 1, 1, 1))
-    elif past_key is not None:
-        offset = ctx.tensor(past_key).shape[2]
-    if ctx.flag("is_causal", 0):
-        keep = ops.le(cols, ops.add(rows, offset if offset is not None else 0))
-        causal = _neg_inf_where_not(keep, scores)
-        bias = causal if bias is None else ops.add(bias, causal)
-    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
-    if left >= 0 or right >= 0:
-        diff = ops.sub(ops.add(rows, offset if offset is not None else 0), cols)
-        keep = None
-        if left >= 0:
-            keep = ops.le(diff, left)
-        if right >= 0:
-            near = ops.le(ops.neg(diff), right)
-            keep = near if keep is None else ops.logical_and(keep, near)
-        window = _neg_inf_where_not(keep, scores)
-        bias = window if bias is None else ops.add(bias, window)
-    if nonpad is not None:
-        lengths = ops.reshape(ops.cast(ctx.tensor(nonpad), DType.i64), (-1, 1, 1, 1))
-        padding = _neg_inf_where_not(ops.lt(ops.reshape(ops.iota(nkv), (1, 1, 1, -1)),
-                                            lengths), scores)
-        bias = padding if bias is None else ops.add(bias, padding)
-    return bias
-
-
-def dims_static_equal(a, b) -> bool:
-    return is_static(a) and is_static(b) and a == b or a is b
-
-
-@register("RotaryEmbedding")
-def _rotary(ctx, x, cos, sin, position_ids=None):
-    """Rotate pairs of the first ``rotary_embedding_dim`` features by the cached angles
-    (pairs are halves, or neighbours where ``interleaved``)."""
-    x, cos, sin = ctx.tensor(x), ctx.tensor(cos), ctx.tensor(sin)
-    shape, rank = x.shape, x.ndim
-    if rank == 4:  # (batch, heads, seq, size) -> (batch, seq, heads, size)
-        x = ops.permute(x, 0, 2, 1, 3)
-    elif rank == 3:
-        heads = ctx.attr("num_heads")
-        if not heads:
-            raise InvalidModelError("RotaryEmbedding: 3-D input needs num_heads")
-        x = ops.ungroup(x, 2, (heads, -1))
-    else:
-        raise InvalidModelError(f"RotaryEmbedding: input of rank {rank}")
-    size = x.shape[3]
-    dim = ctx.attr("rotary_embedding_dim", 0) or size
-    if position_ids is not None:
-        ids = ops.cast(ctx.tensor(position_ids), DType.i64)
-        cos, sin = ops.gather(cos, ids, 0), ops.gather(sin, ids, 0)
-    cos, sin = ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2)
-    rotate = ops.slice(x, 3, 0, dim)
-    interleaved = ctx.flag("interleaved", 0)
-    if interleaved:
-        pairs = ops.ungroup(rotate, 3, (-1, 2))
-        x1, x2 = ops.select(pairs, 4, 0), ops.select(pairs, 4, 1)
-    else:
-        x1, x2 = ops.split(rotate, [dim // 2, dim - dim // 2], 3)
-    real = ops.sub(ops.mul(cos, x1), ops.mul(sin, x2))
-    imag = ops.add(ops.mul(sin, x1), ops.mul(cos, x2))
-    if interleaved:
-        rotated = ops.group(ops.stack([real, imag], 4), 3, 2)
-    else:
-        rotated = ops.concat([real, imag], 3)
-    if not (is_static(size) and dim == size):
-        rotated = ops.concat([rotated, ops.slice(x, 3, dim, size)], 3)
-    if rank == 3:
-        return ops.reshape(rotated, *shape)
-    return ops.permute(rotated, 0, 2, 1, 3)
-
+@register("LRN")
+def _lrn(ctx, x):
+    size = ctx.attr("size")
+    if type(size) is not int or size < 1:
+        raise InvalidModelError(f"LRN: size must be a positive int, got {size!r}")
+    return ops.local_response_norm(ctx.tensor(x), size, ctx.attr("alpha", 1e-4),
+                                   ctx.attr("beta", 0.75), ctx.attr("bias", 1.0),
+                                   before=(size - 1) // 2)

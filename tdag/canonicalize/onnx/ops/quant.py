@@ -8,7 +8,15 @@ onnx/ops/table.py's convention.
 from __future__ import annotations
 
 from tdag import ops
-from tdag.canonicalize.onnx.ops.table import _norm, register, saturate_float8
+from tdag.canonicalize.onnx.ops.elementwise import saturate_float8
+from tdag.canonicalize.onnx.ops.table import (
+    group_count,
+    kernel_shape,
+    norm_axis,
+    pre_pad,
+    register,
+    window_attrs,
+)
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
@@ -25,7 +33,7 @@ def _per_axis(ctx, value, x):
         return value
     if value.ndim == 1 and value.shape[0] == 1 and not block:  # one value: per tensor
         return ops.reshape(value, ())
-    axis = _norm(ctx.attr("axis", 1), x.ndim)
+    axis = norm_axis(ctx.attr("axis", 1), x.ndim)
     if block:
         value = ops.repeat_interleave(value, block, axis)
         return ops.slice(value, axis, 0, x.shape[axis])
@@ -119,10 +127,9 @@ def _qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero
 
 
 def _conv_attrs(ctx, x, w):
-    from tdag.canonicalize.onnx.ops.nn import _group, _kernel, _pre_pad, _window  # noqa: PLC0415
-    kernel = _kernel(ctx, x, w.shape[2:])
-    strides, dilations, begins, ends = _window(ctx, x, kernel)
-    return strides, dilations, begins, ends, _group(ctx), _pre_pad
+    kernel = kernel_shape(ctx, x, w.shape[2:])
+    strides, dilations, begins, ends = window_attrs(ctx, x, kernel)
+    return strides, dilations, begins, ends, group_count(ctx), pre_pad
 
 
 def _int_conv(ctx, x, w):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tdag import ops
-from tdag.canonicalize.onnx.ops.table import _norm_axes, register
+from tdag.canonicalize.onnx.ops.table import norm_axes, register
 from tdag.canonicalize.onnx.values import MAX_TABLE
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal, is_static
@@ -120,7 +120,7 @@ def _targets(ctx, x, rest, legacy: bool):
             any(is_static(s) and s < 0 for s in sizes or ()):
         raise InvalidModelError(f"{ctx.node.op_type}: scales {scales} must be > 0 and sizes "
                                 f"{sizes} >= 0")
-    axes = list(_norm_axes(ctx.attr("axes") or range(x.ndim), x.ndim))
+    axes = list(norm_axes(ctx.attr("axes") or range(x.ndim), x.ndim))
     if len(scales or sizes or ()) != len(axes):
         raise InvalidModelError(f"{ctx.node.op_type}: {len(scales or sizes or ())} scales or "
                                 f"sizes for {len(axes)} axes")

@@ -1,5 +1,5 @@
-"""The ONNX op table, signal ops: DFT, STFT and MelWeightMatrix. Entries follow onnx/ops/table.py's
-convention ``(ctx, *inputs) -> value(s)``; each is a composition of tdag ops.
+"""ONNX signal ops: DFT, STFT, MelWeightMatrix and the window functions HannWindow,
+HammingWindow and BlackmanWindow; each is a composition of tdag ops.
 
 A DFT of length L along an axis is two products with the cos and sin matrices
 ``cos(2 pi (k t mod L) / L)`` (the integer product reduced mod L first, so the angle stays in
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from onnx import TensorProto
 
 from tdag import ops
-from tdag.canonicalize.onnx.ops.table import _norm, register
+from tdag.canonicalize.onnx.ops.table import arange_i64, norm_axis, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
@@ -28,13 +29,6 @@ def _static_int(ctx, value, what: str) -> int | None:
     if known is None or not known.static:
         return None
     return int(known.dims()[0])
-
-
-def _positions(count, builder):
-    """0..count-1 as i64: an iota for a static count, an arange of a run-time scalar."""
-    if isinstance(count, int):
-        return ops.iota(count, "i64", builder)
-    return ops.arange_of(ops.cast(count, DType.i64))
 
 
 def _angles(rows, cols, length):
@@ -128,12 +122,12 @@ def _dft(ctx, x, dft_length=None, axis=None):
         raise UnsupportedOpError("DFT: a dft_length known only at run time")
     inverse, onesided = ctx.flag("inverse", 0), ctx.flag("onesided", 0)
     if ctx.opset < 20:
-        axes = [_norm(ctx.attr("axis", 1), x.ndim)]
+        axes = [norm_axis(ctx.attr("axis", 1), x.ndim)]
     elif axis is None:
         axes = [x.ndim - 2]
     else:
         fixed = _static_int(ctx, axis, "axis")
-        axes = [_norm(fixed, x.ndim)] if fixed is not None else None
+        axes = [norm_axis(fixed, x.ndim)] if fixed is not None else None
     if axes is not None:
         if axes[0] == x.ndim - 1:
             raise InvalidModelError(f"DFT: axis {axes[0]} is the real/imaginary axis")
@@ -160,8 +154,6 @@ def _pick_axis(axis, x, length, inverse: bool, onesided: bool):
     index = ops.add(axis, ops.checked_zero(legal))
     return ops.gather(ops.stack(results, 0), index, 0, wrap=False)
 
-
-# -- STFT ---------------------------------------------------------------------------------------
 
 def _scalar_or_static(ctx, value, what: str):
     """An i64 scalar input: an int where it is known while importing, else a 0-d tensor."""
@@ -190,8 +182,8 @@ def _stft(ctx, signal, frame_step, window=None, frame_length=None):
     count = (signal.shape[1] - length) // step + 1 if isinstance(length, int) and \
         isinstance(step, int) else ops.add(ops.floor_divide(ops.sub(signal.shape[1], length),
                                                             step), 1)
-    frames = _positions(count, ctx.builder)
-    taps = _positions(length, ctx.builder)
+    frames = arange_i64(count, ctx.builder)
+    taps = arange_i64(length, ctx.builder)
     index = ops.add(ops.unsqueeze(ops.mul(frames, step), 1), ops.unsqueeze(taps, 0))
     framed = ops.gather(signal, index, 1, wrap=False)  # (B, F, L, parts)
     if window is not None:
@@ -201,12 +193,10 @@ def _stft(ctx, signal, frame_step, window=None, frame_length=None):
     onesided = ctx.flag("onesided", 1)
     bins = (length // 2 + 1 if isinstance(length, int) else
             ops.add(ops.floor_divide(length, 2), 1)) if onesided else length
-    columns = _positions(bins, ctx.builder) if bins is not length else taps
+    columns = arange_i64(bins, ctx.builder) if bins is not length else taps
     out_re, out_im = _forward(re, im, taps, columns, length)
     return ops.stack([out_re, out_im], -1)
 
-
-# -- MelWeightMatrix ----------------------------------------------------------------------------
 
 def _scalar_f64(ctx, value):
     return ops.cast(ops.reshape(ctx.tensor(value), ()), DType.f64)
@@ -220,8 +210,8 @@ def _mel_weight_matrix(ctx, mel_bins, dft_length, sample_rate, lower_hz, upper_h
     falls to edge i + 2. Both sizes come from the inputs at run time (fresh sizes)."""
     count = ops.cast(ops.reshape(ctx.tensor(mel_bins), ()), DType.i64)
     length = ops.cast(ops.reshape(ctx.tensor(dft_length), ()), DType.i64)
-    filters = ops.cast(_positions(count, ctx.builder), DType.f64)  # i, (M,)
-    spectrum = ops.cast(_positions(ops.add(ops.floor_divide(length, 2), 1), ctx.builder),
+    filters = ops.cast(arange_i64(count, ctx.builder), DType.f64)  # i, (M,)
+    spectrum = ops.cast(arange_i64(ops.add(ops.floor_divide(length, 2), 1), ctx.builder),
                         DType.f64)  # j, (L // 2 + 1,)
 
     def mel(hz):
@@ -246,3 +236,43 @@ def _mel_weight_matrix(ctx, mel_bins, dft_length, sample_rate, lower_hz, upper_h
     out = ops.where(ops.logical_and(ops.ge(j, left), ops.le(j, centre)), rising, 0.0)
     out = ops.where(ops.logical_and(ops.ge(j, centre), ops.lt(j, right)), falling, out)
     return ops.cast(out, ctx.dtype(ctx.attr("output_datatype", TensorProto.FLOAT)))
+
+
+# -- window functions ------------------------------------------------------------------------------
+
+def _cosine_window(ctx, size, terms):
+    """A window of ``size`` points: sum_k a_k cos(2 pi k n / N), N = size (periodic) or
+    size - 1 (symmetric)."""
+    known = ctx.known(size)
+    if known is not None and known.static:
+        count = int(np.asarray(known.values).reshape(-1)[0])
+        positions = ops.cast(ops.iota(count, "i64", ctx.builder), DType.f32)
+        length = float(count)
+    else:
+        size_t = ops.cast(ops.reshape(ctx.tensor(size), ()), DType.i64)
+        positions = ops.cast(ops.arange_of(size_t), DType.f32)
+        length = ops.cast(size_t, DType.f32)
+    period = length if ctx.flag("periodic", 1) else ops.sub(length, 1.0) \
+        if not isinstance(length, float) else length - 1.0
+    out = None
+    for k, a in enumerate(terms):
+        term = ops.full(tuple(positions.shape), a, DType.f32, like=positions) if k == 0 else \
+            ops.mul(ops.cos(ops.div(ops.mul(positions, 2.0 * math.pi * k), period)), a)
+        out = term if out is None else ops.add(out, term)
+    dtype = ctx.attr("output_datatype", 1)
+    return ops.cast(out, ctx.dtype(dtype))
+
+
+@register("HannWindow")
+def _hann(ctx, size):
+    return _cosine_window(ctx, size, (0.5, -0.5))
+
+
+@register("HammingWindow")
+def _hamming(ctx, size):
+    return _cosine_window(ctx, size, (25.0 / 46.0, -(1.0 - 25.0 / 46.0)))
+
+
+@register("BlackmanWindow")
+def _blackman(ctx, size):
+    return _cosine_window(ctx, size, (0.42, -0.5, 0.08))

@@ -18,8 +18,7 @@ import functools
 import operator
 
 from tdag import ops
-from tdag.canonicalize.onnx.ops.table import register
-from tdag.canonicalize.onnx.ops.signal import _positions
+from tdag.canonicalize.onnx.ops.table import arange_i64, register
 from tdag.ops import boxes as box_ops
 from tdag.ops import sampling
 from tdag.ops import sorting
@@ -310,15 +309,15 @@ def _col2im(ctx, x, image_shape, block_shape):
                              _mul(_sub(block[d], 1), dilations[d])), strides[d]), 1)
               for d, size in enumerate(image)]
     grid = rank + 2  # (C, *image, K)
-    tap = _grid_axis(_positions(taps, ctx.builder), grid - 1, grid)
-    column = ops.mul(_grid_axis(_positions(channels, ctx.builder), 0, grid), taps)
+    tap = _grid_axis(arange_i64(taps, ctx.builder), grid - 1, grid)
+    column = ops.mul(_grid_axis(arange_i64(channels, ctx.builder), 0, grid), taps)
     column = ops.add(column, tap)
     block_index, valid, inner = None, None, functools.reduce(_mul, block[1:], 1)
     for d in range(rank):  # tap d's coordinate, then the block it reads along axis d
         k_d = ops.remainder(_div(tap, inner), block[d]) if d < rank - 1 else \
             ops.remainder(tap, block[d])
         inner = _div(inner, block[d + 1]) if d + 1 < rank else 1
-        y = _grid_axis(_positions(image[d], ctx.builder), 1 + d, grid)
+        y = _grid_axis(arange_i64(image[d], ctx.builder), 1 + d, grid)
         shifted = ops.sub(ops.add(y, pads[d]), ops.mul(k_d, dilations[d]))
         along = ops.floor_divide(shifted, strides[d])
         ok = ops.logical_and(ops.logical_and(ops.ge(shifted, 0),
@@ -359,7 +358,7 @@ def _max_unpool(ctx, x, indices, output_shape=None):
             out = ops.pad(out, [(0, 0)] * axis + [(0, size - sizes[d])] +
                           [(0, 0)] * (x.ndim - axis - 1))
             continue
-        cells = _positions(size, ctx.builder)  # a run-time length: gather, zero past the end
+        cells = arange_i64(size, ctx.builder)  # a run-time length: gather, zero past the end
         inside = _grid_axis(ops.lt(cells, sizes[d]), axis, x.ndim)
         out = ops.gather(out, ops.minimum(cells, sizes[d] - 1), axis, wrap=False)
         out = ops.where(inside, out, 0.0)

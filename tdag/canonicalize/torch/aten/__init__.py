@@ -16,6 +16,6 @@ from tdag.canonicalize.torch.aten import (  # noqa: F401
                                     search,
                                     sorting,
 )
-from tdag.canonicalize.torch.aten.registry import TABLE, Entry, entry_for, key, supports
+from tdag.canonicalize.torch.aten.registry import TABLE, entry_for, key, supports
 
-__all__ = ["TABLE", "Entry", "entry_for", "key", "supports"]
+__all__ = ["TABLE", "entry_for", "key", "supports"]

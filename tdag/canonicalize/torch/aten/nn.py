@@ -1,8 +1,6 @@
 """Neural-network ATen ops, mapped to the derived NN ops of ``tdag.ops``."""
 from __future__ import annotations
 
-import math
-
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
 from tdag.errors import UnsupportedOpError
@@ -65,9 +63,7 @@ def log_softmax(x, dim, half_to_float_or_dtype=None):
 @aten("_safe_softmax")
 def safe_softmax(x, dim, dtype=None):
     """softmax, with rows that are all -inf giving 0 instead of nan (masked attention)."""
-    x = _float(x)
-    empty = ops.amin(ops.eq(x, -math.inf), dim, keepdim=True)
-    return ops.where(empty, 0.0, ops.softmax(x, dim))
+    return ops.safe_softmax(_float(x), dim)
 
 
 def _float(x):

@@ -11,7 +11,7 @@ import torch
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
-from tdag.ops.nn.pool import _pool_args, _windows
+from tdag.ops.nn.pool import pool_args, pool_windows
 from tdag.ops.nn.util import fill_value
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static, product
@@ -37,11 +37,11 @@ def _max_and_first(values, places, d):
 
 @aten("max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices")
 def max_pool_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    d, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride or None, padding,
-                                                      dilation, None, "max_pool")
+    d, kernel, stride, padding, dilation = pool_args(x, kernel_size, stride or None, padding,
+                                                     dilation, None, "max_pool")
     geometry = (d, kernel, stride, padding, dilation, ceil_mode)
-    values = _windows(x, *geometry, fill_value(x, True))
-    places = _windows(_positions(x, d), *geometry, _NEVER)
+    values = pool_windows(x, *geometry, fill_value(x, True))
+    places = pool_windows(_positions(x, d), *geometry, _NEVER)
     return _max_and_first(values, places, d)
 
 

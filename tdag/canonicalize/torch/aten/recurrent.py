@@ -13,39 +13,18 @@ from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
+from tdag.ops.nn.recurrent import recurrent
 
 
-def lstm_cell(gates, h, c):
-    i, f, g, o = ops.chunk(gates, 4, -1)
-    c = ops.add(ops.mul(ops.sigmoid(f), c), ops.mul(ops.sigmoid(i), ops.tanh(g)))
-    return ops.mul(ops.sigmoid(o), ops.tanh(c)), c
+class _Cells:
+    """Cell k's initial state ``state[k]``, selected when the stack reads it (so the nodes
+    keep the order they were always emitted in)."""
 
+    def __init__(self, state):
+        self.state = state
 
-def _run(x, h0, c0, weights, cell_kind, reverse):
-    """One layer, one direction. x: [seq, batch, features]; returns outputs and final state."""
-    w_ih, w_hh, b_ih, b_hh = weights
-    projected = ops.linear(x, w_ih, b_ih)  # every step's input projection at once
-    steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
-    h, c, outs = h0, c0, {}
-    for t in steps:
-        xt = ops.select(projected, 0, t)
-        if cell_kind == "lstm":
-            h, c = lstm_cell(ops.add(xt, ops.linear(h, w_hh, b_hh)), h, c)
-        elif cell_kind == "gru":
-            h = gru_cell(xt, ops.linear(h, w_hh, b_hh), h)
-        else:
-            pre = ops.add(xt, ops.linear(h, w_hh, b_hh))
-            h = ops.tanh(pre) if cell_kind == "rnn_tanh" else ops.relu(pre)
-        outs[t] = h
-    return ops.stack([outs[t] for t in range(x.shape[0])], 0), h, c
-
-
-def gru_cell(xt, ht, h):
-    x_r, x_z, x_n = ops.chunk(xt, 3, -1)
-    h_r, h_z, h_n = ops.chunk(ht, 3, -1)
-    r, z = ops.sigmoid(ops.add(x_r, h_r)), ops.sigmoid(ops.add(x_z, h_z))
-    n = ops.tanh(ops.add(x_n, ops.mul(r, h_n)))
-    return ops.add(ops.mul(ops.sub(1.0, z), n), ops.mul(z, h))
+    def __getitem__(self, k: int):
+        return ops.select(self.state, 0, k)
 
 
 def _stack_layers(kind, x, hx, params, has_biases, num_layers, train, bidirectional,
@@ -62,19 +41,10 @@ def _stack_layers(kind, x, hx, params, has_biases, num_layers, train, bidirectio
     if len(params) != per * num_layers * (2 if bidirectional else 1):
         raise UnsupportedOpError(f"{kind} with projections (proj_size)")
     dirs = 2 if bidirectional else 1
-    h_n, c_n = [], []
-    for layer in range(num_layers):
-        outs = []
-        for d in range(dirs):
-            k = layer * dirs + d
-            w = list(params[per * k:per * k + per]) + [None, None] * (not has_biases)
-            h0 = ops.select(hx[0], 0, k)
-            c0 = ops.select(hx[1], 0, k) if kind == "lstm" else None
-            out, h, c = _run(x, h0, c0, w, kind, reverse=d == 1)
-            outs.append(out)
-            h_n.append(h)
-            c_n.append(c)
-        x = ops.concat(outs, -1) if dirs == 2 else outs[0]
+    weights = [list(params[per * k:per * k + per]) + [None, None] * (not has_biases)
+               for k in range(num_layers * dirs)]
+    c0s = _Cells(hx[1]) if kind == "lstm" else None
+    x, h_n, c_n = recurrent(kind, x, weights, _Cells(hx[0]), c0s, num_layers, bidirectional)
     out = ops.transpose(x, 0, 1) if batch_first else x
     return out, ops.stack(h_n, 0), (ops.stack(c_n, 0) if kind == "lstm" else None)
 

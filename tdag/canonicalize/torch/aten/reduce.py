@@ -119,13 +119,7 @@ def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 @aten("logsumexp")
 def logsumexp(x, dim, keepdim=False):
     """max + log(sum(exp(x - max))), with the max of an all -inf row taken as 0."""
-    axes = axes_or_all(dim, x.ndim)
-    x = ops.cast(x, "f32") if not x.dtype.is_float else x
-    peak = ops.amax(x, axes, keepdim=True)
-    peak = ops.where(ops.eq(ops.abs(peak), float("inf")), 0.0, peak)
-    total = ops.sum(ops.exp(ops.sub(x, peak)), axes, keepdim=True)
-    out = ops.add(ops.log(total), peak)
-    return out if keepdim else ops.squeeze(out, axes)
+    return ops.logsumexp(x, axes_or_all(dim, x.ndim), keepdim)
 
 
 @aten("cumsum")

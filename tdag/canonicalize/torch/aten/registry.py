@@ -5,35 +5,22 @@ tdag Tensors and symbolic sizes already tdag dims, and returns a Tensor (or a tu
 with several results). Keys are an op name (``"add"``: every overload) or an overload
 (``"div.Tensor_mode"``), which wins over the name. The converter casts each result to the
 dtype torch recorded, so entries need not repeat torch's type promotion rules exactly.
+``TABLE`` is a Registry (canonicalize/common/registry.py): ``TABLE.where("add")`` names the
+family file that maps an op.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import sympy
 import torch
 
+from tdag.canonicalize.common.registry import Registry
 from tdag.ops.core import dim_tensor
 from tdag.ir.symbols import is_static
 
-
-@dataclass(frozen=True)
-class Entry:
-    fn: Callable
-
-
-TABLE: dict[str, Entry] = {}
-
-
-def aten(*names: str):
-    """Register the decorated function for the ATen ops ``names``."""
-    def register(fn: Callable) -> Callable:
-        for name in names:
-            assert name not in TABLE, f"aten.{name} registered twice"
-            TABLE[name] = Entry(fn)
-        return fn
-    return register
+TABLE = Registry("the ATen op table")
+aten = TABLE.register  # ``@aten("add", "sub.Tensor")``: the decorated function maps those ops
 
 
 # torch's own custom-op namespaces that public functions call (F.linear_cross_entropy with
@@ -52,7 +39,7 @@ def key(target) -> str | None:
     return f"{target.namespace}::{name}" if target.namespace in TORCH_NAMESPACES else None
 
 
-def entry_for(target) -> Entry | None:
+def entry_for(target) -> Callable | None:
     """The entry for an op, usable or not; an in-place op (``add_``) gets its functional
     op's entry, and the converter decides whether rebinding the written value is safe."""
     name = key(target)

@@ -1,0 +1,209 @@
+"""Every kernel's ``decompose`` is the composition lowering recognises as that kernel.
+
+A kernel record carries the composition it stands for (``OpRecord.decompose``, written with
+``tdag.ops``). For every kernel, on every example of ``CASES`` (a kernel without one fails
+``test_every_kernel_has_an_example``):
+
+- tracing ``decompose(spec, *operands)`` and lowering it (``tdag.lower.lower``, the default
+  passes) gives back exactly one node: that kernel, with an equal spec, reading the program's
+  inputs. An einsum's spec is equal up to a renaming of its equation's letters (the matcher
+  names axes a, b, c ... as it finds them). An example marked ``xfail`` is a decomposition
+  lowering does not give back exactly (its reason says how), kept strict so that a fixed
+  matcher shows;
+- ``tdag.run`` of the traced composition matches the kernel's reference evaluator on random
+  inputs, to ``RTOL``/``ATOL`` (float32; the composition and torch's kernel round
+  differently).
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import tdag
+import tdag.lower
+from tdag.ir.op import Op
+from tdag.ir.record import NoSpec, Trait, ops_with, record
+from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
+from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
+from tdag.lower.kernels.layout import Concat, Expand, Reshape
+from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.sequence import Attention, Lstm
+from tdag.lower.kernels.windows import Pool, Resize
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@dataclass(frozen=True)
+class Case:
+    """A kernel op, its spec and its operands' shapes (float32 unless ``dtypes`` says; a
+    str axis is symbolic, drawn as ``SYMBOLIC``); ``positive`` lists operands drawn positive
+    (a variance); ``xfail`` says why lowering does not give the kernel back exactly."""
+
+    op: Op
+    spec: object
+    shapes: tuple
+    dtypes: dict = field(default_factory=dict)
+    positive: tuple = ()
+    id: str = ""
+    xfail: str = ""
+
+    def specs(self):
+        return [tdag.TensorSpec(s, self.dtypes.get(i, "float32"))
+                for i, s in enumerate(self.shapes)]
+
+
+def _lstm_shapes(x, hidden, cells_in):
+    """x, then (w_ih, w_hh, b_ih, b_hh) per cell with the given input widths, then h0s, c0s."""
+    t, b, _ = x
+    weights = [s for width in cells_in
+               for s in ((4 * hidden, width), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,))]
+    states = [(b, hidden)] * (2 * len(cells_in))
+    return (x, *weights, *states)
+
+
+# what lowering gives back instead of the kernel, for the examples marked xfail
+_EXPAND_UNIT = ("expand_rule drops a broadcast size-1 source axis and puts it back with a "
+                "reshape: reshape(x, (1, 4, 1)) + expand, where Expand broadcasts x[4, 1] in place")
+_STATIC_CAUSAL = ("with static lengths simplify folds the iota causal mask into a constant, so "
+                  "lowering gives attention(q, k, v, const mask, causal=False)")
+_LINEAR_AS_NEAREST = ("where a linear resize's floor index equals the nearest index "
+                      "(4 -> 7: 0,0,1,2,2,3,4), nearest_rule claims that gather first and "
+                      "linear_rule no longer sees a pair of gathers")
+_SCALES = ("nearest_rule tries the size-derived step before torch's explicit scale; both give "
+           "the same index here, so the kernel comes back with scales=None")
+
+SYMBOLIC = 5
+
+CASES = [
+    Case(Op.softmax, Softmax(1), ((2, 5, 3),)),
+    Case(Op.softmax, Softmax(2), ((2, 5, 3),)),
+    Case(Op.log_softmax, Softmax(0), ((4, 6),)),
+    Case(Op.log_softmax, Softmax(1), ((4, 6),)),
+    Case(Op.gelu, Gelu("none"), ((3, 4),)),
+    Case(Op.gelu, Gelu("tanh"), ((3, 4),)),
+    Case(Op.silu, NoSpec(), ((3, 4),)),
+    Case(Op.sigmoid, NoSpec(), ((3, 4),)),
+    Case(Op.relu, NoSpec(), ((3, 4),)),
+    Case(Op.clamp, Clamp(-1.0, 2.0), ((3, 4),)),
+    Case(Op.clamp, Clamp(None, 1.5), ((3, 4),)),
+    Case(Op.clamp, Clamp(-0.5, None), ((3, 4),)),
+    Case(Op.hardswish, NoSpec(), ((3, 4),)),
+    Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
+    Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
+    Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),
+    Case(Op.rms_norm, RMSNorm(1, 1e-6), ((2, 8), (8,))),
+    Case(Op.rms_norm, RMSNorm(2, 1e-5), ((2, 3, 8),)),
+    Case(Op.group_norm, GroupNorm(2, 1e-5), ((2, 4, 5, 5), (4,), (4,))),
+    Case(Op.group_norm, GroupNorm(4, 1e-5), ((2, 4, 6),)),
+    Case(Op.batch_norm, BatchNorm(1e-5), ((2, 3, 4, 4), (3,), (3,), (3,), (3,)), positive=(2,)),
+    Case(Op.batch_norm, BatchNorm(1e-3), ((2, 3, 5), (3,), (3,)), positive=(2,)),
+    Case(Op.einsum, Einsum("ij,jk->ik"), ((3, 4), (4, 5))),
+    Case(Op.einsum, Einsum("bij,bjk->bik"), ((2, 3, 4), (2, 4, 5))),
+    Case(Op.einsum, Einsum("ij,kj->ik"), ((3, 4), (5, 4), (5,)), id="linear"),
+    Case(Op.einsum, Einsum("bhld,bhsd->bhls"), ((2, 3, 4, 8), (2, 3, 5, 8))),
+    Case(Op.conv, Conv((1, 1), (1, 1), (1, 1)), ((1, 3, 6, 6), (4, 3, 3, 3), (4,))),
+    Case(Op.conv, Conv((2,), (0,), (1,)), ((2, 3, 9), (4, 3, 3))),
+    Case(Op.conv, Conv((1, 1), (0, 0), (2, 2), 2), ((1, 4, 7, 7), (6, 2, 3, 3))),
+    Case(Op.conv_transpose, ConvTranspose((2, 2), (1, 1), (1, 1), (1, 1)),
+         ((1, 4, 5, 5), (4, 3, 3, 3), (3,))),
+    Case(Op.conv_transpose, ConvTranspose((2,), (0,), (0,), (1,)), ((2, 3, 6), (3, 2, 4))),
+    Case(Op.reshape, Reshape((6, 4)), ((2, 3, 4),)),
+    Case(Op.reshape, Reshape((2, 12)), ((2, 3, 4),)),
+    Case(Op.expand, Expand((3, 4, 5)), ((4, 1),), xfail=_EXPAND_UNIT),
+    Case(Op.expand, Expand((2, 3, 4)), ((2, 1, 4),)),
+    Case(Op.concat, Concat(1), ((2, 3), (2, 4))),
+    Case(Op.concat, Concat(0), ((1, 3), (2, 3), (3, 3))),
+    Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
+    Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
+    Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),
+    Case(Op.attention, Attention(0.25, causal=True), ((2, 2, 5, 8), (2, 2, 5, 8), (2, 2, 5, 4)),
+         id="static causal", xfail=_STATIC_CAUSAL),
+    Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8), (4, 6)),
+         dtypes={3: "bool"}, id="bool mask"),
+    Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8), (2, 4, 6)),
+         id="float mask"),
+    Case(Op.lstm, Lstm(), _lstm_shapes((5, 2, 3), 4, [3])),
+    Case(Op.lstm, Lstm(reverse=True), _lstm_shapes((5, 2, 3), 4, [3])),
+    Case(Op.lstm, Lstm(bidirectional=True), _lstm_shapes((4, 2, 3), 4, [3, 3])),
+    Case(Op.lstm, Lstm(layers=2), _lstm_shapes((4, 2, 3), 4, [3, 4])),
+    Case(Op.max_pool, Pool((2, 2), (2, 2), (0, 0), (1, 1)), ((1, 2, 6, 6),)),
+    Case(Op.max_pool, Pool((3,), (2,), (1,), (1,)), ((2, 3, 9),)),
+    Case(Op.avg_pool, Pool((2, 2), (2, 2), (0, 0), (1, 1)), ((1, 2, 6, 6),)),
+    Case(Op.avg_pool, Pool((3, 3), (2, 2), (1, 1), (1, 1), exclude_pad=True), ((1, 2, 7, 7),)),
+    Case(Op.resize, Resize("nearest", (8, 8)), ((1, 2, 4, 4),)),
+    Case(Op.resize, Resize("linear", (8, 8)), ((1, 2, 4, 4),)),
+    Case(Op.resize, Resize("linear", (8, 8), align_corners=True), ((1, 2, 4, 4),)),
+    Case(Op.resize, Resize("linear", (7,)), ((1, 2, 4),)),
+    Case(Op.resize, Resize("linear", (6, 7)), ((1, 2, 4, 5),), xfail=_LINEAR_AS_NEAREST),
+    Case(Op.resize, Resize("linear", (7, 7), align_corners=True), ((1, 2, 4, 4),),
+         xfail=_LINEAR_AS_NEAREST),
+    Case(Op.resize, Resize("nearest", (10,), scales=(2.5,)), ((1, 2, 4),), xfail=_SCALES),
+]
+
+
+def _id(case: Case) -> str:
+    shapes = "x".join(str(list(s)) for s in case.shapes)
+    return f"{case.op.value}-{case.id or case.spec}-{shapes}"
+
+
+def _param(case: Case):
+    marks = [pytest.mark.xfail(strict=True, reason=case.xfail)] if case.xfail else []
+    return pytest.param(case, id=_id(case), marks=marks)
+
+
+def _canonical(equation: str) -> str:
+    """An einsum equation with its letters renamed a, b, c ... in order of appearance."""
+    names: dict[str, str] = {}
+    return "".join(names.setdefault(c, chr(ord("a") + len(names))) if c.isalpha() else c
+                   for c in equation)
+
+
+def _same_spec(op: Op, got, want) -> bool:
+    if op is Op.einsum:
+        return _canonical(got.equation) == _canonical(want.equation)
+    return got == want
+
+
+def _inputs(case: Case) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(zlib.crc32(_id(case).encode()))
+    out = []
+    for i, spec in enumerate(case.specs()):
+        shape = [SYMBOLIC if isinstance(d, str) else d for d in spec.shape]
+        if spec.dtype == "bool":
+            mask = torch.rand(shape, generator=gen) > 0.3
+            mask[..., 0] = True  # every query sees a key: the kernel's fully masked rows are
+            out.append(mask)     # tested by the safe-softmax tests
+        else:
+            x = torch.randn(shape, generator=gen)
+            out.append(x.abs() + 0.1 if i in case.positive else x)
+    return out
+
+
+def test_every_kernel_has_an_example():
+    assert ops_with(Trait.KERNEL) <= {c.op for c in CASES}, \
+        ops_with(Trait.KERNEL) - {c.op for c in CASES}
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_decompose_lowers_to_its_kernel(case: Case):
+    rec = record(case.op)
+    prog = tdag.trace(lambda *xs: rec.decompose(case.spec, *xs), *case.specs(),
+                      names=[f"x{i}" for i in range(len(case.shapes))])
+    low = tdag.lower.lower(prog, check=True)
+    nodes = low.graph.nodes
+    assert [n.op for n in nodes] == [case.op], f"{_id(case)} lowers to\n{low}"
+    assert _same_spec(case.op, nodes[0].spec, case.spec), f"{_id(case)} lowers to\n{low}"
+    assert list(nodes[0].inputs) == [v.name for v in low.graph.inputs]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_decompose_matches_the_kernel_evaluator(case: Case):
+    rec = record(case.op)
+    prog = tdag.trace(lambda *xs: rec.decompose(case.spec, *xs), *case.specs())
+    xs = _inputs(case)
+    got = tdag.run(prog, *xs)
+    want = rec.evaluate(case.spec, xs, int)
+    torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)

@@ -1,0 +1,302 @@
+"""Reification: to_torch and to_onnx against ``tdag.run``.
+
+- every kernel (the lowering tables) through both back ends (every primitive: in
+  test_records);
+- traced models at several sizes of a symbolic batch: eager, ``torch.export`` of the
+  reified module and ``torch.compile``; ONNX on onnxruntime with dynamic axes;
+- controllers (If, counted and while loops with scans, state);
+- parameter names: ``state_dict()`` keys are the Program's, ``load_state_dict`` works.
+"""
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+import tdag
+import tdag.lower
+from tdag import ops
+from tdag.ir.record import Trait, ops_with
+from tdag.canonicalize import from_torch
+from tdag.reify import to_onnx, to_torch
+
+from support.guards import assert_close, run_onnx
+from support.lowering_tables import KERNEL_PROGRAMS, random_args
+from support.control_programs import (accumulator_program, affine_loop, doubling_loop, if_program,
+                                      row_sum_loop)
+from support.torch_models import MODELS, make_model
+
+S = tdag.TensorSpec
+
+
+def both(prog, args, lower=True, what=""):
+    """tdag.run vs the torch module vs onnxruntime, on one set of inputs."""
+    ref = tdag.run(prog, *args)
+    assert_close(to_torch(prog, lower=lower)(*args), ref, f"torch {what}")
+    assert_close(run_onnx(to_onnx(prog, lower=lower), *args), ref, f"onnx {what}")
+
+
+# -- every primitive: see test_records.test_primitive_evaluator_torch_and_onnx_agree, which
+# runs every differential case of every primitive through both back ends
+
+# -- every kernel ------------------------------------------------------------------------------
+
+
+def test_the_kernel_programs_cover_every_kernel():
+    seen = set()
+    for fn, specs in KERNEL_PROGRAMS.values():
+        seen |= {n.op for n in tdag.lower.lower(tdag.trace(fn, *specs)).graph.nodes}
+    assert ops_with(Trait.KERNEL) <= seen, ops_with(Trait.KERNEL) - seen
+
+
+@pytest.mark.parametrize("name", list(KERNEL_PROGRAMS))
+def test_every_kernel_reifies(name):
+    fn, specs = KERNEL_PROGRAMS[name]
+    prog = tdag.trace(fn, *specs)
+    low = tdag.lower.lower(prog)
+    for batch in (1, 3):
+        args = random_args(prog, batch)
+        ref = tdag.run(prog, *args)
+        assert_close(to_torch(low, lower=False)(*args), ref, f"torch {name}")
+        assert_close(run_onnx(to_onnx(low, lower=False), *args), ref, f"onnx {name}")
+
+
+@pytest.mark.parametrize("width", [4, 16])  # values narrower and wider than the 8 keys
+def test_attention_rows_with_every_key_masked_give_zeros(width):
+    mask = torch.rand(5, 8) > 0.3
+    mask[1] = False
+    fn = lambda q, k, v: ops.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, attn_mask=ops.const(mask))
+    prog = tdag.trace(fn, S(("b", 2, 5, 4)), S(("b", 2, 8, 4)), S(("b", 2, 8, width)))
+    args = random_args(prog, 3)
+    ref = tdag.run(prog, *args)
+    assert ref[:, :, 1].abs().max() == 0
+    both(prog, args, what=f"fully masked row, width {width}")
+
+
+# -- traced models -----------------------------------------------------------------------------
+
+def _block(x):
+    """A pre-norm transformer block followed by a conv head, written with tdag.ops."""
+    torch.manual_seed(1)
+    p = lambda name, *shape: ops.param(name, torch.randn(*shape) * 0.2)  # noqa: E731
+    h = ops.layer_norm(x, 16, p("ln.weight", 16), p("ln.bias", 16))
+    q, k, v = (ops.linear(h, p(f"attn.{n}.weight", 16, 16), p(f"attn.{n}.bias", 16))
+               for n in "qkv")
+    split = lambda t: ops.transpose(ops.reshape(t, (t.shape[0], 6, 2, 8)), 1, 2)  # noqa: E731
+    a = ops.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+    x = x + ops.linear(ops.reshape(ops.transpose(a, 1, 2), (x.shape[0], 6, 16)),
+                       p("attn.out.weight", 16, 16))
+    x = x + ops.linear(ops.gelu(ops.linear(x, p("mlp.up.weight", 32, 16))),
+                       p("mlp.down.weight", 16, 32))
+    img = ops.reshape(x, (x.shape[0], 16, 2, 3))
+    img = ops.relu(ops.conv(img, p("head.weight", 4, 16, 3, 3), p("head.bias", 4), padding=1))
+    return ops.softmax(ops.flatten(img, 1), -1), ops.max_pool(img, 2, padding=1)
+
+
+@pytest.fixture(scope="module")
+def block_program():
+    return tdag.trace(_block, S(("batch", 6, 16)))
+
+
+def test_traced_model_round_trips_at_several_batch_sizes(block_program):
+    module = to_torch(block_program)
+    model = to_onnx(block_program)
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert {i.name for i in model.graph.initializer} >= {"ln.weight", "attn.q.weight"}
+    for batch in (1, 2, 5):
+        x = torch.randn(batch, 6, 16)
+        ref = tdag.run(block_program, x)
+        assert_close(module(x), ref, f"torch at batch {batch}")
+        assert_close(run_onnx(model, x), ref, f"onnx at batch {batch}")
+
+
+def test_reified_module_exports_with_a_dynamic_batch(block_program):
+    module = to_torch(block_program)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    exported = torch.export.export(module, (torch.randn(2, 6, 16),),
+                                   dynamic_shapes=({0: batch},))
+    for n in (1, 3):
+        x = torch.randn(n, 6, 16)
+        assert_close(exported.module()(x), tdag.run(block_program, x), f"export at {n}")
+
+
+def test_reified_module_runs_under_torch_compile(block_program):
+    module = to_torch(block_program)
+    compiled = torch.compile(module, backend="aot_eager", dynamic=True)
+    for n in (2, 3):
+        x = torch.randn(n, 6, 16)
+        assert_close(compiled(x), tdag.run(block_program, x), f"compiled at {n}")
+
+
+@pytest.mark.slow
+def test_reified_module_runs_under_inductor(block_program):
+    compiled = torch.compile(to_torch(block_program))
+    x = torch.randn(2, 6, 16)
+    assert_close(compiled(x), tdag.run(block_program, x), "inductor")
+
+
+def test_one_output_is_a_tensor_several_a_tuple():
+    single = to_torch(tdag.trace(lambda x: x * 2.0, S((3,))))
+    assert isinstance(single(torch.ones(3)), torch.Tensor)
+    pair = to_torch(tdag.trace(lambda x: (x, x * 2.0), S((3,))))
+    assert isinstance(pair(torch.ones(3)), tuple)
+
+
+def test_parameters_nest_by_their_dotted_names(block_program):
+    module = to_torch(block_program)
+    names = set(module.state_dict())
+    assert "attn.q.weight" in names and "head.bias" in names
+    assert isinstance(module.attn.q.weight, torch.nn.Parameter)
+    assert not any(n.startswith("_tdag") for n in names)  # consts are not state
+    module.load_state_dict({k: torch.zeros_like(v) for k, v in module.state_dict().items()})
+    assert module.attn.q.weight.abs().sum() == 0
+
+
+def test_generated_code_frees_intermediates_and_reads_weights_directly(block_program):
+    code = to_torch(block_program).code
+    assert "\n    del " in code  # eager frees each value after its last use; so must we
+    assert "self._modules['attn']._modules['q'].weight" in code  # no nn.Module.__getattr__ chain
+
+
+def test_parametrized_weights_still_apply(block_program):
+    """Weights are read as attributes, so torch's parametrizations (properties) work."""
+    from torch.nn.utils import parametrize
+
+    class Zero(torch.nn.Module):
+        def forward(self, w):
+            return torch.zeros_like(w)
+
+    module, x = to_torch(block_program), torch.randn(2, 6, 16)
+    before = module(x)
+    parametrize.register_parametrization(module.head, "weight", Zero())
+    after = module(x)
+    pooled = torch.relu(module.head.bias).reshape(1, 4, 1, 1).expand_as(after[1])
+    assert not torch.equal(before[1], pooled) and torch.equal(after[1], pooled)
+
+
+def _dead(model: onnx.ModelProto) -> tuple[list, list]:
+    """Nodes whose outputs nothing reads and initializers no node reads (subgraphs too)."""
+    from tdag.reify.onnx.graph import _graphs
+    graphs = _graphs(model.graph)
+    read = {o.name for g in graphs for o in g.output} | \
+        {i for g in graphs for n in g.node for i in n.input}
+    nodes = [n.name for g in graphs for n in g.node if not any(o in read for o in n.output)]
+    return nodes, [t.name for t in model.graph.initializer if t.name not in read]
+
+
+def test_onnx_has_no_dead_nodes_or_unread_initializers(block_program):
+    from tdag.models import tiny_vit
+    model, (images,) = tiny_vit()
+    for prog in (block_program, tdag.from_torch(model, (images,), dynamic_batch=True),
+                 row_sum_loop(), if_program()):
+        assert _dead(to_onnx(prog)) == ([], [])
+
+
+def test_onnx_outputs_are_written_by_their_producers():
+    """No Identity copies for outputs, except a value returned twice or an input returned."""
+    prog = tdag.trace(lambda x: (ops.exp(x), x, ops.exp(x) * 2.0), S(("b", 3)))
+    model = to_onnx(prog, lower=False)
+    assert [n.op_type for n in model.graph.node].count("Identity") == 1  # x itself
+    x = torch.randn(2, 3)
+    assert_close(run_onnx(model, x), tdag.run(prog, x))
+    twice = to_onnx(tdag.trace(lambda x: (ops.exp(x), ops.exp(x)), S((3,))))
+    assert_close(run_onnx(twice, x[0]), (x[0].exp(), x[0].exp()))
+
+
+def test_prune_drops_dead_chains_in_subgraphs_and_their_initializers():
+    from onnx import helper
+    from tdag.reify.onnx.graph import GraphBuilder, prune
+    g = GraphBuilder(20)
+    x = "x"
+    unused = g.node("Add", [g.node("Mul", [x, g.const(3.0, tdag.DType.f32)]), x])  # dead chain
+    sub = g.child()
+    sub.node("Neg", [sub.const(7.0, tdag.DType.f32)])  # dead inside the branch
+    out = sub.node("Identity", [x])
+    info = lambda n: helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2])  # noqa: E731
+    branch = sub.graph("then", [], [info(out)])
+    y = g.node("If", [g.const(True, tdag.DType.bool)], then_branch=branch, else_branch=branch)
+    graph = g.graph("t", [info(x)], [info(y)])
+    assert unused and len(graph.initializer) == 3
+    prune(graph)
+    assert [n.op_type for n in graph.node] == ["If"]
+    assert [n.op_type for n in graph.node[0].attribute[0].g.node] == ["Identity"]
+    assert len(graph.initializer) == 1  # the condition
+
+
+def test_unlowered_programs_reify_too(block_program):
+    x = torch.randn(2, 6, 16)
+    both(block_program, [x], lower=False, what="unlowered")
+
+
+# -- controllers -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_reifies(sign):
+    prog = if_program()
+    both(prog, [sign * (torch.rand(3, 3) + 0.1)], what="if")
+    assert "if bool(" in to_torch(prog).code
+
+
+def test_counted_loop_reifies():
+    both(affine_loop(5), [torch.randn(3, 4)], what="loop")
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_symbolic_loop_with_scans_reifies(n):
+    x = torch.randint(-5, 6, (n, 3)).float()
+    both(row_sum_loop(), [x], what="scan loop")
+
+
+@pytest.mark.parametrize("count", [None, 3])
+def test_while_loop_reifies(count):
+    prog = doubling_loop(count)
+    both(prog, [torch.tensor([1.0, 2.0])], what="while loop")
+    assert "while " in to_torch(prog).code
+
+
+def test_state_is_a_buffer_the_module_updates():
+    prog = accumulator_program(steps=5)
+    module = to_torch(prog)
+    x = torch.tensor([[1.0, 2.0]])
+    assert_close(module(x), tdag.run(prog, x))
+    assert module.total.item() == 15.0
+    # ONNX holds no state: it is an input (its initializer the default) carried through the
+    # loop and returned after the outputs as total.next
+    model = to_onnx(prog)
+    assert [o.name for o in model.graph.output][-1] == "total.next"
+    y, total = run_onnx(model, x)
+    assert_close(y, tdag.run(prog, x))
+    assert total.item() == 15.0
+    assert run_onnx(model, x, total)[1].item() == 30.0  # fed back, carried on
+
+
+def test_state_written_by_a_call_is_an_onnx_output():
+    prog = accumulator_program()
+    x = torch.tensor([[1.0, 2.0]])
+    y, total = run_onnx(to_onnx(prog), x)
+    assert_close(y, x)
+    assert total.item() == 3.0
+
+
+# -- from_torch round trips ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_to_tdag_to_torch_and_onnx(name):
+    model, inputs = make_model(name)
+    prog = from_torch(model, inputs(2), dynamic_batch=True)
+    module, onnx_model = to_torch(prog), to_onnx(prog)
+    # every Program weight is a source weight under its name. from_torch may drop buffers
+    # the forward never reads (BatchNorm's num_batches_tracked), and the IR does not say
+    # that a buffer is non-persistent (a rotary inv_freq), so only those keys may differ
+    weights = dict(model.named_parameters()) | dict(model.named_buffers())
+    assert set(module.state_dict()) <= set(weights)
+    missing, _ = module.load_state_dict(model.state_dict(), strict=False)
+    assert set(missing) <= set(weights) - set(model.state_dict())
+    for batch in (2, 3, 1):
+        args = inputs(batch)
+        with torch.no_grad():
+            ref = tuple(torch.utils._pytree.tree_leaves(model(*args)))
+            got = module(*args)
+        assert_close(got, ref, f"{name} torch at batch {batch}")
+        assert_close(run_onnx(onnx_model, *args), ref, f"{name} onnx at batch {batch}")

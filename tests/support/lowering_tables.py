@@ -1,0 +1,243 @@
+"""The lowering tables: traced functions that lower to each kernel, one table per family
+(contractions, convolutions, pools, resizes, nn chains, channel norms, attention), hand-built
+unrolled LSTMs, and ``KERNEL_PROGRAMS``, every kernel's programs for the back ends.
+
+tests/lower/test_lower.py lowers each row and checks the kernel left; tests/reify/test_reify.py,
+tests/ir/test_records.py and tests/reify/test_to_jax.py run ``KERNEL_PROGRAMS`` through the
+back ends. ``random_args`` draws a program's inputs at a batch size.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import tdag
+from tdag import ops
+from tdag.ir.op import Op
+
+S = tdag.TensorSpec
+torch.manual_seed(0)  # the tables draw their weights as they are built
+
+
+def random_args(prog, batch):
+    """Random inputs of ``prog`` with every symbolic dim at ``batch``: floats normal, bools
+    true with chance 0.7, integers in [0, 5)."""
+    out = []
+    for t in prog.input_types:
+        shape = [d if isinstance(d, int) else batch for d in t.shape]
+        if t.dtype.is_float:
+            out.append(torch.randn(shape, dtype=t.dtype.torch))
+        elif t.dtype is tdag.DType.bool:
+            out.append(torch.rand(shape) > 0.3)
+        else:
+            out.append(torch.randint(0, 5, shape, dtype=t.dtype.torch))
+    return out
+
+
+def _hand_matmul(a, b):
+    """out[n, s, m] = sum_k a[k, s, m] * b[n, k], built from primitives in that order."""
+    a2 = ops.repeat_axes(ops.unsqueeze(ops.permute(a, 1, 0, 2), 0), (0,), (6,))  # [n,s,k,m]
+    b2 = ops.unsqueeze(ops.unsqueeze(b, 1), 3)                                     # [n,1,k,1]
+    b2 = ops.repeat_axes(b2, (1, 3), (a.shape[1], 7))
+    return ops.sum(a2 * b2, 2)
+
+
+def _hand_bmm(x, y):
+    """out[b, n, m] = sum_k x[m, b, k] * y[b, n, k]: batch axis in the middle."""
+    x2 = ops.unsqueeze(ops.permute(x, 1, 2, 0), 1)                # [b,1,k,m]
+    x2 = ops.repeat_axes(x2, (1,), (y.shape[1],))
+    y2 = ops.repeat_axes(ops.unsqueeze(y, 3), (3,), (x.shape[0],))  # [b,n,k,m]
+    return ops.reduce(ops.mul(y2, x2), "sum", (2,))
+
+
+CONTRACTIONS = {
+    "matmul": (lambda a, b: ops.matmul(a, b), [S(("b", 4, 8)), S((8, 3))]),
+    "batched-broadcast": (lambda a, b: a @ b, [S(("b", 2, 4, 8)), S((2, 8, 3))]),
+    "linear-bias": (lambda x: ops.linear(x, ops.param("fc.weight", torch.randn(5, 8)),
+                                         ops.param("fc.bias", torch.randn(5))),
+                    [S(("b", 3, 8))]),
+    "hand-odd-order": (_hand_matmul, [S((4, "b", 7)), S((6, 4))]),
+    "hand-batch-middle": (_hand_bmm, [S((5, "b", 4)), S(("b", 3, 4))]),
+    "einsum-transposed-out": (lambda x, y: ops.einsum("bij,bjk->bki", x, y),
+                              [S(("b", 3, 4)), S(("b", 4, 5))]),
+    "einsum-two-contracted": (lambda x, w: ops.einsum("bij,ij->b", x, w),
+                              [S(("b", 3, 4)), S((3, 4))]),
+    "einsum-heads": (lambda q, k: ops.einsum("blhe,bshe->bhls", q, k),
+                     [S(("b", 5, 2, 8)), S(("b", 6, 2, 8))]),
+    "matvec": (lambda a, v: ops.matmul(a, v), [S(("b", 4, 8)), S((8,))]),
+}
+
+
+def _conv(**kw):
+    groups = kw.get("groups", 1)
+    w, b = torch.randn(6, 4 // groups, 3, 3), torch.randn(6)
+    return lambda x: ops.conv(x, ops.param("w", w), ops.param("bias", b), **kw)
+
+
+def _hand_nhwc_conv(x):
+    """A 3x3 conv on x[N, H, W, C] with w[kh, kw, C, Co] and no reshape or NCHW anywhere."""
+    w = ops.param("w", torch.randn(3, 3, 4, 5))
+    win = ops.unfold(ops.unfold(ops.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)]), 1, 3), 2, 3)
+    win = ops.unsqueeze(win, 6)                                # [N, Ho, Wo, C, kh, kw, 1]
+    w = ops.permute(w, 2, 0, 1, 3)                             # [C, kh, kw, Co]
+    return ops.sum(win * w, (3, 4, 5))                         # [N, Ho, Wo, Co]
+
+
+CONVS = {
+    "plain": (_conv(), S(("b", 4, 9, 9))),
+    "padded": (_conv(padding=1), S(("b", 4, 9, 9))),
+    "strided": (_conv(stride=2, padding=1), S(("b", 4, 9, 9))),
+    "dilated": (_conv(dilation=2), S(("b", 4, 9, 9))),
+    "grouped": (_conv(groups=2, padding=1), S(("b", 4, 9, 9))),
+    "same": (_conv(padding="same"), S(("b", 4, 9, 9))),
+    "1d": (lambda x: ops.conv(x, ops.param("w", torch.randn(5, 4, 3)), stride=2),
+           S(("b", 4, 9))),
+    "3d": (lambda x: ops.conv(x, ops.param("w", torch.randn(2, 4, 1, 3, 3))),
+           S(("b", 4, 3, 5, 5))),
+    "depthwise": (lambda x: ops.conv(x, ops.param("w", torch.randn(4, 1, 3, 3)), groups=4,
+                                     padding=1), S(("b", 4, 9, 9))),
+    "one-channel": (lambda x: ops.conv(x, ops.param("w", torch.randn(3, 1, 3))),
+                    S(("b", 1, 9))),
+    "hand-nhwc": (_hand_nhwc_conv, S(("b", 7, 7, 4))),
+}
+
+
+POOLS = {
+    "max": (lambda x: ops.max_pool(x, 2), Op.max_pool),
+    "max-padded": (lambda x: ops.max_pool(x, 3, stride=2, padding=1), Op.max_pool),
+    "max-dilated": (lambda x: ops.max_pool(x, 2, dilation=2), Op.max_pool),
+    "avg": (lambda x: ops.avg_pool(x, 3, stride=2, padding=1), Op.avg_pool),
+    # ONNX's default: the mean of the real cells only (a counts table divides the sums)
+    "avg-excluding-pad": (lambda x: ops.avg_pool(x, 3, stride=1, padding=1,
+                                                 count_include_pad=False), Op.avg_pool),
+    "adaptive-avg": (lambda x: ops.adaptive_avg_pool(x, 3), Op.avg_pool),
+    "global-avg": (lambda x: ops.adaptive_avg_pool(x, 1), Op.avg_pool),
+    "global-max": (lambda x: ops.adaptive_max_pool(x, 1), Op.max_pool),
+    "max-1d-on-last": (lambda x: ops.max_pool(x, 3, spatial_dims=1), Op.max_pool),
+}
+
+
+RESIZES = {
+    "bilinear-x2": dict(scale_factor=2, mode="bilinear"),
+    "bilinear-size": dict(size=(5, 13), mode="bilinear"),
+    "bilinear-corners": dict(size=(16, 12), mode="bilinear", align_corners=True),
+    "nearest-x2": dict(scale_factor=2),
+    "nearest-size": dict(size=(5, 13)),
+}
+
+
+def _naive_softmax(x):
+    e = ops.exp(x)
+    return e * ops.reciprocal(ops.sum(e, 1, keepdim=True))
+
+
+NN = {
+    "softmax": (lambda x: ops.softmax(x, 1), Op.softmax),
+    "softmax-unshifted": (_naive_softmax, Op.softmax),
+    "log-softmax": (lambda x: ops.log_softmax(x, -1), Op.log_softmax),
+    "layer-norm": (lambda x: ops.layer_norm(x, 8, ops.param("w", torch.randn(8)),
+                                            ops.param("b", torch.randn(8))), Op.layer_norm),
+    "layer-norm-2-axes": (lambda x: ops.layer_norm(x, (5, 8)), Op.layer_norm),
+    "rms-norm": (lambda x: ops.rms_norm(x, 8, ops.param("w", torch.randn(8)), 1e-6), Op.rms_norm),
+    "gelu": (lambda x: ops.gelu(x), Op.gelu),
+    "gelu-tanh": (lambda x: ops.gelu(x, "tanh"), Op.gelu),
+    "gelu-by-hand": (lambda x: 0.5 * x * (1.0 + ops.erf(x / math.sqrt(2.0))), Op.gelu),
+    "silu": (lambda x: ops.silu(x), Op.silu),
+    "silu-as-x-sigmoid": (lambda x: x * ops.sigmoid(x), Op.silu),
+    "sigmoid": (lambda x: ops.sigmoid(x), Op.sigmoid),
+    "relu": (lambda x: ops.relu(x), Op.relu),
+    "relu-as-maximum": (lambda x: ops.maximum(x, 0.0), Op.relu),
+    "relu6": (lambda x: ops.relu6(x), Op.clamp),
+    "clamp": (lambda x: ops.clamp(x, -0.5, 2.0), Op.clamp),
+    "hardswish": (lambda x: ops.hardswish(x), Op.hardswish),
+}
+
+
+CHANNEL_NORMS = {
+    "group-norm": (lambda x: ops.group_norm(x, 3, ops.param("w", torch.randn(6)),
+                                            ops.param("b", torch.randn(6))), Op.group_norm),
+    "instance-norm": (lambda x: ops.instance_norm(x, weight=ops.param("w", torch.randn(6)),
+                                                  bias=ops.param("b", torch.randn(6))),
+                      Op.group_norm),
+    "batch-norm": (lambda x: ops.batch_norm(x, ops.buffer("m", torch.randn(6)),
+                                            ops.buffer("v", torch.rand(6) + 0.5),
+                                            ops.param("w", torch.randn(6)),
+                                            ops.param("b", torch.randn(6))), Op.batch_norm),
+}
+
+
+def sdpa(**kw):
+    return lambda q, k, v: ops.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _hand_blhe_attention(q, k, v, causal=False):
+    """Attention on [batch, length, heads, features] written with einsum, scale on q."""
+    s = ops.einsum("blhe,bshe->bhls", q * 0.125, k)
+    if causal:
+        rows = ops.unsqueeze(ops.arange(0, q.shape[1], like=q), 1)
+        cols = ops.unsqueeze(ops.arange(0, k.shape[1], like=q), 0)
+        s = ops.where(ops.ge(rows, cols), s, float("-inf"))
+    return ops.einsum("bhls,bshe->blhe", ops.softmax(s, -1), v)
+
+
+ATTENTION = {
+    "sdpa": (sdpa(), [S(("b", 3, 5, 8))] * 3),
+    "sdpa-causal": (sdpa(is_causal=True), [S(("b", 3, "s", 8))] * 3),
+    "sdpa-scale": (sdpa(scale=0.3), [S(("b", 3, 5, 8)), S(("b", 3, 6, 8)), S(("b", 3, 6, 4))]),
+    "hand-blhe": (_hand_blhe_attention, [S(("b", 5, 2, 8))] * 3),
+    "hand-blhe-causal": (lambda q, k, v: _hand_blhe_attention(q, k, v, True),
+                         [S(("b", 5, 2, 8))] * 3),
+}
+
+
+def hand_lstm(x, h, c, reverse=False, name="", hidden=3):
+    """One LSTM layer over x[T, B, I] from state h, c [B, hidden], unrolled with tdag.ops."""
+    torch.manual_seed(2 + len(name))
+    size, n = x.shape[-1], 4 * hidden
+    w_ih, w_hh = (ops.param(f"{name}w_ih", torch.randn(n, size)),
+                  ops.param(f"{name}w_hh", torch.randn(n, hidden)))
+    b_ih, b_hh = ops.param(f"{name}b_ih", torch.randn(n)), ops.param(f"{name}b_hh", torch.randn(n))
+    projected = ops.linear(x, w_ih, b_ih)
+    outs = {}
+    for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
+        i, f, g, o = ops.chunk(ops.add(ops.select(projected, 0, t), ops.linear(h, w_hh, b_hh)),
+                               4, -1)
+        c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+        h = outs[t] = ops.sigmoid(o) * ops.tanh(c)
+    return ops.stack([outs[t] for t in range(x.shape[0])], 0)
+
+
+def hand_bilstm_stack(x, h, c):
+    """Two bidirectional layers, as torch's nn.LSTM(bidirectional=True, num_layers=2)."""
+    for layer in range(2):
+        x = ops.concat([hand_lstm(x, h, c, False, f"l{layer}."),
+                        hand_lstm(x, h * 0.5, c, True, f"l{layer}.reverse.")], -1)
+    return x
+
+
+# -- every kernel, for the back ends ----------------------------------------------------------
+
+def _kernel_programs():
+    tables = [(k, v[0], v[1]) for k, v in CONTRACTIONS.items()]
+    tables += [(k, v[0], [v[1]]) for k, v in CONVS.items()]
+    tables += [(k, v[0], [S(("b", 4, 9, 9))]) for k, v in POOLS.items()]
+    tables += [(k, v[0], [S(("b", 5, 8))]) for k, v in NN.items()]
+    tables += [(k, (lambda kw: lambda x: ops.interpolate(x, **kw))(kw), [S(("b", 3, 8, 6))])
+               for k, kw in RESIZES.items()]
+    tables += [(k, v[0], [S(("b", 6, 4, 4))]) for k, v in CHANNEL_NORMS.items()]
+    tables += [(k, v[0], v[1]) for k, v in ATTENTION.items()]
+    tables.append(("conv-transpose", lambda x: ops.conv_transpose(
+        x, ops.param("w", torch.randn(4, 3, 3, 3)), ops.param("b", torch.randn(6)), stride=2,
+        padding=1, output_padding=1, groups=2), [S(("b", 4, 5, 5))]))
+    tables.append(("lstm", lambda x, h, c: hand_lstm(x, h, c, True),
+                   [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
+    tables.append(("lstm-bidirectional-stack", hand_bilstm_stack,
+                   [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
+    tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
+    tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
+                   ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
+    return {name: (fn, specs) for name, fn, specs in tables}
+
+
+KERNEL_PROGRAMS = _kernel_programs()
