@@ -7,7 +7,7 @@ ops layer and ``from tdag import trace`` the facade, which no layer may import.
 
 The front ends are packages too: tdag/canonicalize/torch, onnx and jax, with common/ the
 pieces they share. No front end imports another front end's package, common/ imports none,
-and a private (underscore) name is imported only within the package that defines it.
+and a private (underscore) name is imported by no other module at all.
 """
 from __future__ import annotations
 
@@ -127,3 +127,16 @@ def test_front_ends_share_no_private_names(path):
                     f"{where} imports {module}, the facade that imports every front end"
             private = [n for n in names if n.startswith("_")]
             assert not private, f"{where} imports private {private} from {module} ({other})"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_name_crosses_a_module(path):
+    """What two modules share is public in the module that owns it: an underscore name is
+    that module's own, so no other module imports it (a dunder such as __version__ is not
+    private)."""
+    for module, names in _imports(path):
+        if not module.startswith("tdag"):
+            continue
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, f"{path.relative_to(PACKAGE)} imports private {private} from {module}"

@@ -6,7 +6,9 @@ A ``FreshNames`` knows the names taken and hands out a new one per hint, in one 
 schemes, chosen by its ``pattern``:
 
 - suffixed (no pattern, the default): the hint itself, then ``hint_1``, ``hint_2`` ... (a
-  counter per hint): a name keeps its source's spelling wherever that is free;
+  counter per hint): a name keeps its source's spelling wherever that is free. ``variant``
+  spells the names tried after the hint where a call site has always spelled them otherwise
+  (``x2``, ``x_b_b``, ``_x``);
 - counted (a pattern such as ``"{hint}{n}"``): every name carries one counter shared by all
   hints, skipping the names taken, so names say in which order they were made (``c0``,
   ``1``, ``%7_l3``).
@@ -14,6 +16,8 @@ schemes, chosen by its ``pattern``:
 >>> names = FreshNames({"x"})
 >>> names("x"), names("x"), names("y")
 ('x_1', 'x_2', 'y')
+>>> FreshNames({"x"}, variant=lambda base, k: "_" * k + base)("x")
+'_x'
 >>> counted = FreshNames({"c1"}, pattern="{hint}{n}")
 >>> counted("c"), counted("c"), counted("v")
 ('c0', 'c2', 'v3')
@@ -28,21 +32,25 @@ class FreshNames:
     ``pattern`` (a format string of ``{hint}`` and ``{n}``).
 
     ``sanitize`` first maps a hint to the target's naming rules (tdag names, Python
-    identifiers); the default keeps it as it is.
+    identifiers); the default keeps it as it is. ``variant(base, k)`` is the k-th name the
+    suffixed scheme tries after ``base`` itself (k = 1, 2 ...; ``base_k`` by default).
     """
 
     def __init__(self, taken: Iterable[str] = (), sanitize: Callable[[str], str] = str,
-                 pattern: str | None = None):
+                 pattern: str | None = None,
+                 variant: Callable[[str, int], str] = lambda base, k: f"{base}_{k}"):
         self.taken = set(taken)
         self.sanitize = sanitize
         self.pattern = pattern
-        self.counters: dict[str, int] = {}  # suffixed: the last suffix per base
+        self.variant = variant
+        self.counters: dict[str, int] = {}  # suffixed: the last k handed out per base
         self.count = 0                      # counted: the next number
 
     def fresh(self, hint: str = "", *, avoid: Container[str] = (), take: bool = True) -> str:
         """A name for ``hint`` that is neither taken nor in ``avoid``. It is taken unless
-        ``take`` is False: then the caller claims it later (``claim``), and a counted
-        scheme never hands it out again anyway."""
+        ``take`` is False: then the caller claims it later (``claim``); a counted scheme
+        never hands it out again anyway, a suffixed one does until it is taken or avoided
+        (``avoid`` a live container, such as the dict the names go into)."""
         base = self.sanitize(hint)
         name = self._suffixed(base, avoid) if self.pattern is None else \
             self._counted(base, avoid)
@@ -60,10 +68,14 @@ class FreshNames:
         return True
 
     def _suffixed(self, base: str, avoid: Container[str]) -> str:
-        name = base
-        while name in self.taken or name in avoid:
-            self.counters[base] = self.counters.get(base, 0) + 1
-            name = f"{base}_{self.counters[base]}"
+        if base not in self.taken and base not in avoid:
+            return base
+        # the first free variant: those before the last one handed out were taken or
+        # avoided then (names are only added), that one itself may be free (``take=False``)
+        k = self.counters.get(base, 1)
+        while (name := self.variant(base, k)) in self.taken or name in avoid:
+            k += 1
+        self.counters[base] = k
         return name
 
     def _counted(self, base: str, avoid: Container[str]) -> str:

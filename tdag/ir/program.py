@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Union
 
 from tdag.ir.graph import TDAG, Weight
+from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim
 
 
@@ -155,16 +156,11 @@ class Program:
     @staticmethod
     def from_tdag(graph: TDAG, name: str = "main") -> "Program":
         """The program that calls one TDAG on its inputs and returns its outputs."""
-        taken = {v.name for v in graph.inputs}
-        outs = []
-        for i in range(len(graph.outputs)):
-            out = f"out{i}"
-            while out in taken:
-                out = "_" + out
-            taken.add(out)
-            outs.append(out)
-        call = Call(name, tuple(v.name for v in graph.inputs), tuple(outs))
-        return Program({name: graph}, Block(tuple(graph.inputs), (call,), tuple(outs)))
+        names = FreshNames((v.name for v in graph.inputs),
+                           variant=lambda base, k: "_" * k + base)  # out0, else _out0 ...
+        outs = tuple(names.fresh(f"out{i}") for i in range(len(graph.outputs)))
+        call = Call(name, tuple(v.name for v in graph.inputs), outs)
+        return Program({name: graph}, Block(tuple(graph.inputs), (call,), outs))
 
     @property
     def graph(self) -> TDAG:

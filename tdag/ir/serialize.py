@@ -36,6 +36,7 @@ import torch
 
 from tdag.errors import FileFormatError, TdagError
 from tdag.ir.graph import Weight
+from tdag.ir.names import FreshNames
 from tdag.ir.parser import parse
 from tdag.ir.printer import format_program
 from tdag.ir.program import Program
@@ -70,9 +71,9 @@ class _TensorTable:
         value = value.detach()
         if name in self.tensors and _same_tensor(self.tensors[name], value):
             return name
-        key = name if name not in self.tensors else f"{scope}/{name}"
-        while key in self.tensors:
-            key = "_" + key
+        # the name, else scope/name, else _scope/name, __scope/name ...
+        keys = FreshNames(variant=lambda base, k: "_" * (k - 1) + f"{scope}/{base}")
+        key = keys.fresh(name, avoid=self.tensors, take=False)
         self.tensors[key] = self._own(value)
         return key
 

@@ -18,7 +18,8 @@ from tdag.ir.program import (
     rewrite_blocks,
     with_blocks,
 )
-from tdag.refine.dataflow import Names, all_names, prune, renamed
+from tdag.ir.names import FreshNames
+from tdag.refine.dataflow import all_names, prune, renamed
 from tdag.refine.extract import merge_weights
 
 
@@ -52,7 +53,7 @@ def _join(a: Call, b: Call, graphs: dict, read: set) -> Call:
     """One Call running ``a`` then ``b``; it returns what later steps read of ``a``'s
     outputs, and all of ``b``'s."""
     first, second = graphs[a.graph], graphs[b.graph]
-    names = Names(all_names(first))
+    names = FreshNames(all_names(first))
     weights, env = merge_weights(first.weights, second.weights, names)
     outer = dict(zip(a.inputs, (v.name for v in first.inputs)))  # outer name -> inner
     outer.update(zip(a.outputs, first.outputs))
@@ -77,11 +78,7 @@ def _join(a: Call, b: Call, graphs: dict, read: set) -> Call:
 
 def _graph_name(graphs: dict, first: str) -> str:
     """The joined TDAG keeps the first one's name (it replaces it) where that is free."""
-    base = first.split("_joined")[0] + "_joined"
-    name, k = base, 1
-    while name in graphs:
-        name, k = f"{base}_{k}", k + 1
-    return name
+    return FreshNames().fresh(first.split("_joined")[0] + "_joined", avoid=graphs)
 
 
 __all__ = ["join_calls"]

@@ -40,7 +40,7 @@ def _pair(ctx: Context, name: str, op: Op):
     return tuple(node.inputs) if node is not None else None
 
 
-def _hidden(ctx: Context, h: str):
+def match_hidden(ctx: Context, h: str):
     """h = sigmoid(o) * tanh(c) -> (o, c)."""
     pair = _pair(ctx, h, Op.multiply)
     if pair is None:
@@ -52,7 +52,7 @@ def _hidden(ctx: Context, h: str):
     return None
 
 
-def _cell(ctx: Context, c: str):
+def match_cell_state(ctx: Context, c: str):
     """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) -> (i, f, g, c_prev)."""
     pair = _pair(ctx, c, Op.add)
     if pair is None:
@@ -72,7 +72,7 @@ def _cell(ctx: Context, c: str):
     return None
 
 
-def _gates(ctx: Context, parts, hidden) -> str | None:
+def match_gates(ctx: Context, parts, hidden) -> str | None:
     """Slices [0:H], [H:2H], [2H:3H], [3H:4H] of one value's last axis -> that value."""
     source = None
     for k, name in enumerate(parts):
@@ -88,7 +88,7 @@ def _gates(ctx: Context, parts, hidden) -> str | None:
     return source
 
 
-def _linear_form(node: Node) -> bool:
+def is_linear_form(node: Node) -> bool:
     """einsum "ab,cb->ac" with a 1-d bias: x @ w.T + b."""
     (la, lb), lo = parse_equation(node.spec.equation)
     return len(node.inputs) == 3 and len(la) == 2 and len(lb) == 2 and la[1] == lb[1] and \
@@ -97,22 +97,22 @@ def _linear_form(node: Node) -> bool:
 
 def _step(ctx: Context, h: str):
     """One step ending in h -> dict(P, t, w_hh, b_hh, h_prev, c, c_prev)."""
-    found = _hidden(ctx, h)
+    found = match_hidden(ctx, h)
     if found is None:
         return None
     o, c = found
-    cell = _cell(ctx, c)
+    cell = match_cell_state(ctx, c)
     if cell is None:
         return None
     i, f, g, c_prev = cell
     hidden = ctx.type(h).shape[-1]
-    gates = _gates(ctx, (i, f, g, o), hidden) if is_static(hidden) else None
+    gates = match_gates(ctx, (i, f, g, o), hidden) if is_static(hidden) else None
     pair = _pair(ctx, gates, Op.add) if gates is not None else None
     if pair is None:
         return None
     for xs, rs in (pair, pair[::-1]):
         sel, rec = ctx.made(xs, Op.select), ctx.made(rs, Op.einsum)
-        if sel is None or rec is None or sel.spec.axis != 0 or not _linear_form(rec) or \
+        if sel is None or rec is None or sel.spec.axis != 0 or not is_linear_form(rec) or \
                 not is_static(sel.spec.index):
             continue
         return dict(P=sel.inputs[0], t=int(sel.spec.index), w_hh=rec.inputs[1],

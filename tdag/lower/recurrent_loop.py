@@ -22,6 +22,7 @@ from tdag.ops.core import select, transpose
 from tdag.lower.kernels.contraction import parse_equation
 from tdag.lower.kernels.sequence import Lstm
 from tdag.ir.graph import TDAG
+from tdag.ir.names import FreshNames
 from tdag.ir.op import Op
 from tdag.ir.program import (
     Block,
@@ -35,7 +36,7 @@ from tdag.ir.program import (
 )
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.recurrent import _cell, _gates, _hidden, _linear_form
+from tdag.lower.recurrent import match_cell_state, match_gates, match_hidden, is_linear_form
 
 
 def lower_recurrent_loops(prog: Program) -> tuple[Program, bool]:
@@ -84,7 +85,7 @@ def _as_kernel(loop: Loop, graphs: dict, read: set) -> Call | None:
         if seq in read:
             outs.append(y)
             names.append(seq)
-    name = _fresh(graphs, "lstm")
+    name = FreshNames().fresh("lstm", avoid=graphs)
     graphs[name] = b.build(outs)
     return Call(name, loop.inputs, tuple(names))
 
@@ -113,14 +114,14 @@ def _match_cell(graph: TDAG):
     t, h, c, x = (v.name for v in graph.inputs)
     h_out, c_out, again = graph.outputs
     ctx = Context(graph)
-    found = _hidden(ctx, h_out) if again == h_out else None
+    found = match_hidden(ctx, h_out) if again == h_out else None
     if found is None or found[1] != c_out:
         return None
-    cell = _cell(ctx, c_out)
+    cell = match_cell_state(ctx, c_out)
     hidden = ctx.type(h_out).shape[-1]
     if cell is None or cell[3] != c or not is_static(hidden):
         return None
-    gates = _gates(ctx, (cell[0], cell[1], cell[2], found[0]), hidden)
+    gates = match_gates(ctx, (cell[0], cell[1], cell[2], found[0]), hidden)
     pair = ctx.made(gates, Op.add) if gates is not None else None
     if pair is None:
         return None
@@ -144,14 +145,7 @@ def _affine(node) -> bool:
     if len(node.inputs) == 2:
         (la, lb), lo = parse_equation(node.spec.equation)
         return len(la) == 2 and len(lb) == 2 and la[1] == lb[1] and lo == la[0] + lb[0]
-    return _linear_form(node)
-
-
-def _fresh(graphs: dict, hint: str) -> str:
-    name, k = hint, 1
-    while name in graphs:
-        name, k = f"{hint}_{k}", k + 1
-    return name
+    return is_linear_form(node)
 
 
 __all__ = ["lower_recurrent_loops"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from tdag.lower.kernels.windows import Resize
-from tdag.ops.nn.pool import _nearest_index, _scale
+from tdag.ops.nn.pool import nearest_index, source_scale
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
@@ -43,7 +43,7 @@ def is_progression(index: torch.Tensor) -> bool:
 def _linear_reference(length: int, out: int, scale, align: bool):
     """torch's linear source indices and weights (nn_pool._linear_axis)."""
     dst = torch.arange(out, dtype=torch.float32)
-    ratio = _scale(length, out, scale, align)
+    ratio = source_scale(length, out, scale, align)
     src = ratio * dst if align else (ratio * (dst + 0.5) - 0.5).clamp(min=0)
     i0 = torch.floor(src).to(torch.int64).clamp(max=length - 1)
     lam = (src - i0.to(torch.float32)).clamp(0, 1)
@@ -76,7 +76,7 @@ def nearest_rule(node: Node, ctx: Context):
             is_progression(index):
         return NoMatch("not a nearest resampling")
     for _, scale in _candidates(length, index.numel())[:2]:
-        if torch.equal(index.long(), _nearest_index(length, index.numel(), scale)):
+        if torch.equal(index.long(), nearest_index(length, index.numel(), scale)):
             return _resize(node, ctx, x, axis, "nearest", False, scale)
     return NoMatch("indices are not torch's nearest")
 

@@ -16,14 +16,15 @@ from tdag.ops.arrays import (
 )
 from tdag.ops.contraction import einsum
 from tdag.ops.core import (
-    abs, acos, acosh, add, amax, amin, arange, as_tensor, asin, asinh, atan, atanh,
-    broadcast_to, cast, ceil, clamp, cos, cosh, dim_tensor, div, eq, erf, erfinv, exp, expand,
-    flatten, floor, floor_divide, fmod, fold, full, gather, ge, group, gt, iota, isnan, le,
-    log, logical_and, logical_not, logical_or, lt, maximum, minimum, movedim, mul, multiply,
-    ne, neg, ones, pad, permute, pow, prod, reciprocal, remainder, repeat_axes, reshape, round,
-    rsqrt, select, sign, sin, sinh, size_tensor, slice, sqrt, square, squeeze, sub, sum, tan,
-    tanh, transpose, trunc, trunc_divide, unfold, ungroup, unsqueeze, where, zeros,
+    abs, acos, acosh, add, amax, amin, as_tensor, asin, asinh, atan, atanh, broadcast_to, cast,
+    ceil, clamp, cos, cosh, div, eq, erf, erfinv, exp, expand, flatten, floor, floor_divide,
+    fmod, fold, gather, ge, group, gt, isnan, le, log, logical_and, logical_not, logical_or, lt,
+    maximum, minimum, movedim, mul, multiply, ne, neg, pad, permute, pow, prod, reciprocal,
+    remainder, repeat_axes, reshape, round, rsqrt, select, sign, sin, sinh, slice, sqrt, square,
+    squeeze, sub, sum, tan, tanh, transpose, trunc, trunc_divide, unfold, ungroup, unsqueeze,
+    where,
 )
+from tdag.ops.creation import arange, dim_tensor, full, iota, ones, size_tensor, zeros
 from tdag.ops.einops import rearrange, repeat
 from tdag.ops.einops import reduce as einops_reduce
 from tdag.ops.einops import reduce_or_pattern as reduce  # the one ``reduce``: both calls

@@ -15,7 +15,6 @@ from tdag.ops.core import (
     add,
     amax,
     amin,
-    arange,
     as_tensor,
     axis_length,
     broadcast_to,
@@ -23,7 +22,6 @@ from tdag.ops.core import (
     div,
     eq,
     flatten,
-    full,
     gather,
     group,
     isnan,
@@ -34,7 +32,6 @@ from tdag.ops.core import (
     repeat_axes,
     reshape,
     select,
-    size_tensor,
     slice,
     squeeze,
     sub,
@@ -46,6 +43,7 @@ from tdag.ops.core import (
     unsqueeze,
     where,
 )
+from tdag.ops.creation import arange, full, size_tensor
 from tdag.ops.promotion import (
     broadcast_shapes,
     builder_of,

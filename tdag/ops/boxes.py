@@ -11,7 +11,7 @@ overlaps computed once. The unrolled DAG grows with n, so it is refused past MAX
 """
 from __future__ import annotations
 
-from tdag.ops import core
+from tdag.ops import core, creation
 from tdag.ops.tensor import Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
@@ -64,8 +64,8 @@ def greedy_keep(candidate: Tensor, suppressed_by: Tensor) -> Tensor:
     if not is_static(n) or n > MAX_BOXES:
         raise UnsupportedOpError(f"non-maximum suppression of {n} boxes per row (tdag unrolls "
                                  f"the greedy pass; at most {MAX_BOXES})")
-    positions = core.iota(n, "i64", candidate.builder)
-    keep = core.full(tuple(candidate.shape), False, DType.bool, like=candidate)
+    positions = creation.iota(n, "i64", candidate.builder)
+    keep = creation.full(tuple(candidate.shape), False, DType.bool, like=candidate)
     for i in range(n):
         blocked = core.amax(core.cast(core.logical_and(
             keep, core.select(suppressed_by, -2, i)), DType.i64), -1)

@@ -43,11 +43,6 @@ class Builder:
         """A name no value has yet, claimed by the value it is given to."""
         return self.names.fresh(hint, take=False)
 
-    @property
-    def _taken(self) -> set[str]:
-        # the front ends still ask ``name in builder._taken``: ``builder.names.taken`` is it
-        return self.names.taken
-
     def _claim(self, name: str) -> str:
         if not valid_name(name):
             raise TdagError(f"invalid tensor name {name!r}: use letters, digits, _ . :")

@@ -2,17 +2,16 @@
 
 These take torch-like arguments (negative axes, numpy broadcasting, Python scalars, type
 promotion) and reduce them to the strict primitives, whose operands always agree exactly:
-the elementwise ops, the moves, gather, creation (iota, arange, full) and the reductions.
+the elementwise ops, the moves, gather and the reductions. Functions that make a tensor from
+sizes and values (iota, arange, full, ...) are in ``creation``, which builds on these.
 What dtype and shape operands meet at is decided in ``promotion``; how a reshape pairs axes,
 in ``reshape_plan``.
 """
 from __future__ import annotations
 
 import builtins
-import math
 from typing import Sequence
 
-import sympy
 import torch
 
 from tdag.ops.builder import Builder, active_builder
@@ -27,14 +26,14 @@ from tdag.ops.promotion import (
 from tdag.ops.reshape_plan import reshape_segments, resolve_wildcard
 from tdag.ops.tensor import Tensor
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
-from tdag.deinops.indexing import Gather, Iota
+from tdag.deinops.indexing import Gather
 from tdag.deinops.extent import Pad, Repeat, Select, Slice
 from tdag.deinops.movement import Group, Permute, Squeeze, Ungroup, Unsqueeze
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Fold, Unfold
-from tdag.errors import ShapeError, UnsupportedOpError
+from tdag.errors import ShapeError
 from tdag.ir.op import Op
-from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, is_static, product
+from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
 from tdag.ir.types import DType
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -448,100 +447,15 @@ def gather(table: Tensor, index, axis: int = 0, wrap: bool = True) -> Tensor:
     return table.builder.emit(Op.gather, Gather(axis), table, idx)
 
 
-def iota(length: Dim, dtype="i64", builder: Builder | None = None) -> Tensor:
-    return (builder or active_builder()).emit(Op.iota, Iota(as_dim(length), DType.of(dtype)))
-
-
-def arange(start, stop=None, step=1, dtype=None, like: Tensor | None = None) -> Tensor:
-    """``torch.arange``; the length may be symbolic."""
-    if stop is None:
-        start, stop = 0, start
-    builder = like.builder if like is not None else active_builder()
-    floats = any(isinstance(v, float) for v in (start, stop, step))
-    dtype = DType.of(dtype if dtype is not None else (DType.f32 if floats else DType.i64))
-    if floats:
-        length = builtins.max(0, math.ceil((stop - start) / step))
-    elif isinstance(step, int) and step > 0:  # symbolic bounds: ceil((stop - start) / step)
-        length = as_dim(floordiv(as_dim(stop - start + step - 1), step))
-        if is_static(length):
-            length = builtins.max(0, length)
-    else:
-        length = builtins.max(0, -(-(stop - start) // step))
-    if not dtype.is_float:
-        x = iota(length, dtype, builder)
-        x = mul(x, step) if step != 1 else x
-        return add(x, start) if start != 0 else x
-    # as torch: start + step * i in double, then rounded once to dtype
-    x = iota(length, DType.f64, builder)
-    x = mul(x, float(step)) if step != 1 else x
-    x = add(x, float(start)) if start != 0 else x
-    return cast(x, dtype)
-
-
-def full(shape, value, dtype=None, like: Tensor | None = None) -> Tensor:
-    builder = like.builder if like is not None else active_builder()
-    return broadcast_to(builder.const(value, dtype), shape)
-
-
-def zeros(shape, dtype="f32", like=None) -> Tensor:
-    return full(shape, 0, dtype, like)
-
-
-def ones(shape, dtype="f32", like=None) -> Tensor:
-    return full(shape, 1, dtype, like)
-
-
 def axis_length(x: Tensor, axis: int, dtype="f32") -> Tensor:
-    """The length of ``axis`` as a scalar tensor (a const when static)."""
+    """The length of ``axis`` as a scalar tensor (a const when static): the sum of ones along
+    it. Here, not with the creation functions, because ``gather`` wraps negative indices by it
+    and ``creation`` builds on this module."""
     dim = x.shape[axis]
     if is_static(dim):
         return x.builder.const(dim, dtype)
-    ones_ = full((dim,), 1, DType.i64, like=x)
+    ones_ = broadcast_to(x.builder.const(1, DType.i64), (dim,))  # creation.full, inlined
     return cast(reduce(ones_, "sum", (0,)), dtype)
-
-
-def size_tensor(x: Tensor, axes, dtype="f32") -> Tensor:
-    """The number of elements over ``axes`` as a scalar tensor (symbolic sizes included)."""
-    count = product(x.shape[a] for a in axes)
-    if is_static(count):
-        return x.builder.const(count, dtype)
-    result = None
-    for a in axes:
-        d = axis_length(x, a, dtype)
-        result = d if result is None else mul(result, d)
-    return result
-
-
-def dim_tensor(expr: sympy.Expr) -> Tensor:
-    """A scalar i64 tensor equal to the symbolic size ``expr`` at run time."""
-    builder = active_builder()
-    if expr.is_Integer:
-        return builder.const(int(expr))
-    if expr.is_Number:
-        return builder.const(float(expr))
-    if expr.is_Symbol:
-        return sum(full((expr,), 1, "i64", like=None))
-    parts = [dim_tensor(a) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return _fold_left(add, parts)
-    if isinstance(expr, sympy.Mul):
-        return _fold_left(mul, parts)
-    if isinstance(expr, sympy.Pow):
-        return pow(cast(parts[0], "f32"), parts[1])
-    if isinstance(expr, sympy.floor):
-        return floor(parts[0])
-    if isinstance(expr, sympy.ceiling):
-        return ceil(parts[0])
-    if isinstance(expr, sympy.Mod):
-        return remainder(*parts)
-    raise UnsupportedOpError(f"a size expression tdag cannot compute: {expr}")
-
-
-def _fold_left(fn, parts):
-    result = parts[0]
-    for p in parts[1:]:
-        result = fn(result, p)
-    return result
 
 
 # -- reductions -------------------------------------------------------------------------------

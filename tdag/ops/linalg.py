@@ -6,7 +6,7 @@ up to their order of summation.
 """
 from __future__ import annotations
 
-from tdag.ops import core
+from tdag.ops import core, creation
 from tdag.ops.arrays import argmax
 from tdag.ops.tensor import Tensor
 from tdag.ops.writes import take_along
@@ -24,9 +24,9 @@ def det(x: Tensor) -> Tensor:
     if x.ndim < 2 or not is_static(n) or x.shape[-2] != n or n > MAX_UNROLLED:
         raise ShapeError(f"det: needs static square matrices of at most {MAX_UNROLLED} rows, "
                          f"got {x.type}")
-    rows = core.iota(n, "i64", x.builder)
+    rows = creation.iota(n, "i64", x.builder)
     row_axis = core.unsqueeze(rows, 1)  # (n, 1): broadcast against a row index (..., 1, 1)
-    sign = core.full(tuple(x.shape[:-2]), 1.0, x.dtype, like=x)
+    sign = creation.full(tuple(x.shape[:-2]), 1.0, x.dtype, like=x)
     total = sign
     for k in range(n):
         column = core.abs(core.select(x, -1, k))  # (..., n)

@@ -9,6 +9,7 @@ definer before it.
 from __future__ import annotations
 
 from tdag.ops import core as ops
+from tdag.ops import creation
 from tdag.ops.arrays import cumsum
 from tdag.ops.tensor import Tensor
 from tdag.deinops.runtime import Arange, NonZero
@@ -56,7 +57,7 @@ def checked_size(t: Tensor, ok: Tensor) -> Tensor:
 def checked_zero(ok: Tensor) -> Tensor:
     """An i64 scalar 0 that raises at run time where the bool scalar ``ok`` is false: add it
     to an index to make a check part of a value whose shape stays static."""
-    return ops.sum(checked_size(ops.full((), 0, DType.i64, like=ok), ok), 0)
+    return ops.sum(checked_size(creation.full((), 0, DType.i64, like=ok), ok), 0)
 
 
 def broadcast_index(aranges: list, strides: list) -> Tensor:
@@ -147,7 +148,7 @@ def _unique(items: Tensor, sorted: bool, same, before):
         raise UnsupportedOpError("unique of a tensor with a symbolic size")
     b = items.builder
     col, row = ops.unsqueeze(items, 1), ops.unsqueeze(items, 0)     # x[i] down, x[j] across
-    pos = ops.iota(n, "i64", b)
+    pos = creation.iota(n, "i64", b)
     earlier = ops.lt(ops.unsqueeze(pos, 0), ops.unsqueeze(pos, 1))  # j < i
     first = ops.logical_not(_any(ops.logical_and(same(row, col), earlier), 1))
     index = flat_nonzero(first)                                     # i64[u], input order
@@ -155,13 +156,13 @@ def _unique(items: Tensor, sorted: bool, same, before):
     if sorted:  # rank of each distinct value = how many distinct values are smaller
         rank = _count(ops.logical_and(before(row, ops.unsqueeze(values, 1)),
                                       ops.unsqueeze(first, 0)), 1)  # i64[u]
-        slots = ops.iota(values.shape[0], "i64", b)
+        slots = creation.iota(values.shape[0], "i64", b)
         hit = ops.eq(ops.unsqueeze(rank, 0), ops.unsqueeze(slots, 1))  # [k, m]: rank[m] == k
         order = ops.sum(ops.where(hit, ops.broadcast_to(ops.unsqueeze(slots, 0), hit.shape),
                                   0), 1)
         values, index = (ops.gather(values, order, 0, wrap=False),
                          ops.gather(index, order, 0, wrap=False))
-    slots = ops.iota(values.shape[0], "i64", b)
+    slots = creation.iota(values.shape[0], "i64", b)
     match = same(ops.unsqueeze(values, 0), col)                     # [i, k]: x[i] == values[k]
     inverse = ops.sum(ops.where(match, ops.broadcast_to(ops.unsqueeze(slots, 0), match.shape),
                                 0), 1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from tdag.ops import core
+from tdag.ops import core, creation
 from tdag.ops.tensor import Tensor
 from tdag.errors import ShapeError
 from tdag.ir.symbols import is_static, product
@@ -64,7 +64,7 @@ def reflect(x: Tensor, borders: Borders) -> Tensor:
     _gs_reflect): an even number of bounces from the near border, else from the far one."""
     span = borders.high - borders.low
     if span <= 0:
-        return core.full(tuple(x.shape), borders.low, x.dtype, like=x)
+        return creation.full(tuple(x.shape), borders.low, x.dtype, like=x)
     below, above = core.lt(x, borders.low), core.gt(x, borders.high)
     distance = core.where(below, core.sub(borders.low, x), core.sub(x, borders.high))
     bounces = core.floor(core.div(distance, span))
@@ -166,7 +166,7 @@ def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding: str = "z
         elif padding == "reflection":
             c = reflect(c, borders)
         coords.append(c)
-    rows = core.reshape(core.iota(x.shape[0], "i64", x.builder), (-1,) + (1,) * (grid.ndim - 2))
+    rows = core.reshape(creation.iota(x.shape[0], "i64", x.builder), (-1,) + (1,) * (grid.ndim - 2))
     out = read_points(table, sizes, rows, coords, mode, padding,
                       [Borders.of(n, align_corners) for n in sizes])
     return core.movedim(out, -1, 1)

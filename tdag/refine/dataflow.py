@@ -1,4 +1,4 @@
-"""Small dataflow helpers the refine passes share: liveness, renaming, fresh names, ordering.
+"""Small dataflow helpers the refine passes share: liveness, renaming, ordering.
 
 Every helper is one pass over the nodes (linear in their number).
 """
@@ -10,7 +10,6 @@ from typing import Iterable
 import sympy
 
 from tdag.ir.graph import TDAG, Node
-from tdag.ir.names import FreshNames as Names  # noqa: F401  (re-exported)
 from tdag.ir.record import Trait, has
 from tdag.ir.types import TensorKind
 
@@ -108,4 +107,4 @@ def toposort(nodes: list[Node], defined: Iterable[str]) -> list[Node]:
     return order
 
 
-__all__ = ["Names", "all_names", "live_names", "prune", "renamed", "toposort"]
+__all__ = ["all_names", "live_names", "prune", "renamed", "toposort"]

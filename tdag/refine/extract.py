@@ -23,7 +23,8 @@ from tdag.errors import InvalidModelError, ShapeError, TdagError
 from tdag.ir.graph import TDAG, Value, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.verify import block_types
-from tdag.refine.dataflow import Names, all_names, live_names, prune, renamed, toposort
+from tdag.ir.names import FreshNames
+from tdag.refine.dataflow import all_names, live_names, prune, renamed, toposort
 
 
 def extract(prog: Program | TDAG, inputs: Sequence[str] | None = None,
@@ -163,7 +164,7 @@ def _check_signature(g: TDAG, inputs, outputs, body: TDAG) -> None:
 
 def splice(g: TDAG, inputs: list[str], outputs: list[str], body: TDAG) -> TDAG:
     """``g`` with ``body`` computing ``outputs`` from ``inputs`` in place of the old nodes."""
-    names = Names(all_names(g))
+    names = FreshNames(all_names(g))
     weights, env = merge_weights(g.weights, body.weights, names)
     env.update((v.name, name) for v, name in zip(body.inputs, inputs))
     new_nodes = []
@@ -183,7 +184,7 @@ def splice(g: TDAG, inputs: list[str], outputs: list[str], body: TDAG) -> TDAG:
     return spliced.replace(weights={**unread, **spliced.weights})
 
 
-def merge_weights(ours: dict[str, Weight], theirs: dict[str, Weight], names: Names):
+def merge_weights(ours: dict[str, Weight], theirs: dict[str, Weight], names: FreshNames):
     """Our weights plus theirs; a weight of theirs with our name is shared when it holds the
     same tensor, and renamed otherwise. Returns (weights, their name -> merged name)."""
     weights = dict(ours)
@@ -193,8 +194,7 @@ def merge_weights(ours: dict[str, Weight], theirs: dict[str, Weight], names: Nam
         if mine is not None and _same_weight(mine, w):
             env[name] = name
             continue
-        new = names.fresh(name) if name in weights or name in names.taken else name
-        names.taken.add(new)
+        new = names.fresh(name, avoid=weights)
         weights[new] = w
         env[name] = new
     return weights, env
@@ -235,7 +235,7 @@ def _single_call(prog: Program) -> bool:
 
 
 def _chain_tdags(first: TDAG, second: TDAG) -> TDAG:
-    names = Names(all_names(first))
+    names = FreshNames(all_names(first))
     weights, env = merge_weights(first.weights, second.weights, names)
     env.update((v.name, out) for v, out in zip(second.inputs, first.outputs))
     nodes = list(first.nodes)
@@ -249,17 +249,15 @@ def _chain_tdags(first: TDAG, second: TDAG) -> TDAG:
 def _chain_programs(a: Program, b: Program) -> Program:
     graphs = dict(a.graphs)
     graph_names = {}
+    minted = FreshNames(graphs, variant=lambda base, k: base + "_b" * k)  # g, g_b, g_b_b ...
     for name, g in b.graphs.items():
-        new = name
-        while new in graphs:
-            new = f"{new}_b"
+        graph_names[name] = new = minted.fresh(name)
         graphs[new] = g
-        graph_names[name] = new
     for name, w in b.state.items():
         if name in a.state and not _same_weight(a.state[name], w):
             raise TdagError(f"compose: both programs have a different state %{name}")
     taken = {v.name for v in a.main.inputs} | _block_names(a.main) | set(a.state)
-    names = Names(taken)
+    names = FreshNames(taken)
     env = {v.name: out for v, out in zip(b.main.inputs, a.main.outputs)}
     steps = list(a.main.steps)
     for step in b.main.steps:

@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tdag.ops import arrays
-from tdag.ops import core
+from tdag.ops import core, creation
 from tdag.ops.trace import trace
 from tdag.errors import InvalidModelError
 from tdag.ir.graph import Value
+from tdag.ir.names import FreshNames
 from tdag.ir.program import Block, Call, Loop, Program, all_steps, nested_blocks, with_blocks
 from tdag.ir.symbols import Dim, as_dim, is_static, symbol
 from tdag.ir.types import DType, TensorType
@@ -110,12 +111,16 @@ def _wanted(got: str) -> str:
 
 
 class _Names:
-    """Names for the values and TDAGs decode_loop adds, clear of the step's own."""
+    """Names for the values and TDAGs decode_loop adds, clear of the step's own: each
+    begins with one prefix (``gen_``, else ``gen1_``, ``gen2_`` ...) that no step name
+    begins with."""
 
     def __init__(self, step: Program):
         taken = set(step.graphs) | set(step.state) | _block_names(step.main)
-        self.prefix = next(p for p in (f"gen{k}_" if k else "gen_" for k in range(10**6))
-                           if not any(t.startswith(p) for t in taken))
+        # ``head`` is taken as a prefix where some name begins with ``head_``
+        heads = {t[:i] for t in taken for i, c in enumerate(t) if c == "_"}
+        prefixes = FreshNames(heads, variant=lambda base, k: f"{base}{k}")
+        self.prefix = prefixes.fresh("gen") + "_"
 
     def __call__(self, name: str) -> str:
         return self.prefix + name
@@ -170,28 +175,28 @@ def _helpers(sig: _Signature, names: _Names, eos: int | None, pad: int | None) -
 
     def positions(prompt):  # the prompt's cache positions, and the first free one
         n = prompt.shape[1]
-        return core.iota(n), core.reshape(core.dim_tensor(as_dim(n)), 1)
+        return creation.iota(n), core.reshape(creation.dim_tensor(as_dim(n)), 1)
 
     def feed(prompt, i):  # token i of the prompt, and its position
         position = core.reshape(i, 1)
         return core.gather(prompt, position, axis=1, wrap=False), position
 
     def start(prompt):  # the carried logits before the first prompt token
-        return core.zeros(last.shape, last.dtype, like=prompt)
+        return creation.zeros(last.shape, last.dtype, like=prompt)
 
     def pick(logits, done=None):  # the argmax at the last position; padding once done
         token = arrays.argmax(core.select(logits, 1, logits.shape[1] - 1), axis=1)  # [b]
         if eos is None:
             return core.reshape(token, b, 1)
         if done is not None:
-            token = core.where(done, core.full(token.shape, pad, "i64", like=token), token)
-        finished = core.eq(token, core.full(token.shape, eos, "i64", like=token))
+            token = core.where(done, creation.full(token.shape, pad, "i64", like=token), token)
+        finished = core.eq(token, creation.full(token.shape, eos, "i64", like=token))
         done = finished if done is None else core.logical_or(done, finished)
         going = core.logical_not(core.reduce(done, "min", axes=(0,)))
         return core.reshape(token, b, 1), done, going
 
     def advance(position):
-        return core.add(position, core.full((1,), 1, "i64", like=position))
+        return core.add(position, creation.full((1,), 1, "i64", like=position))
 
     graphs = {"positions": trace(positions, prompt_t),
               "pick_first": trace(pick, sig.logits if sig.whole_prompt else last),

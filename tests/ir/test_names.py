@@ -48,3 +48,19 @@ def test_a_name_map_mints_names_that_stand_for_no_source():
     names = NameMap(sanitize=lambda s: s.replace("#", "_"))
     assert names("carry") == "carry" and names.fresh("carry") == "carry_1"
     assert names.fresh("it") == "it_2"
+
+
+def test_a_suffixed_name_not_taken_is_handed_out_again_until_it_is():
+    graphs: dict = {"main": None}
+    names = FreshNames()
+    assert names.fresh("main", avoid=graphs, take=False) == "main_1"
+    assert names.fresh("main", avoid=graphs, take=False) == "main_1"  # still free
+    graphs["main_1"] = None
+    assert names.fresh("main", avoid=graphs, take=False) == "main_2"
+
+
+def test_a_variant_spells_the_names_tried_after_the_hint():
+    names = FreshNames({"x", "x2"}, variant=lambda base, k: f"{base}{k + 1}")
+    assert [names("x"), names("x"), names("y")] == ["x3", "x4", "y"]
+    repeated = FreshNames({"g", "g_b"}, variant=lambda base, k: base + "_b" * k)
+    assert repeated("g") == "g_b_b"

@@ -17,7 +17,8 @@ from tdag.canonicalize.common.registry import Registry
 from tdag.canonicalize.common.segments import Boundary, SegmentEnv
 from tdag.canonicalize.jax.ops.table import OPS, EqnContext
 from tdag.canonicalize.jax.trace import Eqn, Held, Lit, Ref, as_torch, type_of
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import (
     ConversionError,
     InvalidModelError,

@@ -11,7 +11,7 @@ from onnx import helper
 
 from tdag.canonicalize.onnx.load import dtype_of
 from tdag.canonicalize.onnx.values import Known, known_of, materialize
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
 

@@ -18,7 +18,7 @@ from tdag.canonicalize.onnx.values import Known, Param, free_names
 from tdag.canonicalize.common.segments import Boundary
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.program import Block, Call, If, Loop, Program
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.ir.symbols import is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name

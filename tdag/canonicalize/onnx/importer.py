@@ -49,10 +49,11 @@ from tdag.canonicalize.onnx.ops.training import TRAINING_OPS
 from tdag.canonicalize.onnx.recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx.values import Known, Param, known_of, materialize
 from tdag.canonicalize.common.segments import Boundary, SegmentEnv, finished_program
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import InvalidModelError, ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.graph import Value
-from tdag.ir.names import NameMap
+from tdag.ir.names import FreshNames, NameMap
 from tdag.ir.program import Block, Call, Program
 from tdag.ir.symbols import as_dim
 from tdag.ir.types import DType, Origin, TensorKind, TensorType, spec_of
@@ -162,17 +163,12 @@ class Shared:
         infos = [v for g in all_graphs(graph) for v in list(g.value_info) + list(g.output)]
         self.types = {v.name: v.type for v in infos}
         self.pinned: dict = {}  # graph inputs pinned to values (from_onnx's ``inputs``)
-        self._suffix: dict = {}  # the first free suffix per hint: graphs are only added
+        self.graph_names = FreshNames()
 
     def graph_name(self, hint: str) -> str:
-        """``hint``, else the first free ``hint_k``."""
-        if hint not in self.graphs:
-            return hint
-        k = self._suffix.get(hint, 1)
-        while f"{hint}_{k}" in self.graphs:
-            k += 1
-        self._suffix[hint] = k
-        return f"{hint}_{k}"
+        """``hint``, else the first free ``hint_k``: a name is taken once a TDAG is stored
+        under it (a subgraph's prefix may name none)."""
+        return self.graph_names.fresh(hint, avoid=self.graphs, take=False)
 
 
 class GraphImporter:
@@ -351,7 +347,7 @@ class GraphImporter:
             return self._read_boundary(name)
         if isinstance(value, Param):
             if name not in self.local:
-                weight_name = value.name if value.name not in self.builder._taken else \
+                weight_name = value.name if value.name not in self.builder.names.taken else \
                     self.builder.fresh(value.name + "_")
                 self.local[name] = self.builder.weight(weight_name, value.kind, value.value)
             return self.local[name]

@@ -25,7 +25,8 @@ from onnx import helper
 from tdag import ops
 from tdag.canonicalize.onnx.load import scope_of
 from tdag.canonicalize.common.segments import Boundary
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.graph import Value
 from tdag.ir.program import Block, Call, Loop

@@ -20,7 +20,7 @@ import numpy as np
 
 from tdag import ops
 from tdag.canonicalize.onnx.values import MAX_KNOWN, Known
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import dims_equal, is_static, product
 from tdag.ir.types import DType

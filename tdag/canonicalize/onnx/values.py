@@ -24,8 +24,9 @@ import sympy
 import torch
 
 from tdag import ops
-from tdag.ops.builder import Builder, Tensor
-from tdag.ops.core import dim_tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
+from tdag.ops.creation import dim_tensor
 from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType, TensorKind
 
@@ -95,7 +96,7 @@ def materialize(builder: Builder, value: Known) -> Tensor:
     if value.static:
         if value.weight_name is not None:
             name = value.weight_name
-            if name in builder._taken:  # a generated name got there first
+            if name in builder.names.taken:  # a generated name got there first
                 name = builder.fresh(name + "_")
             value.tensor = builder.weight(name, TensorKind.parameter, value.torch())
         else:

@@ -27,9 +27,11 @@ from tdag.canonicalize.torch.converter import (
     unsupported_error,
     why_unsupported,
 )
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import Value
+from tdag.ir.names import FreshNames
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.types import DType, Origin, TensorKind, TensorType
 from tdag.refine.dataflow import prune
@@ -73,24 +75,19 @@ def convert_control(ep, names: dict) -> Program:
             self.seg_inputs: list = []
             self.done: set = set()
             self.prefix = ""
-            self.taken: set = set()
+            self.block_names = FreshNames()
+            self.graph_names = FreshNames()
             self.weight_names = {s.target for s in ep.graph_signature.input_specs
                                  if s.target is not None}
 
         # -- names --------------------------------------------------------------------------
 
         def block_name(self, hint: str) -> str:
-            name, k = hint, 1
-            while name in self.taken or name in self.weight_names:
-                name, k = f"{hint}_{k}", k + 1
-            self.taken.add(name)
-            return name
+            return self.block_names.fresh(hint, avoid=self.weight_names)
 
         def graph_name(self, hint: str) -> str:
-            name, k = hint, 1
-            while name in self.graphs:
-                name, k = f"{hint}_{k}", k + 1
-            return name
+            # taken once a TDAG is stored under it
+            return self.graph_names.fresh(hint, avoid=self.graphs, take=False)
 
         # -- reading values -----------------------------------------------------------------
 
@@ -105,7 +102,7 @@ def convert_control(ep, names: dict) -> Program:
             if isinstance(value, Boundary):
                 key = ("in", value.name)
                 if key not in self.local:
-                    name = value.name if value.name not in self.builder._taken else \
+                    name = value.name if value.name not in self.builder.names.taken else \
                         self.builder.fresh(value.name + "_")
                     self.local[key] = self.builder.input(name, value.type)
                     self.seg_inputs.append(value.name)

@@ -16,7 +16,8 @@ from tdag.canonicalize.torch.inplace import inplace_safe
 from tdag.canonicalize.torch.names import origin_of
 from tdag.canonicalize.torch.recurrent import RECURRENT
 from tdag.canonicalize.torch.symbols import SymbolMap, is_symbolic
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.ops.masking import size_of
 from tdag.errors import TdagError, UnsupportedOpError
 from tdag.ir.graph import TDAG, Weight

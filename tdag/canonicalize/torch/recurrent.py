@@ -22,7 +22,8 @@ from torch import nn
 from tdag import ops
 from tdag.ops.nn.recurrent import gru_cell, lstm_cell
 from tdag.canonicalize.common.segments import Boundary
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.program import Block, Call, Loop

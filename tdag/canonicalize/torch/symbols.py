@@ -14,6 +14,7 @@ import torch
 import torch.utils._sympy.functions as tsf
 
 from tdag.errors import UnsupportedOpError
+from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim, as_dim, symbol
 
 BATCH = "batch"  # the name of the symbol dynamic_batch=True introduces
@@ -55,25 +56,19 @@ class SymbolMap:
 
     def __init__(self):
         self.names: dict[str, str] = {}
-        self._taken: set[str] = set()
+        # tdag names: the readable one, then ``tokens2``, ``tokens3`` ...
+        self.minted = FreshNames(sanitize=readable, variant=lambda base, k: f"{base}{k + 1}")
 
     def name(self, torch_symbol: sympy.Symbol, preferred: str) -> None:
         """Give ``torch_symbol`` the name ``preferred`` unless it already has one."""
         key = torch_symbol.name
-        if key in self.names:
-            return
-        base, n = readable(preferred), 1
-        candidate = base
-        while candidate in self._taken:
-            n += 1
-            candidate = f"{base}{n}"
-        self._taken.add(candidate)
-        self.names[key] = candidate
+        if key not in self.names:
+            self.names[key] = self.minted.fresh(preferred)
 
     def adopt(self, torch_symbol: sympy.Symbol, name: str) -> None:
         """Map ``torch_symbol`` (an unbacked one: a size data decides) to the fresh tdag
         symbol ``name`` that the node computing it defined."""
-        self._taken.add(name)
+        self.minted.claim(name)
         self.names[torch_symbol.name] = name
 
     def dim(self, value) -> Dim:

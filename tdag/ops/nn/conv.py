@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from tdag.ops import arrays
-from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops import core, creation
+from tdag.ops.tensor import Tensor
 from tdag.ops.nn.util import channel_view, ntuple, static_dims
 from tdag.errors import ShapeError
 from tdag.ir.symbols import as_dim, is_static
@@ -173,8 +173,8 @@ def _reflect(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
         if is_static(length):
             index = range(length - 2, length - 2 - hi, -1)
         else:
-            index = core.sub(core.sub(core.size_tensor(x, (axis,), "i64"), 2),
-                             core.arange(0, hi, like=x))
+            index = core.sub(core.sub(creation.size_tensor(x, (axis,), "i64"), 2),
+                             creation.arange(0, hi, like=x))
         parts.append(core.gather(x, index, axis, wrap=False))
     return arrays.concat(parts, axis)
 

@@ -11,8 +11,8 @@ import math
 import torch
 
 from tdag.ops import arrays
-from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops import core, creation
+from tdag.ops.tensor import Tensor
 from tdag.ops.nn.conv import conv, conv_transpose, torch_pad
 from tdag.ops.nn.pool import (
     adaptive_avg_pool,
@@ -339,8 +339,8 @@ def _repeat_heads(q: Tensor, kv: Tensor) -> Tensor:
 
 def _causal_keep(queries, keys, like: Tensor) -> Tensor:
     """(L, S) bool: key j is visible to query i when j <= i (torch's top-left tril)."""
-    rows = core.unsqueeze(core.arange(0, queries, like=like), 1)
-    cols = core.unsqueeze(core.arange(0, keys, like=like), 0)
+    rows = core.unsqueeze(creation.arange(0, queries, like=like), 1)
+    cols = core.unsqueeze(creation.arange(0, keys, like=like), 0)
     return core.le(cols, rows)
 
 

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops import core, creation
+from tdag.ops.tensor import Tensor
 from tdag.ops.nn.util import as_float, fill_value, ntuple, spatial_rank, static_dims, trailing
 from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim, floordiv, is_static
@@ -140,7 +140,7 @@ def _window_counts(x: Tensor, axis: int, k: int, s: int, p: int, ceil_mode: bool
     if not is_static(length):
         if include_pad or p == 0:  # without ceil mode every window is whole
             return k
-        ones = core.full((length,), 1.0, dtype, like=x)
+        ones = creation.full((length,), 1.0, dtype, like=x)
         windows = core.unfold(core.pad(ones, [(p, p)]), 0, k, s)
         return core.sum(windows, 1)  # counts the real cells of each window
     n = _pool_length(length, k, s, p, 1, ceil_mode)
@@ -266,7 +266,7 @@ def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest",
     for i in reversed(range(d)):
         axis = 2 + i
         if mode == "nearest":
-            x = core.gather(x, _nearest_index(lengths[i], sizes[i], scales[i]), axis,
+            x = core.gather(x, nearest_index(lengths[i], sizes[i], scales[i]), axis,
                               wrap=False)
         else:
             resample = _cubic_axis if mode == "bicubic" else _linear_axis
@@ -289,7 +289,7 @@ def _target_sizes(lengths: tuple, size, scale_factor, recompute: bool | None):
     return sizes, ((None,) * d if recompute else factors)
 
 
-def _scale(length: int, out: int, scale: float | None, align_corners: bool) -> torch.Tensor:
+def source_scale(length: int, out: int, scale: float | None, align_corners: bool) -> torch.Tensor:
     """torch's area_pixel_compute_scale, in float32."""
     f32 = torch.float32
     if align_corners:
@@ -300,14 +300,14 @@ def _scale(length: int, out: int, scale: float | None, align_corners: bool) -> t
     return torch.tensor(length, dtype=f32) / out
 
 
-def _nearest_index(length: int, out: int, scale: float | None) -> torch.Tensor:
+def nearest_index(length: int, out: int, scale: float | None) -> torch.Tensor:
     """torch's nearest_idx: floor(dst * scale) clamped to the last cell."""
     dst = torch.arange(out)
     if out == length:
         return dst
     if out == 2 * length:
         return dst // 2
-    src = torch.floor(dst.to(torch.float32) * _scale(length, out, scale, False))
+    src = torch.floor(dst.to(torch.float32) * source_scale(length, out, scale, False))
     return src.to(torch.int64).clamp(max=length - 1)
 
 
@@ -316,7 +316,7 @@ def _linear_axis(x: Tensor, axis: int, out: int, scale: float | None,
     """out = w0 x[i0] + w1 x[i1] along ``axis`` (torch's compute_indices_weights_linear)."""
     length = x.shape[axis]
     dst = torch.arange(out, dtype=torch.float32)
-    ratio = _scale(length, out, scale, align_corners)
+    ratio = source_scale(length, out, scale, align_corners)
     src = ratio * dst if align_corners else (ratio * (dst + 0.5) - 0.5).clamp(min=0)
     i0 = torch.floor(src).to(torch.int64).clamp(max=length - 1)
     lam = (src - i0.to(torch.float32)).clamp(0, 1)
@@ -330,7 +330,7 @@ def _cubic_axis(x: Tensor, axis: int, out: int, scale: float | None,
     torch's upsample_bicubic2d; the source index is not clamped at 0 here."""
     length = x.shape[axis]
     dst = torch.arange(out, dtype=torch.float32)
-    ratio = _scale(length, out, scale, align_corners)
+    ratio = source_scale(length, out, scale, align_corners)
     src = ratio * dst if align_corners else ratio * (dst + 0.5) - 0.5
     base = torch.floor(src)
     t = src - base

@@ -13,7 +13,7 @@ from typing import Sequence
 from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ops import arrays, core
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.ops.nn.functional import relu, sigmoid
 
 __all__ = ["gru_cell", "lstm_cell", "recurrent", "recurrent_layer"]

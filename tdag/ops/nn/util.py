@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 
 from tdag.ops import core
-from tdag.ops.builder import Tensor
+from tdag.ops.tensor import Tensor
 from tdag.errors import ShapeError
 from tdag.ir.symbols import is_static
 

@@ -14,7 +14,8 @@ import numpy as np
 from tdag import ops
 from tdag.canonicalize.common.registry import Registry
 from tdag.canonicalize.jax.trace import Eqn, type_of
-from tdag.ops.builder import Builder, Tensor
+from tdag.ops.builder import Builder
+from tdag.ops.tensor import Tensor
 from tdag.errors import UnsupportedOpError
 from tdag.ir.types import DType, TensorType
 

@@ -45,7 +45,7 @@ def _constant(ctx):
     if known is not None:
         return known
     name = ctx.importer.names(ctx.node.output[0])
-    if name in ctx.builder._taken:
+    if name in ctx.builder.names.taken:
         name = ctx.builder.fresh(name + "_")
     return ctx.builder.weight(name, TensorKind.const, value)
 

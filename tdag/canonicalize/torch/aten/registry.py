@@ -16,7 +16,7 @@ import sympy
 import torch
 
 from tdag.canonicalize.common.registry import Registry
-from tdag.ops.core import dim_tensor
+from tdag.ops.creation import dim_tensor
 from tdag.ir.symbols import is_static
 
 TABLE = Registry("the ATen op table")
