@@ -30,6 +30,7 @@ from tdag.ir.types import Origin, TensorType
 
 _NOWHERE = Origin()  # a node made by a pass, with no source op
 
+
 def typed_node(op: Op, spec: object, inputs: Sequence[str], in_types: Sequence[TensorType],
                *, name: str, origin: Origin = _NOWHERE, cache: dict | None = None,
                refused: Callable[[str], TdagError] | None = None) -> Node:
