@@ -13,7 +13,19 @@ from tdag.canonicalize.onnx.load import dtype_of
 from tdag.canonicalize.onnx.values import Known, known_of, materialize
 from tdag.ops.tensor import Tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
+
+
+class PinnedSize(Exception):
+    """A size an input declares by name (``num_channels``) that a node fixes (a Conv's
+    weight has 3 input channels): from_onnx imports again with the name bound to the value,
+    so every input and value that shares the name has the number. Not a TdagError: it never
+    leaves from_onnx."""
+
+    def __init__(self, name: str, value: int, where: str):
+        super().__init__(f"{name} = {value} ({where})")
+        self.name, self.value, self.where = name, value, where
 
 
 class NodeContext:
@@ -100,6 +112,16 @@ class NodeContext:
             raise UnsupportedOpError(f"{self.node.op_type}: {what or 'a scalar input'} must be "
                                      "a constant")
         return weight.value.reshape(()).item()
+
+    def pin(self, dim, value) -> None:
+        """Where ``dim`` is a size a graph input declares by name and this node needs it to
+        be the int ``value`` (a weight fixes it), bind the name (``PinnedSize``); any other
+        mismatch is the op's to report."""
+        if is_static(dim) or not is_static(value):
+            return
+        if getattr(dim, "name", None) in self.importer.shared.input_symbols:
+            raise PinnedSize(dim.name, int(value), f"{self.node.op_type} node "
+                             f"{self.node.name or '<unnamed>'!r}")
 
     def const_tensor(self, value: torch.Tensor) -> Tensor | Known:
         known = known_of(value)

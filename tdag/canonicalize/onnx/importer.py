@@ -29,7 +29,7 @@ import torch
 from onnx import numpy_helper
 
 from tdag import ops
-from tdag.canonicalize.onnx.context import NodeContext
+from tdag.canonicalize.onnx.context import NodeContext, PinnedSize
 from tdag.canonicalize.onnx.control import convert_if, convert_loop, convert_scan
 from tdag.canonicalize.onnx.load import (
     declared_clash,
@@ -86,13 +86,26 @@ def from_onnx(model_or_path, inputs: dict | None = None) -> Program:
     (['f32[batch,4]'], ['f32[batch,4]'])
     """
     model = load_model(model_or_path)
+    bound: dict = {}
+    while True:
+        try:
+            return _import(model, inputs, bound)
+        except PinnedSize as pin:  # a weight fixes a named input size: import again
+            if pin.name in bound:
+                raise InvalidModelError(f"input size {pin.name} is fixed twice, to "
+                                        f"{bound[pin.name]} and by {pin}") from None
+            bound[pin.name] = pin.value
+
+
+def _import(model: onnx.ModelProto, inputs: dict | None, bound: dict) -> Program:
+    """One import, the input sizes named in ``bound`` taken as those numbers."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None and all(n.domain in _OTHER_DOMAINS for n in all_nodes(model.graph)):
         opset = onnx.defs.onnx_opset_version()  # only other domains' ops: no default op reads it
     if opset is None:
         raise InvalidModelError("the model imports no version of the default ONNX domain")
     shared = Shared(opset, model.graph)
-    shared.pinned = _pinned(model.graph, inputs or {})
+    shared.pinned, shared.bound = _pinned(model.graph, inputs or {}), bound
     _precheck(model.graph, shared)
     importer = GraphImporter(model.graph, shared, "main", {})
     block = importer.main_block()
@@ -163,6 +176,8 @@ class Shared:
         infos = [v for g in all_graphs(graph) for v in list(g.value_info) + list(g.output)]
         self.types = {v.name: v.type for v in infos}
         self.pinned: dict = {}  # graph inputs pinned to values (from_onnx's ``inputs``)
+        self.bound: dict = {}  # input size names a node fixed: name -> int (ctx.pin)
+        self.input_symbols: set = set()  # the names of the main graph inputs' sizes
         self.graph_names = FreshNames()
 
     def graph_name(self, hint: str) -> str:
@@ -311,7 +326,11 @@ class GraphImporter:
             tensor_type = value.type.tensor_type
             shape = [self._dim(d, value.name, axis)
                      for axis, d in enumerate(tensor_type.shape.dim)]
-            dtype = dtype_of(tensor_type.elem_type, value.name)
+            try:
+                dtype = dtype_of(tensor_type.elem_type, value.name)
+            except UnsupportedOpError as exc:  # a string input: name the nodes it feeds
+                raise UnsupportedOpError(f"{exc} (read by {_readers(self.graph, value.name)})") \
+                    from None
             boundary = Boundary(self.names(value.name), TensorType(tuple(shape), dtype))
             self.env[value.name] = boundary
             values.append(boundary)
@@ -323,9 +342,12 @@ class GraphImporter:
                 raise InvalidModelError(f"input {input_name!r} of graph {self.graph.name!r}: "
                                         f"axis {axis} has the negative size {dim.dim_value}")
             return int(dim.dim_value)
-        if dim.HasField("dim_param"):
-            return as_dim(symbol_name(dim.dim_param))
-        return as_dim(symbol_name(f"{input_name}_{axis}"))  # unnamed: name it after its place
+        name = symbol_name(dim.dim_param if dim.HasField("dim_param") else
+                           f"{input_name}_{axis}")  # unnamed: named after its place
+        if name in self.shared.bound:  # a weight fixes it (NodeContext.pin)
+            return self.shared.bound[name]
+        self.shared.input_symbols.add(name)
+        return as_dim(name)
 
     def check_declared(self, name: str, value) -> None:
         """A type the model declares for ``name`` (value_info, a graph output) must be the
@@ -389,6 +411,8 @@ class GraphImporter:
         becomes an InvalidModelError naming the ONNX node, the original kept as its cause."""
         try:
             yield
+        except PinnedSize:
+            raise  # from_onnx imports again
         except (UnsupportedOpError, NotImplementedError, ShapeError) as exc:
             self.problems.append((_message(exc), node))
             self._bind(node, [_POISONED] * len(node.output))
@@ -406,6 +430,13 @@ class GraphImporter:
             if value is None and name in self.last_use:
                 raise UnsupportedOpError(f"output {i} ({name}) is not computed by tdag")
             self.env[name] = value
+
+
+def _readers(graph: onnx.GraphProto, name: str) -> str:
+    """The nodes that read ``name``: op, node name and domain, as the unsupported-op report."""
+    nodes = [f"{n.op_type} (node {n.name or '<unnamed>'!r}, domain {n.domain or 'ai.onnx'})"
+             for n in graph.node if name in n.input]
+    return ", ".join(nodes[:4]) + (", ..." if len(nodes) > 4 else "") if nodes else "no node"
 
 
 def _type_of(value) -> TensorType | None:

@@ -187,6 +187,39 @@ def dim_min(a, b):
     return a if choice else b
 
 
+END = 2 ** 31  # a Slice bound at or past it means "to the end" (exporters write INT64_MAX)
+
+
+def slice_bounds(start, stop, dim) -> tuple | None:
+    """ONNX's normalisation of one axis's Slice bounds (a positive step) on Dims: a negative
+    bound counts from the end, both are clamped to [0, dim] and the stop to at least the
+    start, so ``stop - start`` is the length. Returns (start, stop, checks). Where the
+    symbols leave a clamp open (``:k`` on a causal-mask buffer of 64 rows, ``-s:`` on an
+    axis of ``t``) the bound is taken as it is, in range, and ``checks`` holds the pairs
+    (a, b) of Dims that must satisfy a <= b at run time: the shape the exporter meant
+    (``k``, not ``Min(k, 64)``, which would not broadcast against the scores), and an error
+    at run time, never a wrong shape, where it does not hold. None where the symbols leave
+    open whether a bound counts from the end (then the tensors slice it, a fresh size)."""
+    out, checks = [], []
+    for bound in (start, stop):
+        if is_static(bound) and abs(bound) >= END:
+            out.append(dim if bound > 0 else 0)
+            continue
+        sign = _sign(bound)
+        if sign is None:
+            return None
+        low, high = (0, as_dim(dim + bound)) if sign < 0 else (bound, dim)
+        inside = decide(sympy.Le(sympy.sympify(low), high))
+        if inside is None:
+            checks.append((low, high))
+        out.append(high if sign < 0 and inside is not False else
+                   0 if sign < 0 else bound if inside is not False else dim)
+    ordered = decide(sympy.Le(sympy.sympify(out[0]), out[1]))
+    if ordered is None:
+        checks.append((out[0], out[1]))
+    return out[0], out[1] if ordered is not False else out[0], checks
+
+
 def fold_compare(fn, a: Known, b: Known) -> Known | None:
     arrays = np.broadcast_arrays(a.values, b.values)
     if not fits(arrays[0].shape):

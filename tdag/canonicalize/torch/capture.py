@@ -22,6 +22,7 @@ from torch._decomp import decomposition_table
 from torch.export import Dim, ExportedProgram
 
 from tdag.canonicalize.torch.pt2.archive import Pt2Layout, check_pt2
+from tdag.canonicalize.torch.pt2.pytrees import neutral_spec
 from tdag.canonicalize.torch.recurrent import has_recurrence, recurrent_as_ops
 from tdag.canonicalize.torch.symbols import BATCH
 from tdag.errors import FileFormatError
@@ -162,8 +163,10 @@ def load_pt2(path) -> ExportedProgram:
     named by pytree specs, AOTInductor libraries and compilers, pickles), so tdag's own reader
     (``pt2_archive.check_pt2``: zipfile and json, no torch) checks the whole archive first,
     and only an archive that passes reaches torch, read from the same open file. While torch
-    reads it, pickles are still refused or restricted to tensors (``_no_arbitrary_unpickling``)
-    and torch's loggers are quiet; whatever torch raises becomes a FileFormatError naming the
+    reads it, pickles are still refused or restricted to tensors (``_no_arbitrary_unpickling``),
+    a pytree node of a type this process has not registered (a transformers ``ModelOutput``,
+    a user's dataclass) is read as a plain dict or tuple (``_foreign_pytrees_as_data``), and
+    torch's loggers are quiet; whatever torch raises becomes a FileFormatError naming the
     file.
     """
     path = os.fspath(path)
@@ -183,7 +186,7 @@ def _torch_load(file, path: str, layout: Pt2Layout) -> ExportedProgram:
     pre-2.7 layout, which unpickles freely, and it logs the real error instead of raising it."""
     from torch.export.pt2_archive import _package  # noqa: PLC0415  (private: only when loading)
     try:
-        with _quiet_torch_loggers(), _no_arbitrary_unpickling():
+        with _quiet_torch_loggers(), _no_arbitrary_unpickling(), _foreign_pytrees_as_data():
             _same_view(file, layout)
             file.seek(0)
             contents = _package.load_pt2(file)
@@ -257,4 +260,22 @@ def _no_arbitrary_unpickling():
     with mock.patch.object(torch, "load", weights_only_load), \
             mock.patch.object(_package, "pickle", _RefusePickle), \
             mock.patch.object(torch._C, "_pickle_load_obj", _RefusePickle.loads):
+        yield
+
+
+@contextlib.contextmanager
+def _foreign_pytrees_as_data():
+    """torch's deserializer reads each input and output spec through this (``pt2.pytrees``):
+    a node type the pytree registry lacks becomes a dict of its fields or a tuple, where
+    torch would raise "not registered" and tdag would have to import the type's module.
+    Only the deserializer's own name is patched, and only while loading; torch's cached
+    ``treespec_loads`` keeps answering the original spec as torch would."""
+    from torch._export.serde import serialize  # noqa: PLC0415  (private: only when loading)
+    real = serialize.treespec_loads
+    known = torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+
+    def treespec_loads(text: str):
+        return real(neutral_spec(text, known))
+
+    with mock.patch.object(serialize, "treespec_loads", treespec_loads):
         yield

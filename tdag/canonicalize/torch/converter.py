@@ -13,7 +13,7 @@ from tdag import ops
 from tdag.canonicalize.torch import aten
 from tdag.canonicalize.torch.aten.registry import is_inplace
 from tdag.canonicalize.torch.inplace import inplace_safe
-from tdag.canonicalize.torch.names import origin_of
+from tdag.canonicalize.torch.names import leaf_fields, origin_of
 from tdag.canonicalize.torch.recurrent import RECURRENT
 from tdag.canonicalize.torch.symbols import SymbolMap, is_symbolic
 from tdag.ops.builder import Builder
@@ -63,6 +63,9 @@ class Converter:
                         if s.kind is OutputKind.BUFFER_MUTATION}
         self.state: dict[str, Weight] = {}
         self.state_outputs: list[str] = []
+        # the field each user output has in the output pytree (``logits``), None for one
+        # reached by positions only
+        self.output_fields: list[str | None] = []
 
     # -- the walk -------------------------------------------------------------------------------
 
@@ -291,11 +294,14 @@ class Converter:
     def _outputs(self, node) -> list[Tensor]:
         values = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
         outputs, written = [], []
+        fields = iter(self._user_fields())
         for spec, value in zip(self.ep.graph_signature.output_specs, values):
             if spec.kind is OutputKind.USER_OUTPUT:
                 result = self._args(value) if isinstance(value, torch.fx.Node) else value
+                field = next(fields, None)
                 if result is not None and not isinstance(result, _Poisoned):
                     outputs.append(self._as_output(result))
+                    self.output_fields.append(field)
             elif spec.kind is OutputKind.BUFFER_MUTATION and spec.target in self.state:
                 result = self._args(value)
                 if not isinstance(result, _Poisoned):
@@ -307,6 +313,16 @@ class Converter:
                                       "not inputs or parameters",
                                       Origin(op="output", scope=spec.target or "")))
         return outputs + written
+
+    def _user_fields(self) -> list[str | None]:
+        """The field of each user output, from the program's output pytree; none where the
+        pytree and the graph do not count the same outputs."""
+        spec = self.ep.call_spec.out_spec
+        users = sum(1 for s in self.ep.graph_signature.output_specs
+                    if s.kind is OutputKind.USER_OUTPUT)
+        if spec is None or spec.num_leaves != users:
+            return []
+        return leaf_fields(spec)
 
     def _as_output(self, value) -> Tensor:
         if isinstance(value, Tensor):

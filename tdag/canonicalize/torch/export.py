@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from tdag.canonicalize.torch.capture import capture, decompose_unknown
 from tdag.canonicalize.torch.control import convert_control, has_control_flow
 from tdag.canonicalize.torch.converter import Converter, handled
-from tdag.canonicalize.torch.names import dim_names
+from tdag.canonicalize.torch.names import dim_names, name_outputs
 from tdag.errors import (
                          CaptureError,
                          ConversionError,
@@ -33,6 +33,7 @@ from tdag.errors import (
                          TdagError,
 )
 from tdag.ir.graph import TDAG
+from tdag.ir.names import FreshNames
 from tdag.ir.program import Block, Call, Program
 from tdag.refine.dataflow import prune
 
@@ -121,19 +122,23 @@ def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
     with converter.builder.active():
         converter.run()
     # drop what no output needs: statistics and indices the table computed for multi-result ops
-    graph = prune(converter.graph)
-    if not converter.state:
-        return Program.from_tdag(graph)
-    return stateful_program(graph, converter.state, converter.state_outputs)
+    graph = name_outputs(prune(converter.graph), converter.output_fields)
+    return stateful_program(graph, converter.state, converter.state_outputs,
+                            fields=converter.output_fields)
 
 
-def stateful_program(graph: TDAG, state: dict, written: list[str],
-                     name: str = "main") -> Program:
+def stateful_program(graph: TDAG, state: dict, written: list[str], name: str = "main",
+                     fields=()) -> Program:
     """The Program that calls ``graph`` once with its state: the TDAG reads each state
     buffer as an input named after it and returns the new values of ``written`` after its
-    own outputs; the call writes them back to the state dict."""
+    own outputs; the call writes them back to the state dict. The program's outputs are
+    named by ``fields`` (the output pytree's ``logits``...), else ``out0``, ``out1``..."""
     user_inputs = tuple(v for v in graph.inputs if v.name not in state)
     n_user = len(graph.outputs) - len(written)
-    outs = tuple(f"out{i}" for i in range(n_user))
+    names = FreshNames([v.name for v in graph.inputs] + list(written),
+                       variant=lambda base, k: "_" * k + base)  # out0, else _out0 ...
+    fields = list(fields) + [None] * n_user
+    outs = tuple(names.fresh(fields[i] if fields[i] is not None else f"out{i}")
+                 for i in range(n_user))
     call = Call(name, tuple(v.name for v in graph.inputs), outs + tuple(written))
-    return Program({name: graph}, Block(user_inputs, (call,), outs), state)
+    return Program({name: graph}, Block(user_inputs, (call,), outs), dict(state))

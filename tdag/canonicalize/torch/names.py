@@ -1,14 +1,19 @@
-"""Names and provenance from torch: module paths, source lines, names of dynamic dims."""
+"""Names and provenance from torch: module paths, source lines, names of dynamic dims,
+names of outputs."""
 from __future__ import annotations
 
 import inspect
 import os
 import re
+from collections import OrderedDict, defaultdict
 
 import torch
 from torch.export import ExportedProgram
 
+from tdag.canonicalize.torch.pt2.pytrees import field_names
 from tdag.canonicalize.torch.symbols import BATCH
+from tdag.ir.graph import TDAG, valid_name
+from tdag.ir.names import FreshNames
 from tdag.ir.types import Origin
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -105,3 +110,72 @@ def _tensor_specs(value, shapes):
         shapes = shapes if isinstance(shapes, dict) else {}
         for k, v in value.items():
             yield from _tensor_specs(v, shapes.get(k))
+
+
+# -- names of outputs -----------------------------------------------------------------------------
+
+def leaf_fields(spec) -> list[str | None]:
+    """The field path of each leaf of the treespec ``spec`` (``logits``, ``past.0``), read
+    from the spec alone (no object is built); None for a leaf reached by positions only,
+    as the outputs of a plain tuple.
+
+    >>> import torch.utils._pytree as pytree
+    >>> leaf_fields(pytree.tree_structure({"logits": 0, "hidden": (0, 0)}))
+    ['logits', 'hidden.0', 'hidden.1']
+    >>> leaf_fields(pytree.tree_structure((0, 0)))
+    [None, None]
+    """
+    fields: list[str | None] = []
+    stack = [(spec, ())]
+    while stack:
+        node, path = stack.pop()
+        if node.is_leaf():
+            named = any(isinstance(key, str) for key in path)
+            fields.append(".".join(_sanitized(key) for key in path) if named else None)
+            continue
+        keys = list(_child_keys(node))
+        stack.extend(reversed([(child, path + (key,))
+                               for key, child in zip(keys, node.children())]))
+    return fields
+
+
+def _child_keys(node):
+    """The key of each child of a pytree node: dict keys, a namedtuple's or a dataclass's
+    field names, a ModelOutput's; positions otherwise."""
+    count, context = node.num_children, node.context
+    if node.type in (dict, OrderedDict):
+        keys = list(context)
+    elif node.type is defaultdict:
+        keys = list(context[1])
+    elif isinstance(getattr(context, "_fields", None), tuple):  # a namedtuple's class
+        keys = list(context._fields)
+    else:
+        keys = field_names(context, count)
+    if keys is None or len(keys) != count:
+        return range(count)
+    return [key if isinstance(key, (str, int)) else repr(key) for key in keys]
+
+
+def _sanitized(key) -> str:
+    return str(key) if isinstance(key, int) else re.sub(r"[^A-Za-z0-9_]", "_", key) or "_"
+
+
+def name_outputs(graph: TDAG, fields) -> TDAG:
+    """``graph`` with the node behind each output renamed to that output's field (None
+    keeps a name); a name another value holds gets a suffix (``logits_1``). Inputs and
+    weights returned as they are keep their names."""
+    produced = {n.name for n in graph.nodes}
+    names = FreshNames({v.name for v in graph.inputs} | set(graph.weights) | produced)
+    rename: dict[str, str] = {}
+    for output, field in zip(graph.outputs, fields):
+        if field is None or output not in produced or output in rename or field == output:
+            continue
+        new = names.fresh(field)
+        if valid_name(new):
+            rename[output] = new
+    if not rename:
+        return graph
+    nodes = tuple(n.replace(name=rename.get(n.name, n.name),
+                            inputs=tuple(rename.get(i, i) for i in n.inputs))
+                  for n in graph.nodes)
+    return graph.replace(nodes=nodes, outputs=tuple(rename.get(o, o) for o in graph.outputs))

@@ -176,6 +176,9 @@ class GraphBuilder:
             return out
         if isinstance(e, sympy.Mod):
             return self.node("Mod", [self._expr(e.args[0]), self._expr(e.args[1])])
+        if isinstance(e, (sympy.Max, sympy.Min)):  # a Slice bound clamped to its axis
+            return self.node("Max" if isinstance(e, sympy.Max) else "Min",
+                             [self._expr(a) for a in e.args])
         raise UnsupportedOpError(f"cannot compute the dimension {e} in ONNX")
 
     def shape(self, dims, minus_one: bool = True) -> str:

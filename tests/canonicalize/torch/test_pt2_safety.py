@@ -271,10 +271,44 @@ def test_a_pytree_spec_that_imports_a_module_is_refused(seed, tmp_path, monkeypa
     assert not marker.exists()
 
 
-def _in_spec(spec: str):
+def _in_spec(spec: str, key: str = "in_spec"):
     def change(program):
-        program["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = spec
+        program["graph_module"]["module_call_graph"][0]["signature"][key] = spec
     return change
+
+
+def test_a_pytree_type_naming_a_module_is_read_as_data_not_imported(seed, tmp_path,
+                                                                     monkeypatch):
+    """A node type tdag has not registered (a ModelOutput, a user's dataclass, here a module
+    that would write a marker when imported) becomes a dict of its fields, or a tuple where
+    its context names none: the archive loads, the output is named by the field, and the
+    module is never imported."""
+    marker = tmp_path / "imported"
+    module = "tdag_pt2_foreign_type_module"
+    (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                           f"class Out(dict): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    leaf = {"type": None, "context": None, "children_spec": []}
+    inputs = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [
+        {"type": f"{module}.Args", "context": json.dumps(None), "children_spec": [leaf]},
+        {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]
+    x = torch.randn(3, 4)
+    reference = tdag.run(tdag.from_torch(seed), x)
+    for context, name in (('["y"]', "y"), ('[["y"], ["unused"]]', "y"), ("7", "out0")):
+        outputs = [1, {"type": f"{module}.Out", "context": context, "children_spec": [leaf]}]
+        def change(program, outputs=outputs):
+            _in_spec(json.dumps(inputs))(program)
+            _in_spec(json.dumps(outputs), "out_spec")(program)
+        path = _rewrite(seed, tmp_path / "foreign.pt2", _edit_json(MODEL_JSON, change))
+        prog = tdag.from_torch(path)
+        assert prog.main.outputs == (name,)
+        torch.testing.assert_close(tdag.run(prog, x), reference)
+    assert not marker.exists() and module not in sys.modules
+    # the rewrite lives only inside tdag's load: torch's own reader still refuses the type
+    assert torch._export.serde.serialize.treespec_loads is torch.utils._pytree.treespec_loads
+    with pytest.raises(NotImplementedError, match="not registered"):
+        torch.utils._pytree.treespec_loads(json.dumps(outputs))
+    assert not marker.exists()
 
 
 def test_guards_that_run_code_are_refused(seed, tmp_path):

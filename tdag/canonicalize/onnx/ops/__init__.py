@@ -19,7 +19,12 @@ import that does: onnx/importer.py imports it). ``OPS.where(op)`` names an op's 
     resize        Resize, Upsample
     quant         QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearConv, ...
     loss          NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-    ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor, TreeEnsemble; TfIdfVectorizer
+    ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor (and ML_OPS); TfIdfVectorizer
+    ml_linear     ai.onnx.ml's LinearClassifier, LinearRegressor
+    ml_svm        ai.onnx.ml's SVMClassifier, SVMRegressor
+    ml_trees      ai.onnx.ml's TreeEnsemble, TreeEnsembleClassifier, TreeEnsembleRegressor
+    ml_features   ai.onnx.ml's Scaler, Normalizer, OneHotEncoder, Imputer, FeatureVectorizer,
+                  ZipMap (ml_scores: what the ml_* predictors share)
     functions     ops the standard defines by a function body (SwiGLU, ...), LinearAttention
     training      ai.onnx.preview.training's Adagrad, Adam, Momentum
     vision        GridSample, AffineGrid, RoiAlign, DeformConv, NonMaxSuppression, Col2Im, ...
@@ -36,6 +41,10 @@ from tdag.canonicalize.onnx.ops import (  # noqa: F401
     linalg,
     loss,
     ml,
+    ml_features,
+    ml_linear,
+    ml_svm,
+    ml_trees,
     movement,
     norm,
     passthrough,

@@ -21,6 +21,8 @@ from tdag.ir.symbols import is_static
 @register("Conv")
 def _conv(ctx, x, w, b=None):
     x, w = ctx.tensor(x), ctx.tensor(w)
+    if x.ndim > 1 and w.ndim > 1:  # the weight fixes the channels an input names
+        ctx.pin(x.shape[1], w.shape[1] * group_count(ctx))
     kernel = kernel_shape(ctx, x, w.shape[2:])
     strides, dilations, begins, ends = window_attrs(ctx, x, kernel)
     x, padding = pre_pad(x, begins, ends)
@@ -31,6 +33,8 @@ def _conv(ctx, x, w, b=None):
 @register("ConvTranspose")
 def _conv_transpose(ctx, x, w, b=None):
     x, w = ctx.tensor(x), ctx.tensor(w)
+    if x.ndim > 1 and w.ndim > 1:
+        ctx.pin(x.shape[1], w.shape[0])
     kernel = kernel_shape(ctx, x, w.shape[2:])
     n = len(kernel)
     strides = ctx.sizes("strides", n, 1, least=1)

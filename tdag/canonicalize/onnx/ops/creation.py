@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy
 import torch
 from onnx import numpy_helper
 
@@ -17,9 +18,10 @@ from tdag import ops
 from tdag.canonicalize.onnx import runtime
 from tdag.canonicalize.onnx.load import dense_of_sparse, dtype_of, tensor_of
 from tdag.canonicalize.onnx.ops.table import is_constant, norm_axis, register
-from tdag.canonicalize.onnx.values import MAX_TABLE, Known, fits, known_of
+from tdag.canonicalize.onnx.values import MAX_TABLE, Known, dim_max, fits, known_of
 from tdag.errors import InvalidModelError, UnsupportedOpError
-from tdag.ir.symbols import is_static, product
+from tdag.ir.symbols import as_dim, floordiv, is_static, product
+from tdag.ops.creation import dim_tensor
 from tdag.ir.types import DType, TensorKind
 
 
@@ -75,12 +77,12 @@ def _constant_of_shape(ctx, shape):
     dims = ctx.ints(shape, "shape")
     if any(is_static(d) and d < 0 for d in dims):
         raise InvalidModelError(f"ConstantOfShape: the shape {dims} has a negative size")
-    if fits(dims):
-        known = known_of(value.expand(*dims).clone())
+    if fits(dims):  # an empty shape is a scalar (torch's expand() needs a tuple for it)
+        known = known_of(value.expand(tuple(int(d) for d in dims)).clone())
         if known is not None:
             return known
     if all(is_static(d) for d in dims):  # a weight the file fills: a const, one element big
-        return ctx.const_tensor(value.expand(*dims))
+        return ctx.const_tensor(value.expand(tuple(int(d) for d in dims)))
     return ops.full(tuple(dims), value.item(), DType.of(value.dtype))
 
 
@@ -88,6 +90,7 @@ def _constant_of_shape(ctx, shape):
 def _range(ctx, start, limit, delta):
     if not all(is_constant(ctx, v) for v in (start, limit, delta)):
         return runtime.range_(ctx, start, limit, delta, ctx.tensor(start).dtype)
+    start_given, limit_given, delta_given = start, limit, delta
     start, limit, delta = (ctx.scalar(v, what) for v, what in
                            ((start, "start"), (limit, "limit"), (delta, "delta")))
     out_type = ctx.importer.types.get(ctx.node.output[0])
@@ -97,7 +100,18 @@ def _range(ctx, start, limit, delta):
     static = all(is_static(v) or isinstance(v, float) for v in (start, limit, delta))
     if static and math.ceil((limit - start) / delta) <= MAX_TABLE:  # else a lazy arange
         return ctx.const_tensor(torch.arange(start, limit, delta, dtype=dtype.torch))
-    return ops.arange(start, limit, delta, dtype)
+    if static:
+        return ops.arange(start, limit, delta, dtype)
+    if dtype.is_float or not is_static(delta):  # symbolic float bounds or step: as data
+        return runtime.range_(ctx, start_given, limit_given, delta_given, dtype)
+    # positions past a symbolic size (a KV cache's ``Range(past, past + seq)``): the count
+    # max(ceil((limit - start) / delta), 0) stays a Dim, the start is read from the shapes
+    count = dim_max(floordiv(as_dim(abs(delta) - 1 + (limit - start if delta > 0 else
+                                                       start - limit)), abs(delta)), 0)
+    out = ops.mul(ops.iota(count, DType.i64, ctx.builder), delta)
+    if not (is_static(start) and start == 0):
+        out = ops.add(out, dim_tensor(sympy.sympify(start)) if not is_static(start) else start)
+    return ops.cast(out, dtype)
 
 
 # -- diagonals, triangles and one-hots -------------------------------------------------------------

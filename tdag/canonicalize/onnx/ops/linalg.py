@@ -10,7 +10,11 @@ from tdag.ops import linalg
 
 @register("MatMul")
 def _matmul(ctx, a, b):
-    return ops.matmul(ctx.tensor(a), ctx.tensor(b))
+    a, b = ctx.tensor(a), ctx.tensor(b)
+    if a.ndim > 0 and b.ndim > 1:  # a weight fixes the features an input names
+        ctx.pin(a.shape[-1], b.shape[-2])
+        ctx.pin(b.shape[-2], a.shape[-1])
+    return ops.matmul(a, b)
 
 
 @register("Gemm")
@@ -20,6 +24,9 @@ def _gemm(ctx, a, b, c=None):
         a = ops.permute(a, 1, 0)
     if ctx.flag("transB", 0):
         b = ops.permute(b, 1, 0)
+    if a.ndim == 2 and b.ndim == 2:
+        ctx.pin(a.shape[1], b.shape[0])
+        ctx.pin(b.shape[0], a.shape[1])
     y = ops.matmul(a, b)
     alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
     if alpha != 1.0:

@@ -20,8 +20,9 @@ from tdag.canonicalize.onnx.ops.table import (
     norm_axis,
     register,
 )
-from tdag.canonicalize.onnx.values import MAX_TABLE, Known, fits
+from tdag.canonicalize.onnx.values import END, MAX_TABLE, Known, fits, slice_bounds
 from tdag.ops import writes
+from tdag.ops.creation import dim_tensor
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import as_dim, is_static, product
 from tdag.ir.types import DType
@@ -152,9 +153,6 @@ def _check_split(ctx, sizes: list, dim) -> None:
                                 f"{ctx.num_outputs} outputs")
 
 
-_HUGE = 2 ** 31  # ONNX writes "to the end" as INT64_MAX (and INT32_MAX)
-
-
 @register("Slice")
 def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
     if ctx.opset < 10:
@@ -165,8 +163,12 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
                               [int(a) for a in known_axes.dims()] if known_axes is not None
                               else axes, steps)
     else:
+        given = starts, ends, axes, steps
         starts, ends = ctx.ints(starts, "starts"), ctx.ints(ends, "ends")
         axes, steps = ctx.ints(axes, "axes"), ctx.ints(steps, "steps")
+        if not _decided(x, starts, ends, axes, steps):  # as data: each length a fresh size
+            return runtime.slice_(ctx, x, *given[:2], [int(a) for a in axes] if axes
+                                  else None, given[3])
     rank = len(x.shape)
     axes = list(norm_axes(axes, rank)) if axes else list(range(len(starts)))
     steps = [int(s) for s in steps] if steps else [1] * len(starts)
@@ -185,6 +187,28 @@ def _slice(ctx, x, starts=None, ends=None, axes=None, steps=None):
         ctx.tensor(x), axes, starts, ends, steps))
 
 
+def _decided(x, starts, ends, axes, steps) -> bool:
+    """Whether the symbols decide, for each bound on a symbolic axis, if it counts from the
+    end (``-s`` does, ``t - s`` is open)."""
+    rank = len(x.shape)
+    axes = list(norm_axes(axes, rank)) if axes else list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    return all(slice_bounds(b, e, x.shape[a]) is not None
+               for a, b, e, s in zip(axes, starts, ends, steps)
+               if is_static(s) and s > 0 and not all(is_static(v) for v in (b, e, x.shape[a])))
+
+
+def _checked(x, axis, checks):
+    """``x`` read through an identity gather along ``axis`` that raises at run time unless
+    a <= b for each pair of Dims (a Slice's bounds lie in its axis, as its shape assumes)."""
+    ok = None
+    for low, high in checks:
+        holds = ops.le(dim_tensor(sympy.sympify(low)), dim_tensor(sympy.sympify(high)))
+        ok = holds if ok is None else ops.logical_and(ok, holds)
+    index = ops.add(ops.iota(x.shape[axis], DType.i64, x.builder), ops.checked_zero(ok))
+    return ops.gather(x, index, axis, wrap=False)
+
+
 def _slice_axes(x, axes, starts, ends, steps):
     for a, b, e, s in zip(axes, starts, ends, steps):
         x = _slice_axis(x, a, b, e, s)
@@ -194,15 +218,17 @@ def _slice_axes(x, axes, starts, ends, steps):
 def _slice_axis(x, axis, start, stop, step):
     dim = x.shape[axis]
     if step > 0:
-        start = 0 if is_static(start) and start <= -_HUGE else start
-        stop = None if is_static(stop) and stop >= _HUGE else stop
-        return ops.slice(x, axis, start, stop, step)
+        if all(is_static(v) for v in (start, stop, dim)):
+            return ops.slice(x, axis, *slice(start, stop).indices(dim)[:2], step)
+        start, stop, checks = slice_bounds(start, stop, dim)  # decided: _decided
+        x = ops.slice(x, axis, start, stop, step)
+        return _checked(x, axis, checks) if checks else x
     if not is_static(dim):
         raise UnsupportedOpError(f"Slice: a negative step on the symbolic axis {dim}")
     if dim > MAX_TABLE:
         raise UnsupportedOpError(f"Slice: a negative step on an axis of {dim} (more than "
                                  f"{MAX_TABLE}, the size of index table tdag builds)")
-    index = list(range(dim))[slice(max(min(start, _HUGE), -_HUGE), max(stop, -dim - 1), step)]
+    index = list(range(dim))[slice(max(min(start, END), -END), max(stop, -dim - 1), step)]
     return ops.gather(x, x.builder.const(torch.tensor(index, dtype=torch.int64)), axis)
 
 

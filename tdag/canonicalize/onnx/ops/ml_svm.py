@@ -1,0 +1,242 @@
+"""The ONNX op table, ai.onnx.ml's support vector machines, SVMClassifier and SVMRegressor
+(skl2onnx's SVC, NuSVC, SVR, OneClassSVM ...), as onnxruntime computes them.
+
+The kernel of the rows X [N, F] and the support vectors V [S, F] (``kernel_params`` gamma,
+coef0, degree): LINEAR X V^T; POLY (gamma X V^T + coef0)^degree; RBF exp(-gamma |x - v|^2);
+SIGMOID tanh(gamma X V^T + coef0). Without support vectors the model is linear (liblinear):
+X W^T + rho[0].
+
+SVMClassifier, one-vs-one: the score of each class pair (i < j, in order) is one matmul of
+the kernel row with a static [S, pairs] matrix (the dual coefficients of i's vectors for j
+and of j's for i) plus rho, summed in float64 as onnxruntime sums; each pair votes for i if
+its score is > 0, else for j; the label is the first class with the most votes. The scores
+output is the pair scores (two columns [-s, s], or [1-s, s] under a post_transform, for two
+classes), or, with ``prob_a``/``prob_b``, the class probabilities of libsvm's pairwise
+coupling: each pair's Platt probability, clipped to [1e-7, 1 - 1e-7], then onnxruntime's
+``multiclass_probability``, its 100 sweeps unrolled with the early stop as a per-row freeze
+(exact, however the rows converge, at 100 sweeps of graph whatever the data).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tdag import ops
+from tdag.canonicalize.onnx.ops.ml_scores import (
+    array,
+    const,
+    int_labels,
+    logistic,
+    pick_labels,
+    post_transform,
+    rows,
+    transform,
+    two_columns,
+)
+from tdag.canonicalize.onnx.ops.table import register
+from tdag.errors import InvalidModelError
+from tdag.ir.types import DType
+
+SVM_OPS = ("SVMClassifier", "SVMRegressor")
+KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+_SWEEPS = 100  # multiclass_probability's iteration limit
+
+
+def _kernel(ctx, x, vectors: np.ndarray, kind: str):
+    """The kernel of each row with each support vector: [N, S]."""
+    params = list(array(ctx, "kernel_params", np.zeros(3))[:3])
+    gamma, coef0, degree = (float(np.float32(p)) for p in params + [0] * (3 - len(params)))
+    table = const(x, vectors.astype(np.float32))
+    if kind == "RBF":
+        diff = ops.sub(ops.unsqueeze(x, 1), ops.unsqueeze(table, 0))
+        return ops.exp(ops.mul(ops.sum(ops.mul(diff, diff), 2), -gamma))
+    dot = ops.matmul(x, ops.transpose(table, 0, 1))
+    if kind == "LINEAR":
+        return dot
+    dot = ops.add(ops.mul(dot, gamma), coef0)
+    if kind == "SIGMOID":
+        return ops.tanh(dot)
+    if degree == 2:
+        return ops.mul(dot, dot)
+    if degree == 3:
+        return ops.mul(ops.mul(dot, dot), dot)
+    return ops.pow(dot, degree)
+
+
+def _vectors(ctx, count: int, features: int) -> np.ndarray:
+    vectors = array(ctx, "support_vectors", np.zeros(0))
+    if len(vectors) != count * features:
+        raise InvalidModelError(f"{ctx.node.op_type}: {len(vectors)} support vector values for "
+                                f"{count} vectors of {features} features")
+    return vectors.reshape(count, features)
+
+
+def _linear(ctx, x, coefficients: np.ndarray, outputs: int, rho: float):
+    """liblinear mode: X W^T + rho[0]."""
+    features = x.shape[1]
+    if len(coefficients) != outputs * features:
+        raise InvalidModelError(f"{ctx.node.op_type}: {len(coefficients)} coefficients for "
+                                f"{outputs} output(s) of {features} features")
+    weight = const(x, coefficients.astype(np.float32).reshape(outputs, features).T)
+    return ops.add(ops.matmul(x, weight), rho)
+
+
+@register("SVMRegressor")
+def _svm_regressor(ctx, x):
+    """One target: sum of dual coefficients times kernel, + rho[0]; one_class: sign to +-1.
+    onnxruntime ignores post_transform here, and so does tdag."""
+    x = rows(ctx, x)
+    coefficients, rho = array(ctx, "coefficients"), array(ctx, "rho")
+    if coefficients is None or rho is None:
+        raise InvalidModelError("SVMRegressor: coefficients and rho are required")
+    count = ctx.attr("n_supports", 0)
+    if count > 0:
+        kernel = _kernel(ctx, x, _vectors(ctx, count, x.shape[1]),
+                         ctx.choice("kernel_type", "LINEAR", KERNELS))
+        if len(coefficients) != count:
+            raise InvalidModelError(f"SVMRegressor: {len(coefficients)} coefficients for "
+                                    f"{count} support vectors")
+        weight = const(x, coefficients.astype(np.float32).reshape(count, 1))
+        y = ops.add(ops.matmul(kernel, weight), float(rho[0]))
+    else:
+        y = _linear(ctx, x, coefficients, 1, float(rho[0]))
+    if ctx.attr("one_class", 0):
+        y = ops.where(ops.gt(y, 0.0), 1.0, -1.0)
+    return y
+
+
+@register("SVMClassifier")
+def _svm_classifier(ctx, x):
+    x = rows(ctx, x)
+    labels, kind = int_labels(ctx), post_transform(ctx)
+    classes = len(labels)
+    coefficients, rho = array(ctx, "coefficients"), array(ctx, "rho")
+    prob_a, prob_b = array(ctx, "prob_a", np.zeros(0)), array(ctx, "prob_b", np.zeros(0))
+    per_class = [int(v) for v in ctx.attr("vectors_per_class") or []]
+    if coefficients is None or rho is None or classes < 2:
+        raise InvalidModelError("SVMClassifier: coefficients, rho and two or more class "
+                                "labels are required")
+    if len(prob_a) != len(prob_b):
+        raise InvalidModelError("SVMClassifier: prob_a and prob_b differ in length")
+    if sum(per_class) == 0:  # liblinear: one score per class
+        scores = _linear(ctx, x, coefficients, classes, float(rho[0]))
+        label = ops.argmax(scores, 1)
+        if classes == 2 and not len(prob_a):
+            label = _linear_binary_label(coefficients, scores, label)
+        return pick_labels(labels, label, ctx), transform(ctx, scores, kind)
+    if len(per_class) != classes:
+        raise InvalidModelError(f"SVMClassifier: vectors_per_class names {len(per_class)} "
+                                f"classes, the labels {classes}")
+    count = sum(per_class)
+    pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+    if len(coefficients) < (classes - 1) * count or len(rho) < len(pairs) or \
+            (len(prob_a) and len(prob_a) < len(pairs)):
+        raise InvalidModelError("SVMClassifier: coefficients, rho or prob_a/prob_b are too "
+                                "short for the classes and vectors")
+    kernel = _kernel(ctx, x, _vectors(ctx, count, x.shape[1]),
+                     ctx.choice("kernel_type", "LINEAR", KERNELS))
+    scores = _pair_scores(x, kernel, coefficients.reshape(-1)[:(classes - 1) * count]
+                          .reshape(classes - 1, count), per_class, pairs, rho)
+    label = pick_labels(labels, ops.argmax(_votes(scores, pairs, classes), 1), ctx)
+    scores = ops.cast(scores, DType.f32)
+    if len(prob_a):
+        probabilities = _coupling(scores, pairs, classes, prob_a, prob_b)
+        return label, transform(ctx, probabilities, kind)
+    if classes == 2:
+        return label, two_columns(ctx, ops.select(scores, 1, 0),
+                                  "mirror" if kind == "NONE" else "complement", kind)
+    return label, transform(ctx, scores, kind)
+
+
+def _linear_binary_label(coefficients, scores, label):
+    """onnxruntime's ChooseClass for two classes without probabilities: class 1 where the
+    top score is >= 0.5 (all weights >= 0) or > 0 (some negative), else the top class."""
+    top = ops.amax(scores, 1)
+    high = ops.ge(top, 0.5) if (coefficients >= 0).all() else ops.gt(top, 0.0)
+    return ops.where(high, 1, label)
+
+
+def _pair_scores(x, kernel, coefficients: np.ndarray, per_class, pairs, rho):
+    """[N, pairs] float64: for pair (i, j), i's vectors weighted by their coefficients for j
+    (row j-1), j's by theirs for i (row i), plus rho."""
+    starts = np.cumsum([0] + per_class)
+    weight = np.zeros((int(starts[-1]), len(pairs)))
+    for p, (i, j) in enumerate(pairs):
+        weight[starts[i]:starts[i + 1], p] = coefficients[j - 1, starts[i]:starts[i + 1]]
+        weight[starts[j]:starts[j + 1], p] = coefficients[i, starts[j]:starts[j + 1]]
+    # onnxruntime multiplies in float32 and sums in float64
+    terms = ops.cast(ops.unsqueeze(kernel, 2), DType.f64)
+    weight32 = weight.astype(np.float32).astype(np.float64)
+    products = ops.cast(ops.cast(ops.mul(terms, const(x, weight32)), DType.f32), DType.f64)
+    total = ops.sum(products, 1)
+    return ops.add(total, x.builder.const(rho[:len(pairs)].astype("float32")
+                                          .astype("float64").tolist(), DType.f64))
+
+
+def _votes(scores, pairs, classes: int):
+    """[N, classes] float: the votes each class won, pair (i, j) voting i where its score > 0."""
+    win = np.zeros((len(pairs), classes), "float32")
+    lose = np.zeros((len(pairs), classes), "float32")
+    for p, (i, j) in enumerate(pairs):
+        win[p, i], lose[p, j] = 1.0, 1.0
+    positive = ops.cast(ops.gt(scores, 0.0), DType.f32)
+    negative = ops.sub(1.0, positive)
+    return ops.add(ops.matmul(positive, const(scores, win)),
+                   ops.matmul(negative, const(scores, lose)))
+
+
+def _coupling(scores, pairs, classes: int, prob_a, prob_b):
+    """libsvm's pairwise coupling as onnxruntime's multiclass_probability computes it."""
+    r = [[None] * classes for _ in range(classes)]
+    for p, (i, j) in enumerate(pairs):
+        s = ops.select(scores, 1, p)
+        value = ops.sub(1.0, logistic(ops.add(ops.mul(s, float(np.float32(prob_a[p]))),
+                                              float(np.float32(prob_b[p])))))
+        value = ops.minimum(ops.maximum(value, 1e-7), float(np.float32(1) - np.float32(1e-7)))
+        r[i][j], r[j][i] = value, ops.sub(1.0, value)
+    q = [[None] * classes for _ in range(classes)]  # Q as onnxruntime fills it
+    for i in range(classes):
+        diagonal = None
+        for j in range(classes):
+            if j == i:
+                continue
+            term = ops.mul(r[j][i], r[j][i])
+            diagonal = term if diagonal is None else ops.add(diagonal, term)
+            if j > i:
+                q[i][j] = ops.neg(ops.mul(r[j][i], r[i][j]))
+                q[j][i] = q[i][j]
+        q[i][i] = diagonal
+    # one [N] tensor per class, so no op broadcasts (graph size: 100 sweeps of it)
+    rows = scores.shape[0]
+    one = ops.full((rows,), 1.0, DType.f32, like=scores)
+    eps = ops.full((rows,), float(np.float32(0.005) / np.float32(classes)), DType.f32,
+                   like=scores)
+    p = [ops.full((rows,), float(np.float32(1) / np.float32(classes)), DType.f32, like=scores)
+         for _ in range(classes)]
+    done = ops.full((rows,), False, "bool", like=scores)
+    for _ in range(_SWEEPS):
+        qp = [_sum([ops.mul(q[i][j], p[j]) for j in range(classes)]) for i in range(classes)]
+        pqp = _sum([ops.mul(p[i], qp[i]) for i in range(classes)])
+        errors = [ops.abs(ops.sub(qp[i], pqp)) for i in range(classes)]
+        error = errors[0]
+        for other in errors[1:]:
+            error = ops.where(ops.gt(other, error), other, error)
+        done = ops.logical_or(done, ops.lt(error, eps))  # onnxruntime breaks here
+        swept = list(p)
+        for i in range(classes):
+            diff = ops.div(ops.sub(pqp, qp[i]), q[i][i])
+            grow = ops.add(diff, one)
+            swept[i] = ops.add(swept[i], diff)
+            step = ops.add(ops.mul(diff, q[i][i]), ops.add(qp[i], qp[i]))
+            pqp = ops.div(ops.div(ops.add(pqp, ops.mul(diff, step)), grow), grow)
+            qp = [ops.div(ops.add(qp[j], ops.mul(diff, q[i][j])), grow) for j in range(classes)]
+            swept = [ops.div(value, grow) for value in swept]
+        p = [ops.where(done, old, new) for old, new in zip(p, swept)]
+    return ops.stack(p, 1)
+
+
+def _sum(terms: list):
+    """Left to right, as onnxruntime's loops add."""
+    total = terms[0]
+    for term in terms[1:]:
+        total = ops.add(total, term)
+    return total

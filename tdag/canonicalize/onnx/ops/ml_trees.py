@@ -1,0 +1,405 @@
+"""The ONNX op table, ai.onnx.ml's tree ensembles: TreeEnsemble (ai.onnx.ml 5) and the
+classic TreeEnsembleClassifier / TreeEnsembleRegressor that skl2onnx writes for every
+scikit-learn tree, forest and gradient boosting model (ai.onnx.ml 1 and 3: the
+``*_as_tensor`` attributes read as the plain ones).
+
+The trees are static (attributes), so each leaf is reached exactly where the conditions on
+its path hold. TreeEnsemble sums ``where(path holds, weight, 0)`` per leaf. The classic ops
+walk each tree once from its root: a node's reach is its parent's reach AND (or AND NOT) the
+parent's condition (x[feature] <= value ..., or NaN where missing values track true); a
+tree's contribution is its leaves' reach [N, leaves] times their weights [leaves, C] (one
+leaf per row, so the product is exact), summed tree after tree as onnxruntime sums.
+
+What comes after the sum is onnxruntime's (tree_ensemble_aggregator.h), quirks included: a
+class or target that no reached leaf scores reads 0 in the output; SUM/AVERAGE/MIN/MAX, and
+one target transformed only by PROBIT; base_values added per class; for two classes the
+binary rules (one scored class: label[1] where its score > 0, or > 0.5 when every weight is
+>= 0; the scores [1-s, s] or [-s, s], s through LOGISTIC first: ml_scores.two_columns).
+String labels and a binary model whose classes are scored on some leaves only are refused.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from tdag import ops
+from tdag.canonicalize.onnx.ops.ml_scores import (
+    array,
+    const,
+    int_labels,
+    pick_labels,
+    post_transform,
+    probit,
+    transform,
+    two_columns,
+)
+from tdag.canonicalize.onnx.ops.table import register
+from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ir.types import DType
+
+TREE_OPS = ("TreeEnsemble", "TreeEnsembleClassifier", "TreeEnsembleRegressor")
+
+
+# -- TreeEnsemble -------------------------------------------------------------------------------
+
+_COMPARE = {0: ops.le, 1: ops.lt, 2: ops.ge, 3: ops.gt, 4: ops.eq, 5: ops.ne}
+_MEMBER = 6
+
+
+def _array(ctx, name: str, default=None):
+    value = ctx.attr(name)
+    if value is None:
+        return default
+    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else \
+        np.asarray(value)
+
+
+def _paths(roots, true_ids, false_ids, true_leaf, false_leaf):
+    """For each tree, its leaves and the (node, branch taken) conditions on the way there,
+    read off the static node tables."""
+    trees = []
+    for root in roots:
+        if true_leaf[root] and false_leaf[root] and true_ids[root] == false_ids[root]:
+            trees.append([(int(true_ids[root]), [])])  # a tree that is one leaf
+            continue
+        leaves, stack = [], [(int(root), [])]
+        while stack:
+            node, path = stack.pop()
+            for taken, child, is_leaf in ((True, true_ids[node], true_leaf[node]),
+                                          (False, false_ids[node], false_leaf[node])):
+                step = path + [(node, taken)]
+                (leaves.append((int(child), step)) if is_leaf else
+                 stack.append((int(child), step)))
+        trees.append(leaves)
+    return trees
+
+
+@register("TreeEnsemble")
+def _tree_ensemble(ctx, x):
+    """The trees are static (attributes), so each leaf is reached exactly where the
+    conditions on its path hold: per tree, per target, the weight of the leaf reached
+    (a sum of where(path holds, weight, 0)); then aggregated over the trees."""
+    x = ctx.tensor(x)
+    if ctx.attr("post_transform", 0) != 0:
+        raise UnsupportedOpError("TreeEnsemble: a post_transform other than NONE")
+    aggregate = ctx.attr("aggregate_function", 1)
+    modes = _array(ctx, "nodes_modes").astype(np.int64)
+    splits, features = _array(ctx, "nodes_splits"), _array(ctx, "nodes_featureids")
+    missing_true = _array(ctx, "nodes_missing_value_tracks_true", np.zeros(len(modes)))
+    weights, targets = _array(ctx, "leaf_weights"), _array(ctx, "leaf_targetids")
+    members = iter(_array(ctx, "membership_values", np.zeros(0)).tolist())
+    member_sets = {}
+    for node, mode in enumerate(modes):  # the sets, NaN-separated, in node order
+        if mode == _MEMBER:
+            member_sets[node] = _next_set(members)
+    conditions = {}
+
+    def holds(node: int):
+        if node not in conditions:
+            column = ops.select(x, 1, int(features[node]))
+            if modes[node] == _MEMBER:
+                hit = None
+                for member in member_sets[node]:
+                    eq = ops.eq(column, float(member))
+                    hit = eq if hit is None else ops.logical_or(hit, eq)
+                hit = hit if hit is not None else ops.full(tuple(column.shape), False,
+                                                            "bool", like=x)
+            else:
+                hit = _COMPARE[int(modes[node])](column, float(splits[node]))
+            if missing_true[node]:
+                hit = ops.logical_or(hit, ops.isnan(column))
+            conditions[node] = hit
+        return conditions[node]
+
+    count = ctx.attr("n_targets")
+    if aggregate not in (0, 1, 2, 3):
+        raise InvalidModelError(f"TreeEnsemble: aggregate_function {aggregate}")
+    finfo = torch.finfo(x.dtype.torch)
+    identity = {0: 0.0, 1: 0.0, 2: finfo.max, 3: finfo.min}[aggregate]  # as the reference
+    per_tree = []
+    for leaves in _paths(_array(ctx, "tree_roots"), _array(ctx, "nodes_truenodeids"),
+                         _array(ctx, "nodes_falsenodeids"), _array(ctx, "nodes_trueleafs"),
+                         _array(ctx, "nodes_falseleafs")):
+        columns = []
+        for target in range(count):
+            value = ops.full((x.shape[0],), identity if aggregate in (2, 3) else 0.0,
+                             x.dtype, like=x)
+            for leaf, path in leaves:
+                if targets[leaf] != target:
+                    continue
+                reached = None
+                for node, taken in path:
+                    c = holds(node) if taken else ops.logical_not(holds(node))
+                    reached = c if reached is None else ops.logical_and(reached, c)
+                if reached is None:
+                    value = ops.full((x.shape[0],), float(weights[leaf]), x.dtype, like=x)
+                else:
+                    value = ops.where(reached, float(weights[leaf]), value)
+            columns.append(value)
+        per_tree.append(ops.stack(columns, 1))
+    stacked = ops.stack(per_tree, 0)
+    if aggregate in (0, 1):
+        total = ops.sum(stacked, 0)
+        return ops.div(total, float(len(per_tree))) if aggregate == 0 else total
+    init = ops.full((x.shape[0], count), identity, x.dtype, like=x)
+    reduce = ops.amin if aggregate == 2 else ops.amax
+    return reduce(ops.concat([ops.unsqueeze(init, 0), stacked], 0), 0)
+
+
+def _next_set(members) -> list:
+    """The values up to the next NaN."""
+    out = []
+    for value in members:
+        if np.isnan(value):
+            break
+        out.append(value)
+    return out
+
+
+# -- TreeEnsembleClassifier, TreeEnsembleRegressor --------------------------------------------
+
+_BRANCHES = {"BRANCH_LEQ": ops.le, "BRANCH_LT": ops.lt, "BRANCH_GTE": ops.ge,
+             "BRANCH_GT": ops.gt, "BRANCH_EQ": ops.eq, "BRANCH_NEQ": ops.ne}
+
+
+class _Forest:
+    """The static trees of a classic tree op, walked once: ``leaves[t]`` lists tree t's
+    leaves as ((tree id, node id), reach), reach a bool [N] tensor (None: always)."""
+
+    def __init__(self, ctx, x):
+        x = ctx.tensor(x)
+        if x.dtype not in (DType.f32, DType.f64, DType.i32, DType.i64):
+            raise UnsupportedOpError(f"{ctx.node.op_type}: input of type {x.dtype}")
+        x = ops.unsqueeze(x, 0) if x.ndim == 1 else x
+        if x.ndim != 2:
+            raise UnsupportedOpError(f"{ctx.node.op_type}: input of rank {x.ndim} (1 or 2 read)")
+        values = array(ctx, "nodes_values", np.zeros(0))
+        wide = values.dtype == np.float64 or x.dtype == DType.f64  # thresholds compared in f64
+        self.x, self.ctx = ops.cast(x, DType.f64 if wide else DType.f32), ctx
+        self.rows = x.shape[0]
+        trees, ids = _ints(ctx, "nodes_treeids"), _ints(ctx, "nodes_nodeids")
+        modes = [m.decode() if isinstance(m, bytes) else m for m in ctx.attr("nodes_modes") or []]
+        count = len(ids)
+        if not (len(trees) == len(modes) == count):
+            raise InvalidModelError(f"{ctx.node.op_type}: nodes_treeids, nodes_nodeids and "
+                                    "nodes_modes differ in length")
+        self.node = {(int(t), int(n)): k for k, (t, n) in enumerate(zip(trees, ids))}
+        self.modes, self.values = modes, values
+        self.features = _ints(ctx, "nodes_featureids")
+        self.true, self.false = _ints(ctx, "nodes_truenodeids"), _ints(ctx, "nodes_falsenodeids")
+        self.missing = _ints(ctx, "nodes_missing_value_tracks_true", count)
+        self.trees = trees
+        for mode in set(modes) - set(_BRANCHES) - {"LEAF"}:
+            raise InvalidModelError(f"{ctx.node.op_type}: node mode {mode!r}")
+        branches = [k for k in range(count) if modes[k] != "LEAF"]
+        if any(len(a) < count for a in (values, self.features, self.true, self.false)) and \
+                branches:
+            raise InvalidModelError(f"{ctx.node.op_type}: a nodes_* attribute is too short")
+        children = {(int(trees[k]), int(c)) for k in branches
+                    for c in (self.true[k], self.false[k])}
+        roots = [k for k in range(count) if (int(trees[k]), int(ids[k])) not in children]
+        self.conditions: dict = {}
+        self.leaves = [self._walk(k) for k in roots]
+
+    def _condition(self, k: int):
+        if k not in self.conditions:
+            column = ops.select(self.x, 1, int(self.features[k]))
+            hit = _BRANCHES[self.modes[k]](column, float(self.values[k]))
+            if self.missing[k]:
+                hit = ops.logical_or(hit, ops.isnan(column))
+            self.conditions[k] = hit
+        return self.conditions[k]
+
+    def _walk(self, root: int) -> list:
+        leaves, stack, seen = [], [(root, None)], set()
+        while stack:
+            k, reach = stack.pop()
+            if k in seen:
+                raise InvalidModelError(f"{self.ctx.node.op_type}: tree {int(self.trees[k])} "
+                                        "reaches a node twice")
+            seen.add(k)
+            tree = int(self.trees[k])
+            if self.modes[k] == "LEAF":
+                leaves.append(((tree, int(k)), reach))
+                continue
+            hit = self._condition(k)
+            for child, cond in ((self.true[k], hit), (self.false[k], ops.logical_not(hit))):
+                if (tree, int(child)) not in self.node:
+                    raise InvalidModelError(f"{self.ctx.node.op_type}: tree {tree} has no "
+                                            f"node {int(child)}")
+                both = cond if reach is None else ops.logical_and(reach, cond)
+                stack.append((self.node[(tree, int(child))], both))
+        return leaves
+
+    def weights(self, prefix: str, classes: int, reduce=np.add):
+        """Per leaf (by node index) the weight of each class [C] and whether it has one."""
+        tree_ids = _ints(self.ctx, f"{prefix}_treeids")
+        node_ids, ids = _ints(self.ctx, f"{prefix}_nodeids"), _ints(self.ctx, f"{prefix}_ids")
+        weights = array(self.ctx, f"{prefix}_weights", np.zeros(0))
+        if not (len(tree_ids) == len(node_ids) == len(ids) == len(weights)):
+            raise InvalidModelError(f"{self.ctx.node.op_type}: the {prefix}_* attributes differ "
+                                    "in length")
+        table: dict = {}
+        for t, n, c, w in zip(tree_ids, node_ids, ids, weights):
+            if not 0 <= c < classes or (int(t), int(n)) not in self.node:
+                raise InvalidModelError(f"{self.ctx.node.op_type}: a weight for class {int(c)} "
+                                        f"of {classes}, or of no node (tree {t}, node {n})")
+            value, has = table.setdefault(self.node[(int(t), int(n))],
+                                          (np.zeros(classes), np.zeros(classes, bool)))
+            value[c] = reduce(value[c], np.float32(w)) if has[c] else np.float32(w)
+            has[c] = True
+        return table
+
+    def per_tree(self, table: dict, classes: int, what: int = 0) -> list:
+        """Each tree's [N, C] (what=0: its reached leaf's weights; 1: whether it has one)."""
+        out = []
+        for leaves in self.leaves:
+            rows = np.zeros((len(leaves), classes), np.float32)
+            for r, ((_, k), _) in enumerate(leaves):
+                if k in table:
+                    rows[r] = table[k][what]
+            out.append(ops.matmul(self._reach(leaves), const(self.x, rows)))
+        return out
+
+    def _reach(self, leaves):
+        columns = [ops.cast(r, DType.f32) if r is not None else
+                   ops.full((self.rows,), 1.0, DType.f32, like=self.x) for _, r in leaves]
+        return ops.stack(columns, 1)
+
+    def has(self, table: dict, classes: int) -> list:
+        """Per class whether a reached leaf scores it: True, False or a bool [N] tensor."""
+        out, counts = [], None
+        for c in range(classes):
+            scored = [[k in table and table[k][1][c] for (_, k), _ in leaves]
+                      for leaves in self.leaves]
+            if any(all(s) for s in scored):
+                out.append(True)
+            elif not any(any(s) for s in scored):
+                out.append(False)
+            else:
+                if counts is None:
+                    counts = _total(self.per_tree(table, classes, what=1))
+                out.append(ops.gt(ops.select(counts, 1, c), 0.0))
+        return out
+
+
+def _ints(ctx, name: str, default_length: int | None = None) -> np.ndarray:
+    value = ctx.attr(name)
+    if not value:
+        return np.zeros(default_length or 0, np.int64)
+    return np.asarray(value, np.int64)
+
+
+def _total(parts: list):
+    total = parts[0]
+    for part in parts[1:]:
+        total = ops.add(total, part)
+    return total
+
+
+def _masked(score, has, fill: float = 0.0):
+    """The score where a reached leaf scored it, else ``fill``."""
+    if has is True:
+        return score
+    if has is False:
+        return ops.full(tuple(score.shape), fill, DType.f32, like=score)
+    return ops.where(has, score, fill)
+
+
+def _scores(forest: _Forest, table: dict, classes: int):
+    scores = _total(forest.per_tree(table, classes))
+    return ops.cast(scores, DType.f32), forest.has(table, classes)
+
+
+@register("TreeEnsembleRegressor")
+def _tree_regressor(ctx, x):
+    targets, kind = ctx.attr("n_targets", 1), post_transform(ctx)
+    aggregate = ctx.choice("aggregate_function", "SUM", ("AVERAGE", "SUM", "MIN", "MAX"))
+    forest = _Forest(ctx, x)
+    base = array(ctx, "base_values", np.zeros(0)).astype(np.float32)
+    if aggregate in ("SUM", "AVERAGE"):
+        table = forest.weights("target", targets)
+        total, has = _scores(forest, table, targets)
+        if aggregate == "AVERAGE":
+            total = ops.div(total, float(len(forest.leaves)))
+    else:
+        smallest = aggregate == "MIN"
+        table = forest.weights("target", targets, np.minimum if smallest else np.maximum)
+        fill = float("inf") if smallest else float("-inf")
+        trees = [ops.where(ops.gt(count, 0.0), value, fill) for value, count in
+                 zip(forest.per_tree(table, targets), forest.per_tree(table, targets, 1))]
+        total = (ops.amin if smallest else ops.amax)(ops.stack(trees, 0), 0)
+        has = forest.has(table, targets)
+        total = ops.stack([_masked(ops.select(total, 1, c), has[c]) for c in range(targets)], 1)
+    if targets == 1:  # onnxruntime's one-target path: base_values[0] if one, PROBIT only
+        origin = float(base[0]) if len(base) == 1 else 0.0
+        total = ops.add(total, origin)
+        return probit(total) if kind == "PROBIT" else total
+    if len(base) == targets:
+        total = ops.add(total, _const(total, base))
+    columns = [_masked(ops.select(total, 1, c), has[c]) for c in range(targets)]
+    return transform(ctx, ops.stack(columns, 1), kind)
+
+
+def _const(like, values: np.ndarray):
+    return like.builder.const(values.astype(np.float32).tolist(), DType.f32)
+
+
+@register("TreeEnsembleClassifier")
+def _tree_classifier(ctx, x):
+    labels, kind = int_labels(ctx, "classlabels_int64s"), post_transform(ctx)
+    classes = len(labels)
+    if classes < 2:
+        raise UnsupportedOpError(f"TreeEnsembleClassifier with {classes} class label(s)")
+    forest = _Forest(ctx, x)
+    table = forest.weights("class", classes)
+    total, has = _scores(forest, table, classes)
+    base = array(ctx, "base_values", np.zeros(0)).astype(np.float32)
+    columns = [ops.select(total, 1, c) for c in range(classes)]
+    if classes > 2:
+        for k in range(min(len(base), classes)):
+            columns[k], has[k] = ops.add(columns[k], float(base[k])), True
+        ranked = [_masked(c, h, float("-inf")) for c, h in zip(columns, has)]
+        label = pick_labels(labels, ops.argmax(ops.stack(ranked, 1), 1), ctx)
+        values = [_masked(c, h) for c, h in zip(columns, has)]
+        return label, transform(ctx, ops.stack(values, 1), kind)
+    return _binary(ctx, labels, columns, has, base, kind)
+
+
+def _binary(ctx, labels, columns, has, base, kind):
+    """onnxruntime's two-class rules (TreeAggregatorClassifier::FinalizeScores)."""
+    if not all(isinstance(h, bool) for h in has):
+        raise UnsupportedOpError("TreeEnsembleClassifier: two classes, one scored on some "
+                                 "leaves only (onnxruntime's output layout depends on the row)")
+    (s0, s1), (h0, h1) = columns, has
+    ids = {int(c) for c in _ints(ctx, "class_ids")}
+    weights = array(ctx, "class_weights", np.zeros(0))
+    binary, positive = len(ids) == 1, bool((weights >= 0).all())
+    extra, two = None, True  # onnxruntime's write_additional_scores; two scores kept
+    if len(base) == 2:
+        if h1:  # onnxruntime reads base[1] + the class 0 score here, as written
+            s1 = ops.add(s0, float(base[1]))
+            s0 = ops.neg(s1)
+        else:
+            s0, s1 = ops.add(s0, float(base[0])), ops.add(s1, float(base[1]))
+    elif len(base) == 1:
+        s0 = ops.add(s0, float(base[0]))
+        two = h1
+    elif len(base) == 0:
+        extra, two = "mirror", h1
+    weight = s1 if two and h1 else _masked(s0, h0)
+    if binary:
+        threshold = 0.5 if positive else 0.0
+        label = ops.where(ops.gt(weight, threshold), int(labels[1]), int(labels[0]))
+        extra = "complement" if positive else "mirror"
+    else:
+        label = ops.where(ops.gt(weight, 0.0), 1, 0)
+    label = ops.cast(label, DType.i64)
+    if two:
+        return label, transform(ctx, ops.stack([_masked(s0, h0), _masked(s1, h1)], 1), kind)
+    if extra is None:
+        raise UnsupportedOpError("TreeEnsembleClassifier: one scored class of two, no binary "
+                                 "rule (onnxruntime writes one column of the two it declares)")
+    return label, two_columns(ctx, _masked(s0, h0), extra, kind)
