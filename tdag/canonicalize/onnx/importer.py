@@ -43,6 +43,7 @@ from tdag.canonicalize.onnx.load import (
     tensor_of,
 )
 from tdag.canonicalize.onnx.ops import OPS  # the package imports every family: the table is full
+from tdag.canonicalize.onnx.ops.contrib import CONTRIB_OPS
 from tdag.canonicalize.onnx.ops.functions import PREVIEW_OPS
 from tdag.canonicalize.onnx.ops.ml import ML_OPS
 from tdag.canonicalize.onnx.ops.training import TRAINING_OPS
@@ -144,7 +145,7 @@ def _pinned(graph: onnx.GraphProto, values: dict) -> dict:
 
 # the ops of other domains that the table maps (by op type, as the default domain's)
 _OTHER_DOMAINS = {"ai.onnx.preview": PREVIEW_OPS, "ai.onnx.preview.training": TRAINING_OPS,
-                  "ai.onnx.ml": ML_OPS}
+                  "ai.onnx.ml": ML_OPS, "com.microsoft": CONTRIB_OPS}
 
 
 def _precheck(graph: onnx.GraphProto, shared: "Shared") -> None:

@@ -19,6 +19,8 @@ import that does: onnx/importer.py imports it). ``OPS.where(op)`` names an op's 
     resize        Resize, Upsample
     quant         QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearConv, ...
     loss          NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+    contrib       onnxruntime's com.microsoft ops (CONTRIB_OPS): SkipLayerNormalization,
+                  FastGelu, FusedMatMul, FusedConv, ...; SimplifiedLayerNormalization
     ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor (and ML_OPS); TfIdfVectorizer
     ml_linear     ai.onnx.ml's LinearClassifier, LinearRegressor
     ml_svm        ai.onnx.ml's SVMClassifier, SVMRegressor
@@ -33,6 +35,7 @@ from tdag.canonicalize.onnx.ops import (  # noqa: F401
     activations,
     attention,
     bitwise,
+    contrib,
     conv,
     creation,
     elementwise,

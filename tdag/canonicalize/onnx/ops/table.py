@@ -9,7 +9,8 @@ in new ones.
 The entries live a family a file beside this one (onnx/ops/__init__.py imports them all):
 elementwise, bitwise, activations, creation, passthrough, movement, indexing, sorting,
 reductions, linalg, conv, pool, norm, attention, signal, resize, quant, loss, ml (and
-ml_linear, ml_svm, ml_trees, ml_features), functions, training and vision.
+ml_linear, ml_svm, ml_trees, ml_features), functions, training, vision and contrib
+(onnxruntime's com.microsoft domain).
 ``OPS.where("Gelu")`` names the file that maps an op.
 
 The helpers here: axes counted from 0 (``norm_axis``, ``norm_axes``, ``axes_of``), whether a
