@@ -6,6 +6,10 @@ any byte is read, whatever onnx's own checks allow in the version installed. Eve
 the model must be UTF-8 (protobuf hands over any other as bytes, which onnx's checker cannot
 report on). Shape inference runs without data propagation, whose folded shape values can
 grow exponentially with the graph (a Concat of a value with itself, repeated).
+
+onnxruntime registers a few ops of its own in the default domain, which onnx's checker does not
+know (``ORT_DEFAULT_OPS``, those tdag maps): the checker sees them, in its copy only, in a
+private domain it does not validate; any other op of the default domain is still checked.
 """
 from __future__ import annotations
 
@@ -104,6 +108,13 @@ def load_model(source) -> onnx.ModelProto:
     return _checked(model)
 
 
+# onnxruntime's own ops of the default domain that tdag maps (canonicalize/onnx/ops/contrib.py):
+# the RMS norm that onnxruntime-genai's model builder writes. Not in onnx, so its checker refuses
+# them; its copy of the model holds them in _CHECKER_DOMAIN instead, whose nodes it skips.
+ORT_DEFAULT_OPS = frozenset({"SimplifiedLayerNormalization"})
+_CHECKER_DOMAIN = "ai.tdag.onnxruntime_default"
+
+
 # onnx's C++ checker and shape inference take the model serialized, and protobuf serializes
 # at most 2 GiB: a larger model (its weights were external data) is checked as a skeleton
 PROTO_LIMIT = 2**31 - 2**24
@@ -121,7 +132,7 @@ def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
         step = "shape inference"
         model = onnx.shape_inference.infer_shapes(model, data_prop=False)
         step = "the ONNX checker"
-        onnx.checker.check_model(_with_output_shapes(model))
+        onnx.checker.check_model(_for_checker(model))
         return model
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise InvalidModelError(f"malformed ONNX model: {str(exc).strip()[:500]}") from None
@@ -153,7 +164,7 @@ def _checked_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                        for t in large if t.name not in listed)
     skeleton = onnx.shape_inference.infer_shapes(skeleton, data_prop=False)
-    onnx.checker.check_model(_with_output_shapes(skeleton))
+    onnx.checker.check_model(_for_checker(skeleton))
     del model.graph.value_info[:]
     model.graph.value_info.extend(skeleton.graph.value_info)
     for out, inferred in zip(model.graph.output, skeleton.graph.output):
@@ -175,19 +186,39 @@ def _copy_fields(source, target, skip: str) -> None:
             setattr(target, field.name, value)
 
 
-def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy for the checker, whose rule that every graph output has a shape is not one
-    tdag needs (it computes shapes itself) and that inference cannot always meet (NonZero,
-    old opsets)."""
-    if all(o.type.tensor_type.HasField("shape") for o in model.graph.output
-           if o.type.HasField("tensor_type")):
+def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the checker sees it: every graph output with a shape, a rule tdag does
+    not need (it computes shapes itself) and that inference cannot always meet (NonZero, old
+    opsets); the ops of ``ORT_DEFAULT_OPS`` in ``_CHECKER_DOMAIN``. A copy where that changes
+    anything: the model itself is untouched."""
+    shapeless = [o for o in model.graph.output
+                 if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")]
+    if not shapeless and not any(_ort_default_nodes(model.graph)):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for output in copy.graph.output:
         if output.type.HasField("tensor_type"):
             output.type.tensor_type.shape.SetInParent()
+    moved = False
+    for node in _ort_default_nodes(copy.graph):
+        node.domain = _CHECKER_DOMAIN
+        moved = True
+    if moved:
+        copy.opset_import.append(onnx.helper.make_opsetid(_CHECKER_DOMAIN, 1))
     return copy
+
+
+def _ort_default_nodes(graph: onnx.GraphProto):
+    """The nodes of ``ORT_DEFAULT_OPS`` in the default domain, in ``graph`` and its subgraphs."""
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_OPS:
+            yield node
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _ort_default_nodes(attr.g)
+            for sub in attr.graphs:
+                yield from _ort_default_nodes(sub)
 
 
 def _read(path: str) -> onnx.ModelProto:

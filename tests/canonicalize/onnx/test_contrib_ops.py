@@ -11,7 +11,9 @@ import torch
 from onnx import TensorProto, helper
 
 import tdag
-from tdag.errors import UnsupportedOpError
+from tdag.canonicalize.onnx.load import ORT_DEFAULT_OPS
+from tdag.canonicalize.onnx.ops import OPS
+from tdag.errors import InvalidModelError, UnsupportedOpError
 
 from support.guards import run_onnx
 
@@ -79,15 +81,30 @@ def test_skip_simplified_layer_norm(bias, outputs):
     _check(model, args)
 
 
-@pytest.mark.xfail(strict=True, raises=tdag.errors.InvalidModelError, reason=(
-    "load.py's ONNX checker refuses SimplifiedLayerNormalization: onnxruntime registers it in "
-    "the default domain, which onnx itself does not define"))
 @pytest.mark.parametrize("axis,outputs", [(-1, 1), (1, 2)])
 def test_simplified_layer_norm(axis, outputs):
-    # onnxruntime's SimplifiedLayerNormalization is of the default domain
+    # onnxruntime's SimplifiedLayerNormalization is of the default domain, which onnx's checker
+    # does not know: load.py admits it (ORT_DEFAULT_OPS) without changing the model
     x = _r(2, 3, 8)
-    _check(*_model("SimplifiedLayerNormalization", [("x", x), ("scale", _r(*x.shape[axis:]))],
-                   outputs, domain="", axis=axis, epsilon=1e-6))
+    model, args = _model("SimplifiedLayerNormalization",
+                         [("x", x), ("scale", _r(*x.shape[axis:]))],
+                         outputs, domain="", axis=axis, epsilon=1e-6)
+    before = model.SerializeToString()
+    _check(model, args)
+    assert model.SerializeToString() == before
+
+
+def test_ort_default_ops_are_mapped():
+    assert ORT_DEFAULT_OPS and all(op in OPS for op in ORT_DEFAULT_OPS)
+
+
+def test_unknown_default_domain_op_is_refused():
+    """Only ORT_DEFAULT_OPS pass the checker: any other op of the default domain it refuses."""
+    model, _ = _model("FooBar", [("x", _r(2, 3, 8))], domain="")
+    with pytest.raises(InvalidModelError,
+                       match="malformed ONNX model: No Op registered for FooBar with "
+                             "domain_version of 17"):
+        tdag.from_onnx(model)
 
 
 @pytest.mark.parametrize("op,inputs,attrs,rtol", [

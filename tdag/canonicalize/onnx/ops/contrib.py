@@ -10,7 +10,9 @@ domain for these alone (Attention, EmbedLayerNormalization, the quantized ops, .
 refused by name).
 
 SimplifiedLayerNormalization (RMS norm) is here too, but onnxruntime registers it in the
-default domain (a com.microsoft one is not an op it runs), so it is not in ``CONTRIB_OPS``.
+default domain (a com.microsoft one is not an op it runs), so it is not in ``CONTRIB_OPS``:
+the loader's ``ORT_DEFAULT_OPS`` (canonicalize/onnx/load.py) names it, for onnx's checker,
+which does not know it, to pass.
 """
 from __future__ import annotations
 
