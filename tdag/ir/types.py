@@ -5,6 +5,7 @@ import enum
 from dataclasses import dataclass
 
 import torch
+from onnx import TensorProto
 
 from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim, format_dim, product, shapes_equal
@@ -38,6 +39,12 @@ class DType(enum.Enum):
     @property
     def torch(self) -> torch.dtype:
         return _TO_TORCH[self]
+
+    @property
+    def onnx(self) -> int:
+        """The ONNX element type (``TensorProto.FLOAT`` ...): the one table both the ONNX
+        importer and the ONNX writer read."""
+        return _TO_ONNX[self]
 
     @property
     def itemsize(self) -> int:
@@ -88,6 +95,15 @@ _TO_TORCH = {
     DType.f8e5m2fnuz: torch.float8_e5m2fnuz, DType.f8e8m0fnu: torch.float8_e8m0fnu,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+_TO_ONNX = {
+    DType.f64: TensorProto.DOUBLE, DType.f32: TensorProto.FLOAT, DType.f16: TensorProto.FLOAT16,
+    DType.bf16: TensorProto.BFLOAT16, DType.i64: TensorProto.INT64, DType.i32: TensorProto.INT32,
+    DType.i16: TensorProto.INT16, DType.i8: TensorProto.INT8, DType.u64: TensorProto.UINT64,
+    DType.u32: TensorProto.UINT32, DType.u16: TensorProto.UINT16, DType.u8: TensorProto.UINT8,
+    DType.bool: TensorProto.BOOL, DType.f8e4m3fn: TensorProto.FLOAT8E4M3FN,
+    DType.f8e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ, DType.f8e5m2: TensorProto.FLOAT8E5M2,
+    DType.f8e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ, DType.f8e8m0fnu: TensorProto.FLOAT8E8M0,
+}
 _FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
 _SIGNED = frozenset({DType.i64, DType.i32, DType.i16, DType.i8})
 UNSIGNED = frozenset({DType.u64, DType.u32, DType.u16, DType.u8})

@@ -26,15 +26,7 @@ from tdag.errors import FileFormatError, InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType, TensorType
 
-ONNX_TO_DTYPE = {
-    TensorProto.FLOAT: DType.f32, TensorProto.DOUBLE: DType.f64, TensorProto.FLOAT16: DType.f16,
-    TensorProto.BFLOAT16: DType.bf16, TensorProto.INT64: DType.i64, TensorProto.INT32: DType.i32,
-    TensorProto.INT16: DType.i16, TensorProto.INT8: DType.i8, TensorProto.UINT64: DType.u64,
-    TensorProto.UINT32: DType.u32, TensorProto.UINT16: DType.u16, TensorProto.UINT8: DType.u8,
-    TensorProto.BOOL: DType.bool, TensorProto.FLOAT8E4M3FN: DType.f8e4m3fn,
-    TensorProto.FLOAT8E4M3FNUZ: DType.f8e4m3fnuz, TensorProto.FLOAT8E5M2: DType.f8e5m2,
-    TensorProto.FLOAT8E5M2FNUZ: DType.f8e5m2fnuz, TensorProto.FLOAT8E8M0: DType.f8e8m0fnu,
-}
+ONNX_TO_DTYPE = {dtype.onnx: dtype for dtype in DType}
 
 # sub-byte types: ONNX packs two (four) elements a byte; torch has no arithmetic on them
 _PACKED = {"INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2"}

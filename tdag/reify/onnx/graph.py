@@ -16,15 +16,7 @@ from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim, format_dim, is_static
 from tdag.ir.types import DType, TensorType
 
-ONNX_DTYPE = {
-    DType.f64: TensorProto.DOUBLE, DType.f32: TensorProto.FLOAT, DType.f16: TensorProto.FLOAT16,
-    DType.bf16: TensorProto.BFLOAT16, DType.i64: TensorProto.INT64, DType.i32: TensorProto.INT32,
-    DType.i16: TensorProto.INT16, DType.i8: TensorProto.INT8, DType.u64: TensorProto.UINT64,
-    DType.u32: TensorProto.UINT32, DType.u16: TensorProto.UINT16, DType.u8: TensorProto.UINT8,
-    DType.bool: TensorProto.BOOL, DType.f8e4m3fn: TensorProto.FLOAT8E4M3FN,
-    DType.f8e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ, DType.f8e5m2: TensorProto.FLOAT8E5M2,
-    DType.f8e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ, DType.f8e8m0fnu: TensorProto.FLOAT8E8M0,
-}
+ONNX_DTYPE = {dtype: dtype.onnx for dtype in DType}
 
 
 def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
