@@ -17,12 +17,15 @@ which does not know it, to pass.
 from __future__ import annotations
 
 from tdag import ops
+from tdag.canonicalize.onnx.ops.contrib_attention import ATTENTION_OPS
+from tdag.canonicalize.onnx.ops.contrib_quant import QUANT_OPS
 from tdag.canonicalize.onnx.ops.table import OPS, norm_axis, register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
 
-CONTRIB_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu",
-               "FastGelu", "Gelu", "QuickGelu", "FusedMatMul", "BiasAdd", "FusedConv")
+FUSED_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu",
+             "FastGelu", "Gelu", "QuickGelu", "FusedMatMul", "BiasAdd", "FusedConv")
+CONTRIB_OPS = FUSED_OPS + ATTENTION_OPS + QUANT_OPS
 
 _SKIP_EPSILON = 1e-12  # onnxruntime's default for the Skip*LayerNormalization ops
 
