@@ -211,6 +211,32 @@ def expand(ctx, x, shape) -> Tensor:
     return x
 
 
+def broadcast_operands(xs: list[Tensor]) -> list[Tensor]:
+    """Operands of a broadcasting op where an axis is a fixed size in one and an expression in
+    the sizes in another (a ViT exported with dynamic height and width adds its patches,
+    ``floor(h/p)*floor(w/p) + 1`` of them, to a position table of a fixed length): the
+    expression must be that size or 1 at run time, as ONNX's broadcast has it, so that operand
+    is gathered to the fixed size (a copy, or its one entry repeated) with a run-time check
+    that refuses any other size. Axes that broadcast as they are stay as they are."""
+    rank = max(x.ndim for x in xs)
+    for axis in range(1, rank + 1):
+        sizes = [x.shape[x.ndim - axis] for x in xs if x.ndim >= axis]
+        fixed = {d for d in sizes if is_static(d) and d != 1}
+        if len(fixed) == 1:
+            size = fixed.pop()
+            xs = [_to_fixed(x, x.ndim - axis, size) if x.ndim >= axis else x for x in xs]
+    return xs
+
+
+def _to_fixed(x: Tensor, axis: int, size: int) -> Tensor:
+    if is_static(x.shape[axis]):
+        return x
+    n = _size(x, axis)
+    ok = ops.logical_or(ops.eq(n, size), ops.eq(n, 1))
+    index = ops.mul(ops.iota(size, I64, x.builder), ops.cast(ops.ne(n, 1), I64))
+    return ops.gather(x, ops.add(index, ops.checked_zero(ok)), axis, wrap=False)
+
+
 def tile(ctx, x, repeats) -> Tensor:
     x, repeats = ctx.tensor(x), int_vector(ctx, repeats, "repeats")
     if int(repeats.shape[0]) != x.ndim:

@@ -198,3 +198,24 @@ def test_a_resnet_whose_input_names_its_channels(tmp_path):
                                                                             (3, 40, 24))]
     prog = _matches_onnxruntime(path, feeds)
     assert str(prog.input_types[0]) == "f32[batch_size,3,height,width]"
+
+
+def test_a_vit_with_dynamic_height_and_width(tmp_path):
+    """Dynamic height and width make the patch count ``floor(h/8)*floor(w/8) + 1``, added to a
+    position table of 17 rows: ONNX broadcasts at run time, so any image of 16 patches runs
+    (32x32, 16x64) and any other is refused, as onnxruntime refuses it, never answered."""
+    torch.manual_seed(0)
+    model = transformers.ViTModel(transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=64,
+        image_size=32, patch_size=8, num_channels=3), add_pooling_layer=False).eval()
+    path = tmp_path / "vit.onnx"
+    _export(model, (torch.randn(1, 3, 32, 32),), path, ["pixel_values"], ["last_hidden_state"],
+            dynamic_axes={"pixel_values": {0: "batch_size", 2: "height", 3: "width"}})
+    rng = np.random.default_rng(4)
+    feeds = [[rng.standard_normal(shape, np.float32)] for shape in ((2, 3, 32, 32),
+                                                                   (1, 3, 16, 64),
+                                                                   (1, 3, 39, 33))]
+    prog = _matches_onnxruntime(path, feeds)
+    assert str(prog.input_types[0]) == "f32[batch_size,3,height,width]"
+    with pytest.raises(tdag.TdagError):
+        tdag.run(prog, torch.randn(1, 3, 32, 64))  # 32 patches against 16 positions

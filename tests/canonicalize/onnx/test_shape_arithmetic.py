@@ -203,3 +203,20 @@ def test_a_matmul_weight_fixes_the_features_an_input_names():
                    [_input("x", T.FLOAT, ["batch", "hidden"])], T.FLOAT, [_weight("w", 8, 4)])
     prog = _check(model, [_rand(2, 8)], [_rand(5, 8)])
     assert str(prog.input_types[0]) == "f32[batch,8]"
+
+
+@pytest.mark.parametrize("op", ["Add", "Max", "Where"])
+def test_a_size_broadcast_against_a_fixed_one_is_checked_at_run_time(op):
+    """``x[b, n] op w[1, 4]`` with n a named size: ONNX broadcasts at run time, so n may be 4
+    or 1 (the row repeated); any other n is refused, by tdag.run as by onnxruntime."""
+    w = helper.make_tensor("w", T.FLOAT, [1, 4], [0.5, -1.0, 2.0, 3.0])
+    inputs = [_input("x", T.FLOAT, ["b", "n"])]
+    if op == "Where":
+        inputs.append(_input("c", T.BOOL, ["b", "n"]))
+    node = helper.make_node(op, ["c", "x", "w"] if op == "Where" else ["x", "w"], ["y"])
+    model = _model([node], inputs, T.FLOAT, [w])
+    feeds = [[_rand(2, n)] + ([_rand(2, n) > 0] if op == "Where" else []) for n in (4, 1)]
+    prog = _check(model, *feeds)
+    with pytest.raises(TdagError):
+        tdag.run(prog, *[torch.from_numpy(a) for a in
+                         [_rand(2, 3)] + ([_rand(2, 3) > 0] if op == "Where" else [])])

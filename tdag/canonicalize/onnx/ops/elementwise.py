@@ -88,8 +88,13 @@ def _binary(fn, fold=None):
             folded = fold_arith(fold, [a, b], a.dtype)
             if folded is not None:
                 return folded
-        return fn(ctx.tensor(a), ctx.tensor(b))
+        return fn(*_operands(ctx, a, b))
     return convert
+
+
+def _operands(ctx, *xs) -> list:
+    """The inputs as tensors, broadcastable as ONNX broadcasts them at run time."""
+    return runtime.broadcast_operands([ctx.tensor(x) for x in xs])
 
 
 def _offset(fn, sign: int):
@@ -116,7 +121,7 @@ def _div(ctx, a, b):
         folded = fold_arith(trunc_div, [a, b], a.dtype)
         if folded is not None:
             return folded
-    a, b = ctx.tensor(a), ctx.tensor(b)
+    a, b = _operands(ctx, a, b)
     return ops.div(a, b) if a.dtype.is_float else ops.trunc_divide(a, b)  # ints truncate
 
 
@@ -142,7 +147,7 @@ def _compare(fn, rel):
             folded = fold_compare(rel, a, b)
             if folded is not None:
                 return folded
-        return fn(ctx.tensor(a), ctx.tensor(b))
+        return fn(*_operands(ctx, a, b))
     return convert
 
 
@@ -158,7 +163,7 @@ def _where(ctx, cond, a, b):
     if all(isinstance(v, Known) for v in (cond, a, b)) and cond.static and \
             fits(np.broadcast_shapes(cond.shape, a.shape, b.shape)):
         return Known(np.where(cond.values.astype(bool), a.values, b.values), a.dtype)
-    return ops.where(ctx.tensor(cond), ctx.tensor(a), ctx.tensor(b))
+    return ops.where(*_operands(ctx, cond, a, b))
 
 
 def _variadic(fn, fold=None):
@@ -167,9 +172,10 @@ def _variadic(fn, fold=None):
             folded = fold_arith(fold, list(xs), xs[0].dtype)
             if folded is not None:
                 return folded
-        result = ctx.tensor(xs[0])
-        for x in xs[1:]:
-            result = fn(result, ctx.tensor(x))
+        operands = _operands(ctx, *xs)
+        result = operands[0]
+        for x in operands[1:]:
+            result = fn(result, x)
         return result
     return convert
 
