@@ -83,3 +83,6 @@ class Op(enum.Enum):
     reshape = "reshape"
     expand = "expand"
     concat = "concat"
+    quantize = "quantize"
+    dequantize = "dequantize"
+    matmul_integer = "matmul_integer"

@@ -179,6 +179,18 @@ def _weight(line: Line, kind: TensorKind) -> tuple[str, Weight]:
     return name, Weight(kind, ttype, value)
 
 
+def _labels(line: Line) -> tuple[str, tuple]:
+    """``labels %name = [0, 1, 2]``: an output's class labels (Program.class_labels)."""
+    line.expect("labels")
+    name = line.name()
+    line.expect("=")
+    labels = line.value()
+    if not isinstance(labels, list) or any(type(k) is not int for k in labels):
+        line.error("class labels are a list of integers")
+    line.done()
+    return name, tuple(labels)
+
+
 def _kind(line: Line, default: TensorKind | None) -> TensorKind:
     """An optional kind word (``param``, ``buffer``, ``const``) before a weight's name."""
     tok = line.peek()
@@ -231,7 +243,7 @@ class _Parser:
         return self.lines[self.pos - 1]
 
     def program(self) -> Program:
-        graphs, state, main = {}, {}, None
+        graphs, state, class_labels, main = {}, {}, {}, None
         while self.pos < len(self.lines):
             line = self.next("a section")
             with line.guard():
@@ -246,6 +258,11 @@ class _Parser:
                     if name in state:
                         line.error(f"state %{name} is defined twice")
                     state[name] = weight
+                elif line.at("labels"):
+                    name, labels = _labels(line)
+                    if name in class_labels:
+                        line.error(f"labels of %{name} are given twice")
+                    class_labels[name] = labels
                 elif line.at("program"):
                     if main is not None:
                         line.error("a second program block")
@@ -253,8 +270,8 @@ class _Parser:
                     main = self.block(line.params(), line, "program")
                     self.close("}")
                 else:
-                    line.error("expected 'tdag', 'state' or 'program'")
-        return _assemble(graphs, state, main)
+                    line.error("expected 'tdag', 'state', 'labels' or 'program'")
+        return _assemble(graphs, state, main).replace(class_labels=class_labels)
 
     def close(self, text: str) -> None:
         line = self.next(repr(text))

@@ -200,6 +200,11 @@ def format_state(name: str, weight: Weight) -> str:
     return "state " + (text[len("buffer "):] if weight.kind is TensorKind.buffer else text)
 
 
+def format_labels(name: str, labels: tuple) -> str:
+    """``labels %probabilities = [0, 1, 2]``: an output's class labels (Program.class_labels)."""
+    return f"labels {format_name(name)} = [{', '.join(str(k) for k in labels)}]"
+
+
 def _outs(names) -> str:
     return ", ".join(format_name(n) for n in names) + " = " if names else ""
 
@@ -243,6 +248,8 @@ def format_program(prog: Program) -> str:
     sections = [format_tdag(g, name) for name, g in prog.graphs.items()]
     if prog.state:
         sections.append("\n".join(format_state(k, w) for k, w in prog.state.items()))
+    if prog.class_labels:
+        sections.append("\n".join(format_labels(k, v) for k, v in prog.class_labels.items()))
     main = [f"program({format_params(prog.main.inputs)}) {{"]
     main += format_block_body(prog.main, 1) + ["}"]
     sections.append("\n".join(main))

@@ -126,7 +126,8 @@ def rewrite_blocks(prog: Program, block_pass) -> tuple[Program, bool]:
     if not changed:
         return prog, False
     called = called_graphs(main)
-    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state), True
+    return Program({k: g for k, g in graphs.items() if k in called}, main, prog.state,
+                   prog.class_labels), True
 
 
 def state_writes(block: Block, state) -> set[str]:
@@ -140,15 +141,24 @@ class Program:
 
     ``state`` holds tensors that persist across steps and runs (a KV cache, running stats a
     controller updates); a step writes one by naming it among its outputs.
+
+    ``class_labels`` maps an output of ``main`` whose [N, C] columns are class probabilities
+    to the C integer labels of those columns: what an ONNX ``ZipMap`` (ai.onnx.ml) makes a
+    sequence of {label: probability} maps of, a type no tdag tensor holds. tdag.run, to_torch
+    and to_jax return the [N, C] tensor; to_onnx writes the ZipMap back, so the file it
+    writes has the original's seq(map(int64, float)) output.
     """
 
     graphs: Mapping[str, TDAG]
     main: Block
     state: Mapping[str, Weight] = field(default_factory=dict)
+    class_labels: Mapping[str, tuple] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "graphs", dict(self.graphs))
         object.__setattr__(self, "state", dict(self.state))
+        object.__setattr__(self, "class_labels",
+                           {k: tuple(v) for k, v in self.class_labels.items()})
 
     def __hash__(self):
         return id(self)

@@ -30,7 +30,19 @@ def verify(prog: Program | TDAG) -> None:
         raise InvalidModelError(f"not a tdag Program: {type(prog).__name__}")
     for name, graph in prog.graphs.items():
         verify_tdag(graph, name)
-    block_types(prog, prog.main)
+    outputs = dict(zip(prog.main.outputs, block_types(prog, prog.main)))
+    for name, labels in prog.class_labels.items():
+        _check_class_labels(name, labels, outputs.get(name))
+
+
+def _check_class_labels(name: str, labels: tuple, ttype: TensorType | None) -> None:
+    """Labels name an [N, C] float32 output of the program, one label per column, each once."""
+    if ttype is None:
+        raise InvalidModelError(f"class labels of %{name}, which is no output of the program")
+    if ttype.dtype is not DType.f32 or len(ttype.shape) != 2 or \
+            ttype.shape[1] != len(labels) or len(set(labels)) != len(labels):
+        raise InvalidModelError(f"class labels {list(labels)} of %{name}: {ttype} is not f32 "
+                                f"[N, {len(labels)}] or a label repeats")
 
 
 def verify_tdag(graph: TDAG, where: str = "main") -> None:

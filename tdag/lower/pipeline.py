@@ -12,6 +12,7 @@ from tdag.lower import (
     movement,
     norms,
     pool,
+    quant,
     recurrent,
     resize,
     softmax,
@@ -26,6 +27,8 @@ PASSES: dict[str, Pass] = {
     # fold constants (masks, positions), merge common subexpressions, drop dead code: work
     # the source model repeats on every call is done once here
     "simplify": PassManager(SIMPLIFY),
+    # before the others take the compositions apart: Q/DQ and MatMulInteger stay integer ops
+    "quant": rule_pass(*quant.RULES),
     "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
@@ -43,8 +46,8 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("simplify", "contraction", "activations", "softmax", "norms", "conv", "pool", "resize",
-           "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
+DEFAULT = ("simplify", "quant", "contraction", "activations", "softmax", "norms", "conv", "pool",
+           "resize", "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

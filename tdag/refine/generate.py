@@ -23,7 +23,6 @@ loop-carried values in one ONNX model).
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from tdag.ops import arrays
 from tdag.ops import core, creation
@@ -31,10 +30,11 @@ from tdag.ops.trace import trace
 from tdag.errors import InvalidModelError
 from tdag.ir.graph import Value
 from tdag.ir.names import FreshNames
-from tdag.ir.program import Block, Call, Loop, Program, all_steps, nested_blocks, with_blocks
+from tdag.ir.program import Block, Call, Loop, Program, all_steps, nested_blocks
 from tdag.ir.symbols import Dim, as_dim, is_static, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name, verify
+from tdag.refine.generate_cache import CacheStep, is_cache_step, recalled
 from tdag.refine.specialize import specialize
 
 
@@ -47,13 +47,19 @@ def decode_loop(step: Program, max_new_tokens: int, eos_token_id: int | None = N
     not given), and generation stops early once every sequence has produced the eos token.
     ``tdag.cost(gen).steps`` gives the prefill and the cost per new token.
     """
+    if not isinstance(step, Program):
+        raise TypeError(f"decode_loop takes a tdag.Program, got {type(step).__name__}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"decode_loop: max_new_tokens must be a positive int, "
                          f"got {max_new_tokens!r}")
-    sig = _Signature.of(step)
     names = _Names(step)
+    if is_cache_step(step):
+        sig = CacheStep(step, names, max_new_tokens)
+        decode_step, graphs = sig.decode_steps(), sig.graphs()
+    else:
+        sig = _Signature.of(step)
+        decode_step, graphs = _decode_step(sig, names)
     pad = eos_token_id if pad_token_id is None else pad_token_id
-    decode_step, graphs = _decode_step(sig, names)
     prefill = _prefill if sig.whole_prompt else _prefill_loop
     prompt, steps = prefill(sig, names, eos_token_id is not None)
     steps += _decode(sig, decode_step, names, max_new_tokens, eos_token_id, prompt.name)
@@ -77,11 +83,14 @@ class _Signature:
         self.step, self.ids, self.pos, self.logits = step, ids, pos, logits
         self.batch, self.length = ids.type.shape
         self.whole_prompt = not is_static(self.length)  # prefill in one call
+        self.logits_name = step.main.outputs[0]
+        self.initial = self.carried = self.stored = ()  # the cache is the state
+
+    def prefill_steps(self) -> tuple:
+        return self.step.main.steps
 
     @staticmethod
     def of(step: Program) -> "_Signature":
-        if not isinstance(step, Program):
-            raise TypeError(f"decode_loop takes a tdag.Program, got {type(step).__name__}")
         verify(step)
         inputs = step.main.inputs
         if len(inputs) != 2:
@@ -149,18 +158,7 @@ def _decode_step(sig: _Signature, names: _Names) -> tuple[tuple, dict]:
     for name, graph in sig.step.graphs.items():
         renamed[name] = names.graph(f"decode_{name}")
         graphs[renamed[name]] = specialize(graph, one, renamed[name])
-    return tuple(_recalled(s, renamed) for s in steps), graphs
-
-
-def _recalled(step, renamed: dict):
-    """``step`` with its calls (in any branch or body) pointed at ``renamed`` TDAGs."""
-    if isinstance(step, Call):
-        return replace(step, graph=renamed.get(step.graph, step.graph))
-    return with_blocks(step, [_reblock(b, renamed) for b in nested_blocks(step)])
-
-
-def _reblock(block: Block, renamed: dict) -> Block:
-    return replace(block, steps=tuple(_recalled(s, renamed) for s in block.steps))
+    return recalled(steps, renamed), graphs
 
 
 # -- the helper TDAGs ---------------------------------------------------------------------------
@@ -227,7 +225,7 @@ def _prefill(sig: _Signature, names: _Names, with_eos: bool) -> tuple[Value, lis
     n = names
     prompt = Value(sig.ids.name, sig.ids.type)
     steps = [_call(n, "positions", (prompt.name,), (sig.pos.name, n("prompt_end"))),
-             *sig.step.main.steps]
+             *sig.prefill_steps()]
     return prompt, steps + [_call(n, "pick_first", (_logits(sig),), _first_pick(n, with_eos))]
 
 
@@ -243,7 +241,7 @@ def _prefill_loop(sig: _Signature, names: _Names, with_eos: bool) -> tuple[Value
          *sig.step.main.steps),
         (carried_prompt.name, _logits(sig)))
     return prompt, [
-        _call(n, "positions", (prompt.name,), (n("prompt_positions"), n("prompt_end"))),
+        _call(n, "positions", (prompt.name,), (sig.pos.name, n("prompt_end"))),
         _call(n, "start", (prompt.name,), (n("logits0"),)),
         Loop((prompt.name, n("logits0")), body, (n("prompt_done"), n("last_logits")),
              count=prompt.type.shape[1]),
@@ -252,7 +250,7 @@ def _prefill_loop(sig: _Signature, names: _Names, with_eos: bool) -> tuple[Value
 
 
 def _logits(sig: _Signature) -> str:
-    return sig.step.main.outputs[0]
+    return sig.logits_name
 
 
 def _first_pick(names: _Names, with_eos: bool) -> tuple:
@@ -280,18 +278,20 @@ def _decode_loop(sig: _Signature, decode_step: tuple, names: _Names, trips: int,
     one = lambda v: Value(v.name, v.type.with_shape(1 if d == sig.length else d  # noqa: E731
                                                     for d in v.type.shape))
     done = [Value(n("done"), TensorType((sig.batch,), DType.bool))] if with_eos else []
-    inputs = (Value(n("j"), TensorType((), DType.i64)), one(sig.ids), one(sig.pos), *done)
+    inputs = (Value(n("j"), TensorType((), DType.i64)), one(sig.ids), one(sig.pos), *done,
+              *sig.carried)
     picked = (n("token"),) + ((n("done_next"), n("going")) if with_eos else ())
     body_steps = (*decode_step,
                   _call(n, "pick", (_logits(sig),) + tuple(v.name for v in done), picked),
                   _call(n, "advance", (sig.pos.name,), (n("position_next"),)))
     outputs = ((n("going"),) if with_eos else ()) + \
         (n("token"), n("position_next")) + ((n("done_next"),) if with_eos else ()) + \
-        (n("token"),)
+        sig.stored + (n("token"),)
     body = Block(inputs, body_steps, outputs)
-    carried = (n("token0"), n("prompt_end")) + ((n("done0"),) if with_eos else ())
+    carried = (n("token0"), n("prompt_end")) + ((n("done0"),) if with_eos else ()) + \
+        sig.initial
     outs = (n("token_last"), n("position_last")) + ((n("done_last"),) if with_eos else ()) + \
-        (n("tokens"),)
+        tuple(f"{v.name}_last" for v in sig.carried) + (n("tokens"),)
     return Loop(carried, body, outs, count=as_dim(trips),
                 cond=n("going0") if with_eos else None, scanned=1)
 

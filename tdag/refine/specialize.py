@@ -19,8 +19,10 @@ from tdag.ir.types import TensorType
 from tdag.ir.verify import verify_tdag
 
 
-def specialize(graph: TDAG, sizes: Mapping[str, int], name: str = "specialized") -> TDAG:
-    """``graph`` with each symbol named in ``sizes`` replaced by its value.
+def specialize(graph: TDAG, sizes: Mapping[str, int | Dim],
+               name: str = "specialized") -> TDAG:
+    """``graph`` with each symbol named in ``sizes`` replaced by its value: a number, or a
+    size over other symbols.
 
     >>> import tdag
     >>> from tdag import ops

@@ -29,6 +29,8 @@ from tdag.ir.record import NoSpec, Trait, ops_with, record
 from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
+from tdag.ir.types import DType
+from tdag.lower.kernels.quant import Dequantize, MatMulInteger, Quantize
 from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.lower.kernels.sequence import Attention, Lstm
 from tdag.lower.kernels.windows import Pool, Resize
@@ -76,6 +78,7 @@ _SCALES = ("nearest_rule tries the size-derived step before torch's explicit sca
            "the same index here, so the kernel comes back with scales=None")
 
 SYMBOLIC = 5
+_INTS = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-1000, 1000)}  # drawn in range
 
 CASES = [
     Case(Op.softmax, Softmax(1), ((2, 5, 3),)),
@@ -116,6 +119,18 @@ CASES = [
     Case(Op.expand, Expand((2, 3, 4)), ((2, 1, 4),)),
     Case(Op.concat, Concat(1), ((2, 3), (2, 4))),
     Case(Op.concat, Concat(0), ((1, 3), (2, 3), (3, 3))),
+    Case(Op.quantize, Quantize(DType.i8), (("b", 5), (), ()), dtypes={2: "int8"}),
+    Case(Op.quantize, Quantize(DType.u8, 1), ((2, 3, 4), (3,), (3,)), dtypes={2: "uint8"},
+         positive=(1,)),
+    Case(Op.quantize, Quantize(DType.u8), ((2, 3), ()), positive=(1,), id="no zero point"),
+    Case(Op.dequantize, Dequantize(), ((4, 5), (), ()), dtypes={0: "int8", 2: "int8"}),
+    Case(Op.dequantize, Dequantize(0), ((3, 5), (3,), (3,)), dtypes={0: "uint8", 2: "uint8"}),
+    Case(Op.dequantize, Dequantize(), ((8,), (1,), ()), dtypes={0: "int32", 2: "int32"},
+         id="i32 bias"),
+    Case(Op.matmul_integer, MatMulInteger(True, True), (("b", 3, 8), (8, 5), (), ()),
+         dtypes={0: "uint8", 1: "int8", 2: "uint8", 3: "int8"}),
+    Case(Op.matmul_integer, MatMulInteger(False, True), ((4, 8), (8, 5), (5,)),
+         dtypes={0: "int8", 1: "int8", 2: "int8"}, id="per column"),
     Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),
@@ -172,7 +187,11 @@ def _inputs(case: Case) -> list[torch.Tensor]:
     out = []
     for i, spec in enumerate(case.specs()):
         shape = [SYMBOLIC if isinstance(d, str) else d for d in spec.shape]
-        if spec.dtype == "bool":
+        if spec.dtype in _INTS:
+            low, high = _INTS[spec.dtype]
+            x = torch.randint(low, high, shape, generator=gen)
+            out.append(x.to(getattr(torch, spec.dtype)))
+        elif spec.dtype == "bool":
             mask = torch.rand(shape, generator=gen) > 0.3
             mask[..., 0] = True  # every query sees a key: the kernel's fully masked rows are
             out.append(mask)     # tested by the safe-softmax tests

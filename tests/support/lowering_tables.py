@@ -15,6 +15,8 @@ import torch
 import tdag
 from tdag import ops
 from tdag.ir.op import Op
+from tdag.ir.types import DType
+from tdag.ops.quantize import dequantize_linear, matmul_integer, quantize_linear
 
 S = tdag.TensorSpec
 torch.manual_seed(0)  # the tables draw their weights as they are built
@@ -218,6 +220,15 @@ def hand_bilstm_stack(x, h, c):
 
 # -- every kernel, for the back ends ----------------------------------------------------------
 
+def _quantized(x):
+    """quantize, dequantize and matmul_integer, as the ONNX importer writes them."""
+    scale, zero = ops.param("s", torch.tensor(0.05)), ops.param("z", torch.tensor(3).byte())
+    q = quantize_linear(x, scale, zero, DType.u8)
+    w = ops.param("w", torch.randint(-128, 128, (8, 5), dtype=torch.int8))
+    acc = matmul_integer(q, w, zero, ops.param("wz", torch.tensor(-2, dtype=torch.int8)))
+    return ops.concat([ops.cast(acc, DType.f32), dequantize_linear(q, scale, zero)], -1)
+
+
 def _kernel_programs():
     tables = [(k, v[0], v[1]) for k, v in CONTRACTIONS.items()]
     tables += [(k, v[0], [v[1]]) for k, v in CONVS.items()]
@@ -234,6 +245,7 @@ def _kernel_programs():
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("lstm-bidirectional-stack", hand_bilstm_stack,
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
+    tables.append(("quantized", _quantized, [S(("b", 8))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))

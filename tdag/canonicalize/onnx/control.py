@@ -9,6 +9,8 @@ whose condition is known at import time is inlined instead.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 
@@ -16,10 +18,13 @@ from tdag import ops
 from tdag.canonicalize.onnx.load import declared_clash
 from tdag.canonicalize.onnx.values import Known, Param, free_names
 from tdag.canonicalize.common.segments import Boundary
+from tdag.deinops.runtime import Arange
 from tdag.errors import InvalidModelError, UnsupportedOpError
+from tdag.ops.builder import Builder
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ops.tensor import Tensor
-from tdag.ir.symbols import is_static, symbol
+from tdag.ir.op import Op
+from tdag.ir.symbols import is_static, shapes_equal, symbol
 from tdag.ir.types import DType, TensorType
 from tdag.ir.verify import block_types, trips_name
 
@@ -47,12 +52,56 @@ def convert_if(importer, node: onnx.NodeProto, index: int) -> None:
     _bodies_imported(importer, node, before)
     types = [_types(importer, b) for b in blocks]
     for k, (a, b) in enumerate(zip(*types)):
-        _one_type(a, b, f"If: output {k} ({node.output[k]!r}) is {a} in the then branch but "
-                        f"{b} in the else branch", "a tdag If returns one type")
+        if a.dtype is not b.dtype or a.rank != b.rank:
+            _one_type(a, b, f"If: output {k} ({node.output[k]!r}) is {a} in the then branch "
+                            f"but {b} in the else branch", "a tdag If returns one type")
+    blocks, types = _joined(importer, node, blocks, types)
     outs = tuple(importer.names(o) for o in node.output)
     step = If(importer.env[key].name, tuple(importer.env[f].name for f in passed),
               blocks[0], blocks[1], outs)
     _append(importer, node, step, types[0])
+
+
+def _joined(importer, node, blocks: list, types: list) -> tuple[list, list]:
+    """Branches that return one type. Where they give an output of other sizes (a merged
+    decoder's present is past + new long in the with-past branch and new long in the other,
+    which its caller feeds a past of length 0), each branch ends with a gather of the output
+    to a size that data decides, one fresh symbol both branches define, per pair of sizes:
+    the copy costs what one more write of the output costs."""
+    fresh: dict = {}  # (then size, else size) -> the fresh symbol's name
+    for out, a, b in zip(node.output, *types):
+        for axis, (d, e) in enumerate(zip(a.shape, b.shape)):
+            if not shapes_equal((d,), (e,)) and (d, e) not in fresh:
+                stem = re.sub(r"\W", "_", f"{out}__size{axis}")
+                fresh[d, e] = importer.shared.graph_names.fresh(
+                    stem, avoid=importer.shared.input_symbols)
+    if not fresh:
+        return blocks, types
+    axes = [[(j, fresh.get((d, e))) for j, (d, e) in enumerate(zip(a.shape, b.shape))
+             if (d, e) in fresh] for a, b in zip(*types)]
+    joined = [_join_sizes(importer, node, block, ts, axes, k)
+              for k, (block, ts) in enumerate(zip(blocks, types))]
+    return joined, [_types(importer, b) for b in joined]
+
+
+def _join_sizes(importer, node, block: Block, types, axes: list, k: int) -> Block:
+    """``block`` with a Call that gathers each output along its ``axes`` [(axis, symbol)]
+    to the fresh sizes, each defined once by an arange over the size it replaces."""
+    builder = Builder()
+    made, outs = {}, []
+    with builder.active():
+        for i, (t, plan) in enumerate(zip(types, axes)):
+            x = builder.input(f"x{i}", t)
+            for axis, name in plan:
+                if name not in made:
+                    n = ops.reshape(ops.size_tensor(x, (axis,), DType.i64), ())
+                    made[name] = builder.emit(Op.arange, Arange(name), n)
+                x = ops.gather(x, made[name], axis, wrap=False)
+            outs.append(x)
+    gname = importer.shared.graph_name(f"{importer.prefix}_if_sizes{k}")
+    importer.shared.graphs[gname] = builder.build(outs)
+    names = tuple(importer.names(f"{o}__{gname}") for o in node.output)
+    return Block(block.inputs, block.steps + (Call(gname, block.outputs, names),), names)
 
 
 def convert_loop(importer, node: onnx.NodeProto, index: int) -> None:
@@ -181,6 +230,7 @@ def _bodies(importer, node, index, graphs, keep: set, loop_carried=None, extra=(
             inputs = _loop_inputs(importer, graph, loop_carried, env)
             inputs += [outer[f] for f in passed]
         sub = type(importer)(graph, importer.shared, prefix, env)  # a nested importer
+        sub.types = _scoped_types(importer.types, graph, graphs[:k] + graphs[k + 1:])
         if hook is not None:
             sub.graph_outputs_hook = hook(sub)
         block = sub.sub_block(inputs, bool_first=loop_carried is not None and hook is None and
@@ -193,6 +243,25 @@ def _bodies(importer, node, index, graphs, keep: set, loop_carried=None, extra=(
                           tuple(outer[f].name for f in passed) + out[split:])
         blocks.append(block)
     return blocks, passed
+
+
+def _scoped_types(types: dict, graph: onnx.GraphProto, siblings: list) -> dict:
+    """The declared types a subgraph's importer checks against: its own over the enclosing
+    scope's, without its siblings'. Sibling subgraphs may each hold a value of one name with
+    other types (an optimum merged decoder's two branches are two exports that name their
+    values alike); ONNX forbids only the shadowing of an outer name."""
+    others = {name for g in siblings for name in _declared(g)}
+    return {**{k: t for k, t in types.items() if k not in others}, **_declared(graph)}
+
+
+def _declared(graph: onnx.GraphProto) -> dict:
+    """The value_info and output types of ``graph`` and of the subgraphs in it."""
+    found = {v.name: v.type for v in [*graph.value_info, *graph.output]}
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                found = {**_declared(sub), **found}
+    return found
 
 
 def _loop_inputs(importer, body: onnx.GraphProto, carried, env) -> list:

@@ -23,6 +23,7 @@ the Program returned is verified. Memory stays linear in the graph: per name, no
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import onnx
 import torch
@@ -36,6 +37,7 @@ from tdag.canonicalize.onnx.load import (
     dense_of_sparse,
     describe_node,
     dtype_of,
+    initializer_dtype,
     load_model,
     scope_of,
     symbol_name,
@@ -46,6 +48,7 @@ from tdag.canonicalize.onnx.ops import OPS  # the package imports every family: 
 from tdag.canonicalize.onnx.ops.contrib import CONTRIB_OPS
 from tdag.canonicalize.onnx.ops.functions import PREVIEW_OPS
 from tdag.canonicalize.onnx.ops.ml import ML_OPS
+from tdag.canonicalize.onnx.ops.table import table_key
 from tdag.canonicalize.onnx.ops.training import TRAINING_OPS
 from tdag.canonicalize.onnx.recurrent import RECURRENT_OPS, convert_recurrent
 from tdag.canonicalize.onnx.values import Known, Param, known_of, materialize
@@ -112,7 +115,22 @@ def _import(model: onnx.ModelProto, inputs: dict | None, bound: dict) -> Program
     block = importer.main_block()
     if shared.problems:
         raise unsupported_error(shared.problems)
-    return finished_program(shared.graphs, block, "the ONNX model")
+    prog = _named_outputs(finished_program(shared.graphs, block, "the ONNX model"), block)
+    labels = {name: shared.class_labels[out.name]
+              for name, out in zip(block.outputs, model.graph.output)
+              if out.name in shared.class_labels}
+    return prog.replace(class_labels=labels) if labels else prog
+
+
+def _named_outputs(prog: Program, block: Block) -> Program:
+    """``prog`` returning its outputs under the file's names (``logits``, ``present.0.key``),
+    which to_onnx writes back, where finished_program numbered them."""
+    main = prog.main
+    if main.outputs == block.outputs or len(main.steps) != 1 or \
+            set(block.outputs) & {v.name for v in main.inputs}:
+        return prog
+    call = dataclasses.replace(main.steps[0], outputs=block.outputs)
+    return prog.replace(main=Block(main.inputs, (call,), block.outputs))
 
 
 
@@ -179,6 +197,7 @@ class Shared:
         self.pinned: dict = {}  # graph inputs pinned to values (from_onnx's ``inputs``)
         self.bound: dict = {}  # input size names a node fixed: name -> int (ctx.pin)
         self.input_symbols: set = set()  # the names of the main graph inputs' sizes
+        self.class_labels: dict = {}  # ZipMap output name -> its labels (ops/ml_features.py)
         self.graph_names = FreshNames()
 
     def graph_name(self, hint: str) -> str:
@@ -295,7 +314,7 @@ class GraphImporter:
     def _initializer(self, graph: onnx.GraphProto, onnx_name: str, data_type: int,
                      read) -> None:
         try:
-            dtype_of(data_type, onnx_name)
+            initializer_dtype(data_type, onnx_name)
             value = tensor_of(read())
         except UnsupportedOpError as exc:
             self.problems.append((f"initializer: {exc}", None))
@@ -399,7 +418,7 @@ class GraphImporter:
                             location=node.name)
             ctx = NodeContext(self, node)
             with self.builder.active(), self.builder.scope(origin):
-                result = OPS[node.op_type](ctx, *inputs)
+                result = OPS[table_key(node.op_type, node.domain)](ctx, *inputs)
                 results = list(result) if isinstance(result, (list, tuple)) else [result]
                 for name, value in zip(node.output, results):
                     self.check_declared(name, value)

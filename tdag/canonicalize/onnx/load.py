@@ -50,10 +50,23 @@ def _type_name(elem_type: int) -> str:
         else str(elem_type)
 
 
+# 4-bit integer weights (blockwise-quantized files: DequantizeLinear, GatherBlockQuantized)
+# are read one element a byte, as i8 (uint4's 0..15 fit): their values are what the ops
+# that read them compute with, and no op reads an i8 constant as packed nibbles
+WIDENED = {TensorProto.INT4: DType.i8, TensorProto.UINT4: DType.i8}
+
+
+def initializer_dtype(elem_type: int, what: str = "") -> DType:
+    """The dtype of a constant of ``elem_type``: a 4-bit integer widened to a byte."""
+    return WIDENED.get(elem_type) or dtype_of(elem_type, what)
+
+
 def tensor_of(array: np.ndarray) -> torch.Tensor:
     """A torch tensor (a copy) of an array from onnx's numpy_helper; bfloat16 and the float8
     kinds arrive as ml_dtypes' types, which torch cannot take, so their bits are
-    reinterpreted."""
+    reinterpreted; int4 and uint4 are widened to i8 (``WIDENED``)."""
+    if array.dtype.name in ("int4", "uint4"):
+        return torch.from_numpy(array.astype(np.int8))
     special = _ML_DTYPES.get(array.dtype.name)
     if special is not None:
         bits = np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}").copy()

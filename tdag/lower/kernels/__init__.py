@@ -11,4 +11,12 @@ Kernel records register in the one registry beside the primitives when ``tdag.lo
 imported (``import tdag`` does), so that ``tdag.verify``, ``tdag.run`` and ``tdag.cost``
 understand lowered programs.
 """
-from tdag.lower.kernels import activations, contraction, layout, norms, sequence, windows  # noqa: F401
+from tdag.lower.kernels import (  # noqa: F401
+    activations,
+    contraction,
+    layout,
+    norms,
+    quant,
+    sequence,
+    windows,
+)

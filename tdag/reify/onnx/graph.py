@@ -41,6 +41,17 @@ def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, ONNX_DTYPE[t.dtype], dims)
 
 
+def zipmap(src: str, dst: str, labels: tuple, name: str) -> tuple:
+    """(the ai.onnx.ml ZipMap node making ``dst``, a seq(map(int64, float)), of the [N, C]
+    probabilities ``src`` with the C ``labels``, ``dst``'s value info): Program.class_labels
+    written back as the file had it."""
+    node = helper.make_node("ZipMap", [src], [dst], name=name, domain="ai.onnx.ml",
+                            classlabels_int64s=list(labels))
+    maps = helper.make_map_type_proto(TensorProto.INT64,
+                                      helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    return node, helper.make_value_info(dst, helper.make_sequence_type_proto(maps))
+
+
 def _value_name(hint: str) -> str:
     return hint or "t"
 

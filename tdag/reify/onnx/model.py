@@ -5,7 +5,8 @@ Each TDAG call is inlined; If and Loop controllers become ONNX If and Loop with 
 Symbolic dimensions become named dynamic axes (``dim_param``) and are read at run time with
 ``Shape`` where an op needs their value; a fresh symbol (a size data decides) from the result
 of the node defining it. Parameters and buffers are initializers under their
-own names.
+own names. An output with class labels (``Program.class_labels``, an imported ZipMap) is
+written through an ai.onnx.ml ZipMap, as the file it came from had it.
 
 ONNX models hold no state, so the Program's state dict is threaded through explicitly: each
 state tensor is a graph input whose initializer is its default (a caller may pass the value
@@ -41,6 +42,7 @@ from tdag.reify.onnx.graph import (
     rename,
     tensor_proto,
     value_info,
+    zipmap,
 )
 from tdag.reify.torch.codegen import broadcasts_to
 
@@ -131,15 +133,25 @@ class _Exporter:
         # as is, or one value returned twice
         produced = {o for node in g.nodes for o in node.output}
         renames = {}
-        for src, dst, t in zip(outs, out_names, out_types):
+        labels = [self.prog.class_labels.get(name) for name in main.outputs] + \
+            [None] * len(written)
+        infos = []
+        for src, dst, t, classes in zip(outs, out_names, out_types, labels):
+            if classes is not None:  # probabilities -> their maps (Program.class_labels)
+                node, info = zipmap(src, dst, classes, g.names("n_zipmap"))
+                g.nodes.append(node)
+                infos.append(info)
+                continue
+            infos.append(value_info(dst, t))
             if src in produced and src not in renames:
                 renames[src] = dst
             else:
                 g.nodes.append(_copy(src, dst, t.dtype, g.names("n_out")))
-        model = helper.make_model(onnx.GraphProto(), producer_name="tdag",
-                                  opset_imports=[helper.make_opsetid("", self.opset)])
+        domains = [("", self.opset)] + [("ai.onnx.ml", 1)] * any(labels)
+        model = helper.make_model(onnx.GraphProto(), producer_name="tdag", opset_imports=[
+            helper.make_opsetid(domain, version) for domain, version in domains])
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs] + state_inputs,
-                        [value_info(n, t) for n, t in zip(out_names, out_types)], model.graph)
+                        infos, model.graph)
         rename(graph, renames)
         prune(graph)
         model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)

@@ -144,7 +144,8 @@ def test_fused_conv(activation, params, bias, z):
     _check(*_model("FusedConv", inputs, activation=activation, pads=[1, 1, 1, 1], **attrs))
 
 
-@pytest.mark.parametrize("op", ["Attention", "QAttention", "EmbedLayerNormalization"])
+@pytest.mark.parametrize("op", ["SparseAttention", "DecoderMaskedMultiHeadAttention",
+                                "LongformerAttention"])
 def test_unmapped_contrib_op_is_refused(op):
     model, _ = _model(op, [("x", _r(2, 3, 8))])
     with pytest.raises(UnsupportedOpError, match=f"{op} .node '{op.lower()}_0', domain {MS}"):

@@ -3,7 +3,8 @@ SVMClassifier, TreeEnsembleClassifier, Scaler, ZipMap ...): each fitted in code 
 random data, converted with skl2onnx, imported with tdag.from_onnx and compared with
 onnxruntime on the original file, through tdag.run and through tdag.to_onnx on onnxruntime,
 on random rows: floats within 1e-5 relative / 1e-6 absolute, labels exactly. ZipMap's maps
-are compared as the probability tensor tdag keeps (columns in ZipMap's label order). Then
+are compared as the probability tensor tdag.run keeps (columns in ZipMap's label order), and
+the file tdag.to_onnx writes gives onnxruntime's own list of maps under the same name. Then
 single ai.onnx.ml nodes built by hand for what scikit-learn does not write (each
 post_transform, the other aggregates, kernels and binary rules), and the errors."""
 from __future__ import annotations
@@ -138,7 +139,9 @@ def _check(model: onnx.ModelProto, x) -> None:
     prog = tdag.from_onnx(model)
     tensor = torch.from_numpy(x)
     _compare(tdag.run(prog, tensor), expected, "tdag.run")
-    _compare(run_onnx(tdag.to_onnx(prog), tensor), expected, "tdag.to_onnx on onnxruntime")
+    emitted = tdag.to_onnx(prog)
+    onnx.checker.check_model(emitted, full_check=True)
+    _compare(_onnxruntime(emitted, x), expected, "tdag.to_onnx on onnxruntime")
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -148,14 +151,47 @@ def test_sklearn_model(name):
     _check(_convert(model, x, zipmap=False), x)
 
 
+def _maps_alike(got: list, expected: list, what: str) -> None:
+    assert isinstance(got, list) and len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        assert list(g) == list(e), what  # the same labels, in the same order
+        np.testing.assert_allclose(list(g.values()), list(e.values()), rtol=RTOL, atol=ATOL,
+                                   err_msg=what)
+
+
 @pytest.mark.parametrize("name", ["LogisticRegression-3", "RandomForestClassifier",
-                                  "Pipeline-scaler-LogisticRegression"])
-def test_zipmap_keeps_the_probability_tensor(name):
+                                  "Pipeline-scaler-LogisticRegression",
+                                  "SVC-sigmoid-probability-binary"])
+def test_zipmap_keeps_the_probability_tensor_and_to_onnx_writes_the_maps(name):
     fit, rows = MODELS[name]
     model, x = fit(), rows()
     onnx_model = _convert(model, x, zipmap=True)
-    assert any(n.op_type == "ZipMap" for n in onnx_model.graph.node)
-    _check(onnx_model, x)
+    zipmap = next(n for n in onnx_model.graph.node if n.op_type == "ZipMap")
+    prog = tdag.from_onnx(onnx_model)
+    assert prog.class_labels == {"output_probability": tuple(
+        helper.get_attribute_value(zipmap.attribute[0]))}
+    _compare(tdag.run(prog, torch.from_numpy(x)), _onnxruntime(onnx_model, x), "tdag.run")
+    # the re-emitted file is a drop-in replacement: same names, types and list of maps
+    original, emitted = (ort.InferenceSession(m.SerializeToString(),
+                                              providers=["CPUExecutionProvider"])
+                         for m in (onnx_model, tdag.to_onnx(prog)))
+    assert [(o.name, o.type) for o in emitted.get_outputs()] == \
+        [(o.name, o.type) for o in original.get_outputs()]
+    (label, maps), (label_again, maps_again) = (s.run(None, {"X": x}) for s in (original,
+                                                                              emitted))
+    np.testing.assert_array_equal(label_again, label)
+    _maps_alike(maps_again, maps, "to_onnx's ZipMap")
+    again = tdag.parse(str(prog))  # the labels round-trip through the text form
+    assert again.class_labels == prog.class_labels
+
+
+def test_a_zipmap_read_by_another_node_is_refused():
+    model = _node_model("ZipMap", dict(classlabels_int64s=[3, 4]), [("x", _rows(2)[:, :2])],
+                        [("z", TensorProto.FLOAT)])
+    model.graph.node.append(helper.make_node("Identity", ["z"], ["copy"], name="copy"))
+    model.graph.output[0].name = "copy"
+    with pytest.raises(UnsupportedOpError, match="ZipMap.*read by another node"):
+        tdag.from_onnx(model)
 
 
 # -- single ai.onnx.ml nodes ----------------------------------------------------------------------

@@ -21,7 +21,8 @@ import that does: onnx/importer.py imports it). ``OPS.where(op)`` names an op's 
     loss          NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
     contrib       onnxruntime's com.microsoft ops (CONTRIB_OPS): SkipLayerNormalization,
                   FastGelu, FusedMatMul, FusedConv, ...; SimplifiedLayerNormalization
-    contrib_attention  com.microsoft Attention, MultiHeadAttention, GroupQueryAttention, ...
+    contrib_attention  com.microsoft Attention, MultiHeadAttention, EmbedLayerNormalization,
+                  RotaryEmbedding (contrib_gqa: GroupQueryAttention)
     contrib_quant      com.microsoft MatMulNBits, QGemm, QLinear*, DynamicQuantizeMatMul, ...
     ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor (and ML_OPS); TfIdfVectorizer
     ml_linear     ai.onnx.ml's LinearClassifier, LinearRegressor
@@ -39,6 +40,7 @@ from tdag.canonicalize.onnx.ops import (  # noqa: F401
     bitwise,
     contrib,
     contrib_attention,
+    contrib_gqa,
     contrib_quant,
     conv,
     creation,

@@ -151,9 +151,20 @@ def _rotary(ctx, x, cos, sin, position_ids=None):
     if position_ids is not None:
         ids = ops.cast(ctx.tensor(position_ids), DType.i64)
         cos, sin = ops.gather(cos, ids, 0), ops.gather(sin, ids, 0)
-    cos, sin = ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2)
+    rotated = rotate_pairs(x, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), dim,
+                           ctx.flag("interleaved", 0))
+    if rank == 3:
+        return ops.reshape(rotated, *shape)
+    return ops.permute(rotated, 0, 2, 1, 3)
+
+
+def rotate_pairs(x, cos, sin, dim: int, interleaved: bool):
+    """x (batch, seq, heads, size) with its first ``dim`` features rotated in pairs (halves,
+    or neighbours where ``interleaved``) by cos/sin (broadcastable to (..., dim/2)); the
+    rest pass through. onnxruntime's com.microsoft RotaryEmbedding and GroupQueryAttention
+    rotate the same way."""
+    size = x.shape[3]
     rotate = ops.slice(x, 3, 0, dim)
-    interleaved = ctx.flag("interleaved", 0)
     if interleaved:
         pairs = ops.ungroup(rotate, 3, (-1, 2))
         x1, x2 = ops.select(pairs, 4, 0), ops.select(pairs, 4, 1)
@@ -167,6 +178,4 @@ def _rotary(ctx, x, cos, sin, position_ids=None):
         rotated = ops.concat([real, imag], 3)
     if not (is_static(size) and dim == size):
         rotated = ops.concat([rotated, ops.slice(x, 3, dim, size)], 3)
-    if rank == 3:
-        return ops.reshape(rotated, *shape)
-    return ops.permute(rotated, 0, 2, 1, 3)
+    return rotated

@@ -6,8 +6,8 @@ default domain's entry serves it), QuickGelu (x sigmoid(alpha x)), FusedMatMul (
 transposes and a scale), BiasAdd and FusedConv (Conv, an optional sum, then an activation).
 Each is a composition of tdag ops, written after onnxruntime's CPU kernels and checked
 against them. ``CONTRIB_OPS`` names every com.microsoft op tdag maps: the importer admits that
-domain for these alone (Attention, EmbedLayerNormalization, the quantized ops, ... are
-refused by name).
+domain for these alone (any other com.microsoft op is refused by name); the attention ops
+are in contrib_attention.py and contrib_gqa.py, the quantized ones in contrib_quant.py.
 
 SimplifiedLayerNormalization (RMS norm) is here too, but onnxruntime registers it in the
 default domain (a com.microsoft one is not an op it runs), so it is not in ``CONTRIB_OPS``:

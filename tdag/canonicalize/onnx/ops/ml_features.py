@@ -9,10 +9,14 @@ side by side, as float).
 
 ZipMap's output is a sequence of maps {label: probability}, which no tdag type holds. The
 convention: ZipMap keeps the probability tensor [N, C] as it is, its column c being the
-probability of ``classlabels_int64s[c]`` (the labels stay in the ONNX file, an attribute, not
-data). So a scikit-learn classifier converted with ZipMap imports with the same outputs as
-one converted with ``options={id(model): {"zipmap": False}}``, and tdag.to_onnx writes the
-tensor. String keys (``classlabels_strings``) and string inputs are refused.
+probability of ``classlabels_int64s[c]``, and the labels travel with the Program as
+``Program.class_labels`` of that output (the importer keeps the file's output names). So
+tdag.run, to_torch and to_jax of a scikit-learn classifier converted with ZipMap return the
+same [N, C] tensor as one converted with ``options={id(model): {"zipmap": False}}``, while
+tdag.to_onnx writes the ZipMap back: the file it writes has the original's
+seq(map(int64, float)) output under the original's name, a drop-in replacement. A ZipMap
+whose result is not a graph output (read by another node) is refused: its maps would be
+data. String keys (``classlabels_strings``) and string inputs are refused.
 """
 from __future__ import annotations
 
@@ -143,8 +147,15 @@ def _zip_map(ctx, x):
     if ctx.attr("classlabels_strings"):
         raise UnsupportedOpError("ZipMap with string keys (classlabels_strings): tdag has no "
                                  "string tensors")
-    labels = ctx.attr("classlabels_int64s") or []
+    labels = tuple(ctx.attr("classlabels_int64s") or [])
     x = ctx.tensor(x)
-    if x.ndim != 2 or (is_static(x.shape[1]) and x.shape[1] != len(labels)):
-        raise InvalidModelError(f"ZipMap: {len(labels)} labels for a {x.type} input")
+    if x.ndim != 2 or x.dtype is not DType.f32 or x.shape[1] != len(labels) or \
+            len(set(labels)) != len(labels):
+        raise InvalidModelError(f"ZipMap: {len(labels)} labels (each once) for a {x.type} "
+                                "input (f32 [N, labels])")
+    importer, name = ctx.importer, ctx.node.output[0]
+    if importer.prefix != "main" or any(name in n.input for n in importer.graph.node):
+        raise UnsupportedOpError("ZipMap in a subgraph or read by another node (tdag keeps "
+                                 "its maps only as a graph output's class labels)")
+    importer.shared.class_labels[name] = labels
     return x

@@ -20,36 +20,38 @@ from tdag.canonicalize.onnx.ops.table import (
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
+from tdag.ops.quantize import (
+    RANGE,
+    centered,
+    dequantize_linear,
+    matmul_integer,
+    per_axis,
+    quantize_linear,
+    saturate,
+)
 
-_RANGE = {DType.u8: (0, 255), DType.i8: (-128, 127), DType.u16: (0, 65535),
-          DType.i16: (-32768, 32767), DType.i32: (-2 ** 31, 2 ** 31 - 1)}
+_RANGE = RANGE  # the name contrib_quant.py reads
+
+
+def _axis(ctx, value, x):
+    """The ``axis`` a scale or zero point runs along: None for one value."""
+    block = ctx.attr("block_size", 0)
+    if value.ndim == 0 or (value.ndim == 1 and value.shape[0] == 1 and not block):
+        return None
+    if value.ndim != 1 and not block:
+        raise InvalidModelError(f"{ctx.node.op_type}: a scale of rank {value.ndim} without "
+                                "block_size")
+    return norm_axis(ctx.attr("axis", 1), x.ndim)
 
 
 def _per_axis(ctx, value, x):
     """A scale or zero point broadcastable to x: a scalar, one per ``axis`` entry, or one per
     block of ``block_size`` along it."""
-    block = ctx.attr("block_size", 0)
-    if value.ndim == 0:
-        return value
-    if value.ndim == 1 and value.shape[0] == 1 and not block:  # one value: per tensor
-        return ops.reshape(value, ())
-    axis = norm_axis(ctx.attr("axis", 1), x.ndim)
-    if block:
-        value = ops.repeat_interleave(value, block, axis)
-        return ops.slice(value, axis, 0, x.shape[axis])
-    if value.ndim != 1:
-        raise InvalidModelError(f"{ctx.node.op_type}: a scale of rank {value.ndim} without "
-                                "block_size")
-    shape = [1] * x.ndim
-    shape[axis] = value.shape[0]
-    return ops.reshape(value, tuple(shape))
+    return per_axis(value, x, _axis(ctx, value, x), ctx.attr("block_size", 0))
 
 
 def _saturate(q, dtype: DType):
-    if dtype not in _RANGE:
-        raise UnsupportedOpError(f"quantization to {dtype.value}")
-    low, high = _RANGE[dtype]
-    return ops.cast(ops.clamp(q, float(low), float(high)), dtype)
+    return saturate(q, dtype)
 
 
 @register("QuantizeLinear")
@@ -59,14 +61,14 @@ def _quantize(ctx, x, scale, zero_point=None):
         (ctx.dtype(ctx.attr("output_dtype")) if ctx.attr("output_dtype") else DType.u8)
     precision = ctx.attr("precision")
     work = ctx.dtype(precision) if precision else x.dtype
+    zero = ctx.tensor(zero_point) if zero_point is not None else None
+    if not dtype.is_float8:
+        return quantize_linear(ops.cast(x, work), scale, zero, dtype, _axis(ctx, scale, x),
+                               ctx.attr("block_size", 0))
     q = ops.div(ops.cast(x, work), ops.cast(_per_axis(ctx, scale, x), work))
-    if not dtype.is_float8:  # float8 keeps the fraction: the cast rounds it
-        q = ops.round(q)
-    if zero_point is not None:
-        q = ops.add(q, ops.cast(_per_axis(ctx, ctx.tensor(zero_point), x), work))
-    if dtype.is_float8:
-        return ops.cast(saturate_float8(q, dtype) if ctx.flag("saturate", 1) else q, dtype)
-    return _saturate(q, dtype)
+    if zero is not None:  # float8 keeps the fraction: the cast rounds it
+        q = ops.add(q, ops.cast(_per_axis(ctx, zero, x), work))
+    return ops.cast(saturate_float8(q, dtype) if ctx.flag("saturate", 1) else q, dtype)
 
 
 @register("DequantizeLinear")
@@ -74,10 +76,8 @@ def _dequantize(ctx, x, scale, zero_point=None):
     x, scale = ctx.tensor(x), ctx.tensor(scale)
     if x.dtype.is_float and not x.dtype.is_float8:
         raise UnsupportedOpError(f"DequantizeLinear from {x.dtype.value}")
-    dx = ops.cast(x, DType.f32)
-    if zero_point is not None:
-        dx = ops.sub(dx, ops.cast(_per_axis(ctx, ctx.tensor(zero_point), x), DType.f32))
-    y = ops.mul(dx, ops.cast(_per_axis(ctx, scale, x), DType.f32))
+    zero = ctx.tensor(zero_point) if zero_point is not None else None
+    y = dequantize_linear(x, scale, zero, _axis(ctx, scale, x), ctx.attr("block_size", 0))
     out = ctx.attr("output_dtype")
     return ops.cast(y, ctx.dtype(out) if out else scale.dtype)
 
@@ -90,29 +90,22 @@ def _dynamic_quantize(ctx, x):
     high = ops.maximum(ops.amax(x, axes), 0.0)
     low = ops.minimum(ops.amin(x, axes), 0.0)
     scale = ops.div(ops.sub(high, low), 255.0)
-    zero = _saturate(ops.round(ops.sub(0.0, ops.div(low, scale))), DType.u8)
-    y = _saturate(ops.add(ops.round(ops.div(x, scale)), ops.cast(zero, DType.f32)), DType.u8)
-    return y, scale, zero
+    # round(0 - low / scale) is round(-low / scale): negation is exact
+    zero = quantize_linear(ops.neg(low), scale, None, DType.u8)
+    return quantize_linear(x, scale, zero, DType.u8), scale, zero
 
 
 def _centered(ctx, x, zero_point, row_axis=None):
     """x - zero_point in i32; a 1-D zero point of a matrix is one per row (``row_axis``)."""
-    x = ops.cast(ctx.tensor(x), DType.i32)
-    if zero_point is None:
-        return x
-    zp = ops.cast(ctx.tensor(zero_point), DType.i32)
-    if zp.ndim == 1 and row_axis is not None and zp.shape[0] != 1:
-        zp = ops.unsqueeze(zp, row_axis)
-    elif zp.ndim == 1:
-        zp = ops.reshape(zp, ())
-    return ops.sub(x, zp)
+    return centered(ctx.tensor(x), None if zero_point is None else ctx.tensor(zero_point),
+                    row_axis)
 
 
 @register("MatMulInteger")
 def _matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
-    a = _centered(ctx, a, a_zero, row_axis=-1)  # a's zero point: one per row of a
-    b = _centered(ctx, b, b_zero)  # b's: one per column, broadcast along the last axis
-    return ops.matmul(a, b)
+    def opt(t):
+        return None if t is None else ctx.tensor(t)
+    return matmul_integer(ctx.tensor(a), ctx.tensor(b), opt(a_zero), opt(b_zero))
 
 
 @register("QLinearMatMul")

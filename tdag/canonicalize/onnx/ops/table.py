@@ -30,6 +30,14 @@ OPS = Registry("the ONNX op table")
 register = OPS.register
 
 
+def table_key(op_type: str, domain: str) -> str:
+    """A node's key in ``OPS``: ``domain:op`` where that domain's op means something else
+    than the default domain's of the same name (com.microsoft's Attention packs its Q/K/V
+    weights, the default domain's takes Q, K and V), else the op type itself."""
+    qualified = f"{domain}:{op_type}"
+    return qualified if qualified in OPS else op_type
+
+
 # -- axes ------------------------------------------------------------------------------------------
 
 def norm_axis(axis: int, rank: int, end_ok: bool = False) -> int:

@@ -1,0 +1,213 @@
+"""Quantized compositions -> quantize, dequantize and matmul_integer kernels.
+
+The ONNX importer writes QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and
+MatMulInteger as the compositions of ``tdag.ops.quantize``, which are also these kernels'
+``decompose``. A rule proposes operands from a few landmarks of the composition (the divide
+by the scale, the casts of 8-bit tensors), then checks the proposal by matching: the kernel's
+decomposition of those operands, traced and simplified as lowering simplifies the program,
+must be the subgraph under the node, node for node (same ops, specs, types and constants).
+Only then is the node replaced, so a near miss stays the exact composition it was.
+
+    saturate(round(x / bcast(s)) + bcast(z))      -> quantize(x, s, z)
+    (cast(q) - bcast(z)) * bcast(s)               -> dequantize(q, s, z)
+    (cast_i32(a) - za) @ (cast_i32(b) - zb)       -> matmul_integer(a, b, za, zb)
+"""
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+from tdag.errors import TdagError
+from tdag.ir.graph import TDAG, Node
+from tdag.ir.op import Op
+from tdag.ir.program import Program
+from tdag.ir.record import record
+from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.lower.kernels.quant import QUANTIZED, Dequantize, MatMulInteger, Quantize
+from tdag.lower.match import BROADCAST, is_unit, trace_axes
+from tdag.ops.builder import Builder
+from tdag.refine.simplify import PIPELINE as SIMPLIFY
+from tdag.refine.simplify import PassManager
+
+_CONE = 64  # nodes a proposal looks through: a composition is a few dozen
+_COMMUTATIVE = frozenset({Op.add, Op.multiply})
+_VIEWS = BROADCAST | {Op.ungroup}
+
+
+@lru_cache(maxsize=256)
+def _template(op: Op, spec, types: tuple[TensorType, ...]) -> TDAG:
+    """The kernel's decomposition of operands of ``types``, simplified as ``lower`` simplifies
+    a program before any rule sees it."""
+    builder = Builder()
+    with builder.active():
+        args = [builder.input(f"t{i}", t) for i, t in enumerate(types)]
+        out = record(op).decompose(spec, *args)
+    prog = PassManager(SIMPLIFY)(Program.from_tdag(builder.build([out])))[0]
+    return prog.graph
+
+
+def _matches(ctx: Context, root: Node, op: Op, spec, operands: tuple[str, ...]) -> bool:
+    """Whether ``root`` computes ``op[spec](*operands)`` as its decomposition writes it."""
+    types = tuple(ctx.type(n) for n in operands)
+    try:
+        record(op).shape(spec, types)
+        template = _template(op, spec, types)
+    except TdagError:  # operands the kernel refuses: no match
+        return False
+    bound = {v.name: o for v, o in zip(template.inputs, operands)}
+    producers = {n.name: n for n in template.nodes}
+    return _unify(ctx, template, producers, template.outputs[0], root.name, bound) is not None
+
+
+def _unify(ctx, template, producers, t: str, g: str, bound: dict) -> dict | None:
+    """The binding of template names to graph names that makes ``t`` compute ``g``."""
+    if t in bound:
+        return bound if bound[t] == g else None
+    node = producers.get(t)
+    if node is None:
+        return _same_const(ctx, template.weights[t], g, bound, t)
+    other = ctx.producer(g)
+    if other is None or other.op is not node.op or other.spec != node.spec or \
+            not other.type.same_as(node.type) or len(other.inputs) != len(node.inputs):
+        return None
+    orders = [other.inputs]
+    if node.op in _COMMUTATIVE:
+        orders.append(tuple(reversed(other.inputs)))
+    for inputs in orders:
+        trial = dict(bound, **{t: g})
+        for ti, gi in zip(node.inputs, inputs):
+            trial = _unify(ctx, template, producers, ti, gi, trial)
+            if trial is None:
+                break
+        if trial is not None:
+            return trial
+    return None
+
+
+def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
+    got = ctx.weight(g)
+    if weight.kind is not TensorKind.const or got is None or got.kind is not TensorKind.const \
+            or got.value is None or not got.type.same_as(weight.type) or \
+            not bool((got.value == weight.value).all()):
+        return None
+    return dict(bound, **{t: g})
+
+
+def _cone(ctx: Context, root: Node) -> list[Node]:
+    """The nodes under ``root``, nearest first, at most ``_CONE`` of them; a cast of an
+    integer tensor is a leaf of every composition here, so the walk stops there."""
+    seen, order, frontier = {root.name}, [], [root.name]
+    while frontier and len(order) < _CONE:
+        node = ctx.producer(frontier.pop(0))
+        if node is None:
+            continue
+        order.append(node)
+        if node.op is Op.cast and not ctx.type(node.inputs[0]).dtype.is_float:
+            continue
+        for name in node.inputs:
+            if name not in seen:
+                seen.add(name)
+                frontier.append(name)
+    return order
+
+
+def _casts_from(ctx: Context, cone, dtypes) -> list[str]:
+    """The tensors of ``dtypes`` that nodes of ``cone`` cast to something else, and the
+    sources those are views of (a per-axis zero point reshaped before its cast)."""
+    found = []
+    for node in cone:
+        if node.op is not Op.cast or ctx.type(node.inputs[0]).dtype not in dtypes:
+            continue
+        name = node.inputs[0]
+        while name is not None:
+            if name not in found:
+                found.append(name)
+            view = ctx.producer(name)
+            name = view.inputs[0] if view is not None and view.op in _VIEWS else None
+    return found
+
+
+def _scale_axis(ctx: Context, name: str, rank: int):
+    """(scale, axis) of a scale broadcast to rank ``rank``: axis None for one value, -1 for
+    a broadcast that is neither. Simplify writes a 1-D scale's reshape to (1, C, 1) as an
+    ungroup, which the walk steps over here."""
+    src, mapping = trace_axes(ctx, name, units=True)
+    ungroup = ctx.made(src, Op.ungroup)
+    if ungroup is not None and ctx.type(ungroup.inputs[0]).rank == 1:
+        real = [i for i, d in enumerate(ungroup.type.shape) if not is_unit(d)]
+        if len(real) == 1 and real[0] in mapping:
+            src, mapping = ungroup.inputs[0], tuple(
+                0 if a == real[0] else None for a in mapping)
+    t = ctx.type(src)
+    if t.rank == 0 or (t.rank == 1 and is_unit(t.shape[0])):
+        return src, None
+    axes = [i for i, a in enumerate(mapping) if a is not None]
+    return src, (axes[0] if t.rank == 1 and len(axes) == 1 and len(mapping) == rank else -1)
+
+
+def _replace(ctx: Context, root: Node, op: Op, spec, operands):
+    emit = ctx.emitter(root)
+    return emit.finish(emit(op, spec, *operands))
+
+
+def quantize_rule(node: Node, ctx: Context):
+    """saturate(round(x / bcast(s)) + bcast(z)) -> quantize(x, s, z)"""
+    dtype = node.spec.dtype
+    if dtype not in QUANTIZED:
+        return NoMatch("not a cast to a quantized type")
+    cone = _cone(ctx, node)
+    zeros = _casts_from(ctx, cone, {dtype}) + [None]
+    for div in cone:
+        if div.op is not Op.divide or not div.type.dtype.is_float or \
+                div.type.shape != node.type.shape:
+            continue
+        scale, axis = _scale_axis(ctx, div.inputs[1], node.type.rank)
+        for zero in zeros:
+            operands = (div.inputs[0], scale) + ((zero,) if zero else ())
+            if axis != -1 and _matches(ctx, node, Op.quantize, Quantize(dtype, axis), operands):
+                return _replace(ctx, node, Op.quantize, Quantize(dtype, axis), operands)
+    return NoMatch("not a quantization")
+
+
+def dequantize_rule(node: Node, ctx: Context):
+    """(cast(q) - bcast(z)) * bcast(s) -> dequantize(q, s, z)"""
+    if node.type.dtype is not DType.f32:
+        return NoMatch("not an f32 product")
+    cone = _cone(ctx, node)[:12]
+    ints = _casts_from(ctx, cone, QUANTIZED | {DType.i32})
+    for q, side in itertools.product(ints, node.inputs):
+        if ctx.type(q).shape != node.type.shape:
+            continue
+        scale, axis = _scale_axis(ctx, side, node.type.rank)
+        if axis == -1:
+            continue
+        for zero in [z for z in ints if z != q and ctx.type(z).dtype is ctx.type(q).dtype] + \
+                [None]:
+            operands = (q, scale) + ((zero,) if zero else ())
+            if _matches(ctx, node, Op.dequantize, Dequantize(axis), operands):
+                return _replace(ctx, node, Op.dequantize, Dequantize(axis), operands)
+    return NoMatch("not a dequantization")
+
+
+def matmul_integer_rule(node: Node, ctx: Context):
+    """(cast_i32(a) - za) @ (cast_i32(b) - zb) -> matmul_integer(a, b, za, zb)"""
+    if node.spec.kind.value != "sum" or node.type.dtype is not DType.i32:
+        return NoMatch("not an i32 sum")
+    eight = _casts_from(ctx, _cone(ctx, node)[:24], {DType.u8, DType.i8})
+    mats = [n for n in eight if ctx.type(n).rank >= 2]
+    zeros = [n for n in eight if ctx.type(n).rank <= 1]
+    for a, b in itertools.permutations(mats, 2):
+        for az, bz in itertools.product(zeros + [None], repeat=2):
+            spec = MatMulInteger(az is not None, bz is not None)
+            operands = tuple(n for n in (a, b, az, bz) if n is not None)
+            if _matches(ctx, node, Op.matmul_integer, spec, operands):
+                return _replace(ctx, node, Op.matmul_integer, spec, operands)
+    return NoMatch("not an integer matmul")
+
+
+RULES = (
+    Rule(Op.cast, quantize_rule),           # saturate(round(x / s) + z) -> quantize
+    Rule(Op.multiply, dequantize_rule),     # (cast(q) - z) * s -> dequantize
+    Rule(Op.reduce, matmul_integer_rule),   # (a - za) @ (b - zb) in i32 -> matmul_integer
+)

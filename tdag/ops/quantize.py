@@ -1,0 +1,78 @@
+"""Linear quantization as compositions: the one meaning of ONNX's QuantizeLinear,
+DequantizeLinear and MatMulInteger that the ONNX importer writes and the quantized kernels
+(``tdag/lower/kernels/quant.py``) decompose to, so that lowering recognises one as the other.
+
+Integer arithmetic stays exact: a quantization rounds half to even and saturates, as
+onnx/reference/ops computes; an integer matmul subtracts the zero points and sums in i32.
+"""
+from __future__ import annotations
+
+from tdag.errors import UnsupportedOpError
+from tdag.ir.types import DType
+from tdag.ops import arrays, core
+from tdag.ops.tensor import Tensor
+
+# the integer types a quantization saturates to (float8 keeps its own path in the importer)
+RANGE = {DType.u8: (0, 255), DType.i8: (-128, 127), DType.u16: (0, 65535),
+         DType.i16: (-32768, 32767), DType.i32: (-2 ** 31, 2 ** 31 - 1)}
+
+
+def per_axis(value: Tensor, x: Tensor, axis: int | None, block: int = 0) -> Tensor:
+    """A scale or zero point broadcastable to ``x``: a scalar (``axis`` None, or one value
+    given as [1]), one per ``axis`` entry, or one per block of ``block`` along it."""
+    if value.ndim == 0:
+        return value
+    if axis is None or (value.ndim == 1 and value.shape[0] == 1 and not block):
+        return core.reshape(value, ())
+    if block:
+        value = arrays.repeat_interleave(value, block, axis)
+        return core.slice(value, axis, 0, x.shape[axis])
+    shape = [1] * x.ndim
+    shape[axis] = value.shape[0]
+    return core.reshape(value, tuple(shape))
+
+
+def saturate(q: Tensor, dtype: DType) -> Tensor:
+    """Clamp to ``dtype``'s range, then cast (the values are already whole)."""
+    if dtype not in RANGE:
+        raise UnsupportedOpError(f"quantization to {dtype.value}")
+    low, high = RANGE[dtype]
+    return core.cast(core.clamp(q, float(low), float(high)), dtype)
+
+
+def quantize_linear(x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: DType,
+                    axis: int | None = None, block: int = 0) -> Tensor:
+    """``saturate(round(x / scale) + zero_point)`` in x's float type."""
+    q = core.round(core.div(x, core.cast(per_axis(scale, x, axis, block), x.dtype)))
+    if zero_point is not None:
+        q = core.add(q, core.cast(per_axis(zero_point, x, axis, block), x.dtype))
+    return saturate(q, dtype)
+
+
+def dequantize_linear(q: Tensor, scale: Tensor, zero_point: Tensor | None,
+                      axis: int | None = None, block: int = 0) -> Tensor:
+    """``(q - zero_point) * scale`` in f32."""
+    dx = core.cast(q, DType.f32)
+    if zero_point is not None:
+        dx = core.sub(dx, core.cast(per_axis(zero_point, q, axis, block), DType.f32))
+    return core.mul(dx, core.cast(per_axis(scale, q, axis, block), DType.f32))
+
+
+def centered(x: Tensor, zero_point: Tensor | None, row_axis: int | None = None) -> Tensor:
+    """x - zero_point in i32; a 1-D zero point of a matrix is one per row (``row_axis``)."""
+    x = core.cast(x, DType.i32)
+    if zero_point is None:
+        return x
+    zp = core.cast(zero_point, DType.i32)
+    if zp.ndim == 1 and zp.shape[0] == 1:
+        zp = core.reshape(zp, ())
+    elif zp.ndim == 1 and row_axis is not None:
+        zp = core.unsqueeze(zp, row_axis)
+    return core.sub(x, zp)  # else one per column: broadcast along the last axis
+
+
+def matmul_integer(a: Tensor, b: Tensor, a_zero: Tensor | None = None,
+                   b_zero: Tensor | None = None) -> Tensor:
+    """MatMulInteger: ``(a - a_zero) @ (b - b_zero)`` exactly, in i32. a's zero point is one
+    per row of a; b's one per column, broadcast along b's last axis."""
+    return arrays.matmul(centered(a, a_zero, row_axis=-1), centered(b, b_zero))

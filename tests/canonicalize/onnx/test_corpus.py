@@ -1,0 +1,44 @@
+"""The float part of issue 20's real-file corpus (tests/support/real_files.py), checked as
+benchmarks/real_files.py measures it: each file imports, and tdag.run and the file
+tdag.to_onnx writes compute what onnxruntime computes on the original, within 1e-4 of the
+output's scale, on every feed (decoders at two past lengths). The files: a GPT-2 step with
+its KV cache (torch.onnx, legacy exporter) and onnxslim's rewrite of it, a BERT and
+onnxslim's, onnxruntime's session-optimised (FusedMatMul, BiasGelu) and transformers-optimised
+(Attention, EmbedLayerNormalization, SkipLayerNormalization) ones, a ResNet and its session-
+optimised one (FusedConv), and scikit-learn models through skl2onnx (ZipMap written back).
+The quantized files and the timing are the benchmark's."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnxslim")
+pytest.importorskip("skl2onnx")
+pytest.importorskip("transformers")
+
+from real_files import FLOAT_BOUND, check  # noqa: E402  (benchmarks/, on the path)
+from support import real_files as corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    gpt2 = corpus.decoder(folder, "gpt2", corpus.gpt2, 2, 16)
+    bert, resnet = corpus.bert(folder), corpus.resnet(folder)
+    made = [gpt2, corpus.slimmed(gpt2), bert, corpus.slimmed(bert),
+            corpus.session_optimised(bert), corpus.transformers_optimised(bert, "bert", 2, 32),
+            resnet, corpus.session_optimised(resnet), *corpus.sklearn_files(folder)]
+    return {f.name: f for f in made}
+
+
+NAMES = ["gpt2", "gpt2+onnxslim", "bert", "bert+onnxslim", "bert+ort-extended",
+         "bert+ort-transformers", "resnet", "resnet+ort-extended",
+         "sklearn-LogisticRegression", "sklearn-RandomForestClassifier",
+         "sklearn-GradientBoostingRegressor", "sklearn-Pipeline-scaler-SVC"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_real_file_imports_and_matches_onnxruntime(files, name):
+    row = check(files[name])
+    assert "import_error" not in row, row["import_error"]
+    assert row["run_error"] <= FLOAT_BOUND, ("tdag.run", row["run_error"])
+    assert row["onnx_error"] <= FLOAT_BOUND, ("tdag.to_onnx", row["onnx_error"])
