@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Justified exclusions: what no static tensor DAG over tdag's primitives can express, or what
 # is out of scope for inference graphs (each reason says which). Each op listed here fails
 # the sweep; ops that pass were taken off the list. Sorting is not excluded: sort, topk,
-# median, mode and quantile are pairwise-comparison ranks over a static axis (aten/sorting.py).
+# median, mode and quantile are compositions over the sort primitive (aten/sorting.py).
 EXCLUSION_REASONS = {
     "random": "random sampling, or uninitialised memory (empty*): eager's values are arbitrary",
     "data-dependent": "the output's shape depends on the values (nonzero, unique, item, "

@@ -22,6 +22,7 @@ re-emitted/original; the issue asks for a geo-mean <= 1.05 and each <= 1.25.
 
     python benchmarks/real_files.py                      # the table
     python benchmarks/real_files.py --groups bert resnet --json out.json
+    python benchmarks/real_files.py --groups bert --runtime onnxruntime   # com.microsoft kernels
 """
 from __future__ import annotations
 
@@ -81,9 +82,9 @@ def error(got, expected) -> float:
     return worst
 
 
-def check(file: File, threads: int = 1) -> dict:
-    """Import ``file``, run it through tdag.run and to_onnx against onnxruntime on the
-    original: the table's row (times not yet measured)."""
+def check(file: File, threads: int = 1, runtime: str | None = None) -> dict:
+    """Import ``file``, run it through tdag.run and to_onnx (for ``runtime``) against
+    onnxruntime on the original: the table's row (times not yet measured)."""
     row = {"file": file.name, "tool": file.tool, "quantized": file.quantized}
     if file.failed:
         row["import_error"] = f"the tool failed: {file.failed}"
@@ -105,7 +106,7 @@ def check(file: File, threads: int = 1) -> dict:
         return row
     row["run_error"] = max(error(_outputs(tdag.run(prog, *[torch.from_numpy(f[n]) for n in names])),
                                  ref) for f, ref in zip(file.feeds, expected))
-    emitted = session(tdag.to_onnx(prog), threads, level)
+    emitted = session(tdag.to_onnx(prog, runtime=runtime), threads, level)
     row["onnx_error"] = max(error(arrays(emitted.run(None, f)), ref)
                             for f, ref in zip(file.feeds, expected))
     row["sessions"] = (original, emitted)
@@ -171,12 +172,14 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (0: default)")
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--runtime", choices=["onnxruntime"], default=None,
+                        help="re-emit with onnxruntime's fused kernels (to_onnx's runtime=)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(args.threads, 1))
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for file in build(Path(folder), args.groups):
-            row = check(file, args.threads)
+            row = check(file, args.threads, args.runtime)
             if "sessions" in row:
                 timed(row, file.feeds[0], args.repeats)
             rows.append(row)

@@ -39,6 +39,7 @@ _U64_EXACT = frozenset({Op.add, Op.multiply, Op.neg, Op.where, Op.gather, Op.con
                         Op.reshape, Op.expand, Op.pad, Op.fold, Op.unfold})
 _U64_EXACT_KINDS = frozenset({"eq", "ne", "sum", "prod"})  # of compare and reduce
 _U64_ORDER_KINDS = frozenset({"lt", "le", "gt", "ge", "max", "min"})
+_U64_SORTS = frozenset({Op.sort, Op.topk})  # order, and move values or give positions
 _TOP_BIT = -2 ** 63  # int64's bit pattern 1000...0
 
 # float8_e4m3fn's largest finite value is 448; a value past the midpoint to the next step
@@ -69,7 +70,7 @@ def _u64_exact(node) -> bool:
 
 def _u64_ordered(node) -> bool:
     """Whether ``node`` orders uint64 values: run on int64 with the top bit flipped."""
-    return _kind(node) in _U64_ORDER_KINDS
+    return node.op in _U64_SORTS or _kind(node) in _U64_ORDER_KINDS
 
 
 def _kind(node) -> str | None:

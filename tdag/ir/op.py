@@ -54,7 +54,11 @@ class Op(enum.Enum):
     bitcast = "bitcast"
     # indexing and generators
     gather = "gather"
+    scatter = "scatter"  # gather's mirror: rows written at positions, with a combine
     iota = "iota"
+    # order and accumulation along an axis, at the framework kernels' complexity
+    sort = "sort"  # the stable sorting permutation: n log n, where ranking pairs is n^2
+    scan = "scan"  # the cumulative sum/prod/max/min: n, where an unfolded axis is n^2
     # sizes that only data decides: each output has a fresh symbol, bound at run time
     nonzero = "nonzero"
     arange = "arange"
@@ -86,3 +90,9 @@ class Op(enum.Enum):
     quantize = "quantize"
     dequantize = "dequantize"
     matmul_integer = "matmul_integer"
+    topk = "topk"  # the first k values of a sort (all of them: the sorted values)
+    argmax = "argmax"  # one pass, where max + compare + min over positions is three
+    argmin = "argmin"
+    conv_integer = "conv_integer"
+    dynamic_quantize = "dynamic_quantize"  # one output of DynamicQuantizeLinear
+    tree_sum = "tree_sum"  # a forest's walk, summed over its trees (ai.onnx.ml trees)

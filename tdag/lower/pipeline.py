@@ -9,6 +9,7 @@ from tdag.lower import (
     attention,
     contraction,
     conv,
+    ml,
     movement,
     norms,
     pool,
@@ -16,6 +17,7 @@ from tdag.lower import (
     recurrent,
     resize,
     softmax,
+    sorting,
 )
 from tdag.lower.join_calls import join_calls
 from tdag.lower.passes import Pass, rule_pass, run_passes
@@ -29,9 +31,12 @@ PASSES: dict[str, Pass] = {
     "simplify": PassManager(SIMPLIFY),
     # before the others take the compositions apart: Q/DQ and MatMulInteger stay integer ops
     "quant": rule_pass(*quant.RULES),
+    # a forest's walk, before its gathers and selects become movement kernels
+    "ml": rule_pass(*ml.RULES),
     "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
+    "sorting": rule_pass(*sorting.RULES),
     "norms": rule_pass(*norms.RULES),
     "conv": rule_pass(*conv.RULES),
     "pool": rule_pass(*pool.RULES),
@@ -46,8 +51,9 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("simplify", "quant", "contraction", "activations", "softmax", "norms", "conv", "pool",
-           "resize", "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
+DEFAULT = ("simplify", "quant", "ml", "contraction", "activations", "softmax", "sorting", "norms",
+           "conv", "pool", "resize", "attention", "movement", "fuse", "recurrent",
+           "recurrent_loops", "join_calls")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

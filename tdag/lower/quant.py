@@ -11,9 +11,12 @@ Only then is the node replaced, so a near miss stays the exact composition it wa
     saturate(round(x / bcast(s)) + bcast(z))      -> quantize(x, s, z)
     (cast(q) - bcast(z)) * bcast(s)               -> dequantize(q, s, z)
     (cast_i32(a) - za) @ (cast_i32(b) - zb)       -> matmul_integer(a, b, za, zb)
+    cast_i32(conv(cast(x - zx), cast(w - zw)))    -> conv_integer(x, w, zx, zw)
+    DynamicQuantizeLinear's scale, zero point, output -> dynamic_quantize[1], [2], [0](x)
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 from functools import lru_cache
 
@@ -22,9 +25,17 @@ from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.program import Program
 from tdag.ir.record import record
-from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
 from tdag.ir.types import DType, TensorKind, TensorType
-from tdag.lower.kernels.quant import QUANTIZED, Dequantize, MatMulInteger, Quantize
+from tdag.lower import activations
+from tdag.lower.kernels.quant import (
+    QUANTIZED,
+    ConvInteger,
+    Dequantize,
+    DynamicQuantize,
+    MatMulInteger,
+    Quantize,
+)
 from tdag.lower.match import BROADCAST, is_unit, trace_axes
 from tdag.ops.builder import Builder
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
@@ -38,13 +49,31 @@ _VIEWS = BROADCAST | {Op.ungroup}
 @lru_cache(maxsize=256)
 def _template(op: Op, spec, types: tuple[TensorType, ...]) -> TDAG:
     """The kernel's decomposition of operands of ``types``, simplified as ``lower`` simplifies
-    a program before any rule sees it."""
+    a program before any rule sees it, then lowered by the rules that run before this
+    kernel's (``_BEFORE``): the form the graph has when the kernel's rule looks."""
     builder = Builder()
     with builder.active():
         args = [builder.input(f"t{i}", t) for i, t in enumerate(types)]
         out = record(op).decompose(spec, *args)
-    prog = PassManager(SIMPLIFY)(Program.from_tdag(builder.build([out])))[0]
-    return prog.graph
+    prog = Program.from_tdag(builder.build([out]))
+    if op is Op.conv_integer:  # the quant pass meets it again once lowering made the conv
+        return _lowered_without_quant(prog).graph
+    graph = PassManager(SIMPLIFY)(prog)[0].graph
+    passes = [RuleSet(rules) for rules in _BEFORE(op, spec)]
+    changed = bool(passes)
+    while changed:  # as lower's passes run: each in turn, until none changes the graph
+        changed = False
+        for rules in passes:
+            graph, step = rewrite(graph, rules)
+            changed |= step
+    return graph
+
+
+def _lowered_without_quant(prog: Program) -> Program:
+    """``prog`` through lower's default passes but this one (the pipeline holds this
+    module, so it is looked up when first needed)."""
+    pipeline = importlib.import_module("tdag.lower.pipeline")
+    return pipeline.lower(prog, [p for p in pipeline.DEFAULT if p != "quant"])
 
 
 def _matches(ctx: Context, root: Node, op: Op, spec, operands: tuple[str, ...]) -> bool:
@@ -206,8 +235,78 @@ def matmul_integer_rule(node: Node, ctx: Context):
     return NoMatch("not an integer matmul")
 
 
+def dynamic_scale_rule(node: Node, ctx: Context):
+    """(max(amax(x), 0) - min(amin(x), 0)) / 255 -> dynamic_quantize[1](x)"""
+    if node.type.rank != 0 or node.type.dtype is not DType.f32:
+        return NoMatch("not an f32 scalar")
+    for reduce in _cone(ctx, node)[:12]:
+        x = reduce.inputs[0] if reduce.op is Op.reduce else None
+        if x is not None and _matches(ctx, node, Op.dynamic_quantize, DynamicQuantize(1), (x,)):
+            return _replace(ctx, node, Op.dynamic_quantize, DynamicQuantize(1), (x,))
+    return NoMatch("not DynamicQuantizeLinear's scale")
+
+
+def _dynamic_part(node: Node, ctx: Context, part: int):
+    """A quantize by DynamicQuantizeLinear's scale of x -> its ``part`` of x."""
+    scale = ctx.made(node.inputs[1], Op.dynamic_quantize)
+    if scale is None or (len(node.inputs) == 3) != (part == 0):
+        return NoMatch("not quantized by a dynamic scale")
+    x = scale.inputs[0]
+    if _matches(ctx, node, Op.dynamic_quantize, DynamicQuantize(part), (x,)):
+        return _replace(ctx, node, Op.dynamic_quantize, DynamicQuantize(part), (x,))
+    return NoMatch(f"not DynamicQuantizeLinear's output {part}")
+
+
+def dynamic_zero_rule(node: Node, ctx: Context):
+    """quantize(-min(amin(x), 0), dynamic_quantize[1](x)) -> dynamic_quantize[2](x)"""
+    return _dynamic_part(node, ctx, 2)
+
+
+def dynamic_output_rule(node: Node, ctx: Context):
+    """quantize(x, dynamic_quantize[1](x), dynamic_quantize[2](x)) -> dynamic_quantize[0](x)"""
+    return _dynamic_part(node, ctx, 0)
+
+
+def conv_integer_rule(node: Node, ctx: Context):
+    """cast_i32(conv(cast(x - zx), cast(w - zw))) -> conv_integer(x, w, zx, zw)"""
+    inner = ctx.made(node.inputs[0], Op.conv)
+    if node.spec.dtype is not DType.i32 or inner is None:
+        return NoMatch("not an i32 cast of a conv")
+    s = inner.spec
+    # the conv reads casts of the centred i32 tensors: the cone walk stops at those casts
+    centred = [ctx.made(i, Op.cast) for i in inner.inputs]
+    cone = [n for c in centred if c is not None and ctx.producer(c.inputs[0]) is not None
+            for n in _cone(ctx, ctx.producer(c.inputs[0]))[:12]]
+    eight = _casts_from(ctx, cone, QUANTIZED)
+    mats = [n for n in eight if ctx.type(n).rank == node.type.rank]
+    zeros = [n for n in eight if ctx.type(n).rank <= 1]
+    for x, w in itertools.permutations(mats, 2):
+        for xz, wz in itertools.product(zeros + [None], repeat=2):
+            spec = ConvInteger(s.stride, s.padding, s.dilation, s.groups, xz is not None,
+                               wz is not None)
+            operands = tuple(n for n in (x, w, xz, wz) if n is not None)
+            if _matches(ctx, node, Op.conv_integer, spec, operands):
+                return _replace(ctx, node, Op.conv_integer, spec, operands)
+    return NoMatch("not an integer convolution")
+
+
+def _BEFORE(op: Op, spec) -> tuple[tuple[Rule, ...], ...]:
+    """The passes (rules) whose kernels a kernel's decomposition holds when its own rule
+    looks, in lower's order: DynamicQuantizeLinear's parts are built on one another (and its
+    min(x, 0) is a clamp by then)."""
+    if op is Op.dynamic_quantize and spec.part != 1:
+        own = (Rule(Op.cast, quantize_rule), Rule(Op.divide, dynamic_scale_rule)) + \
+            ((Rule(Op.quantize, dynamic_zero_rule),) if spec.part == 0 else ())
+        return own, activations.RULES
+    return ()
+
+
 RULES = (
     Rule(Op.cast, quantize_rule),           # saturate(round(x / s) + z) -> quantize
     Rule(Op.multiply, dequantize_rule),     # (cast(q) - z) * s -> dequantize
     Rule(Op.reduce, matmul_integer_rule),   # (a - za) @ (b - zb) in i32 -> matmul_integer
+    Rule(Op.cast, conv_integer_rule),       # cast_i32(conv(x - zx, w - zw)) -> conv_integer
+    Rule(Op.divide, dynamic_scale_rule),    # (max(x, 0) - min(x, 0)) / 255 -> its scale
+    Rule(Op.quantize, dynamic_zero_rule),   # quantize(-min(x, 0), scale) -> its zero point
+    Rule(Op.quantize, dynamic_output_rule),  # quantize(x, scale, zero) -> its output
 )

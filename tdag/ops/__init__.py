@@ -11,7 +11,7 @@ The facade holds functions only (``__all__``); the classes live where they are d
 Importing it installs the Tensor's operators (``tensor_methods``).
 """
 from tdag.ops.arrays import (
-    argmax, argmin, cat, chunk, concat, cumsum, index, linear, matmul, mean, repeat_interleave,
+    argmax, argmin, cat, chunk, concat, index, linear, matmul, mean, repeat_interleave,
     split, stack, tile, var,
 )
 from tdag.ops.contraction import einsum
@@ -30,7 +30,7 @@ from tdag.ops.einops import reduce as einops_reduce
 from tdag.ops.einops import reduce_or_pattern as reduce  # the one ``reduce``: both calls
 from tdag.ops.masking import (
     arange_of, broadcast_index, checked_size, checked_zero, flat_nonzero, mask_index,
-    masked_select, nonzero, size_of, unique, unique_all, unique_slices,
+    masked_select, nonzero, size_of,
 )
 from tdag.ops.nn.conv import (
     conv, conv_transpose, torch_pad,
@@ -45,30 +45,39 @@ from tdag.ops.nn.pool import (
     adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate, max_pool,
 )
 from tdag.ops.promotion import broadcast_shapes, result_dtype
+from tdag.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp, scan
+from tdag.ops.sorting import (
+    argsort, searchsorted, sort, topk, unique, unique_all, unique_consecutive, unique_slices,
+)
 from tdag.ops import tensor_methods
 from tdag.ops.trace import buffer, const, param
+from tdag.ops.writes import scatter
 
 tensor_methods.install()
 
 __all__ = [
     "abs", "acos", "acosh", "adaptive_avg_pool", "adaptive_max_pool", "add", "amax", "amin",
-    "arange", "arange_of", "argmax", "argmin", "as_tensor", "asin", "asinh", "atan", "atanh",
-    "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to", "buffer",
+    "arange", "arange_of", "argmax", "argmin", "argsort", "as_tensor", "asin", "asinh", "atan",
+    "atanh", "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to",
+    "buffer",
     "cast", "cat", "ceil", "checked_size", "checked_zero", "chunk", "clamp", "concat", "const",
-    "conv", "conv_transpose", "cos", "cosh", "cumsum", "dim_tensor", "div", "dropout",
+    "conv", "conv_transpose", "cos", "cosh", "cummax", "cummin", "cumprod", "cumsum",
+    "dim_tensor", "div", "dropout",
     "einops_reduce", "einsum", "elu", "embedding", "eq", "erf", "erfinv", "exp", "expand",
     "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
     "gelu", "group", "group_norm", "gt", "hardsigmoid", "hardswish", "hardtanh", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
-    "linear", "local_response_norm", "log", "log_softmax", "logical_and", "logical_not",
+    "linear", "local_response_norm", "log", "log_softmax", "logcumsumexp", "logical_and",
+    "logical_not",
     "logical_or", "logsumexp", "lt", "mask_index", "masked_select", "matmul", "max_pool",
     "maximum", "mean", "minimum", "mish", "movedim", "mul", "multiply", "ne", "neg", "nonzero",
     "ones", "pad", "param", "permute", "pow", "prod", "rearrange", "reciprocal", "reduce",
     "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave", "reshape",
-    "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax",
-    "scaled_dot_product_attention", "select",
+    "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax", "scan",
+    "scaled_dot_product_attention", "scatter", "searchsorted", "select",
     "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice", "softmax",
-    "softplus", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "tan", "tanh",
-    "tile", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold", "ungroup", "unique",
-    "unique_all", "unique_slices", "unsqueeze", "var", "where", "zeros",
+    "softplus", "sort", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "tan", "tanh",
+    "tile", "topk", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold", "ungroup",
+    "unique", "unique_all", "unique_consecutive", "unique_slices", "unsqueeze", "var", "where",
+    "zeros",
 ]

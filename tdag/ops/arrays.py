@@ -2,7 +2,7 @@
 tiling, indexing, statistics (mean, var, arg-extremes, prefix sums) and contractions.
 
 Each is built from primitives the seed's way: concat is pads + add, matmul is unsqueeze +
-repeat + multiply + reduce-sum, cumsum is pad + unfold + reduce-sum.
+repeat + multiply + reduce-sum (prefix sums are ``tdag.ops.scans``).
 """
 from __future__ import annotations
 
@@ -36,10 +36,8 @@ from tdag.ops.core import (
     squeeze,
     sub,
     sum,
-    to_accumulator,
     to_float,
     transpose,
-    unfold,
     unsqueeze,
     where,
 )
@@ -215,21 +213,6 @@ def _arg_extreme(x: Tensor, axis: int, keepdim: bool, extreme) -> Tensor:
     miss = full(x.shape, 0, DType.i64, like=x)
     miss = add(miss, axis_length(x, axis, DType.i64))
     return amin(where(hit, positions, miss), axis, keepdim)
-
-
-def cumsum(x: Tensor, axis: int) -> Tensor:
-    """Prefix sums as pad + unfold + reduce-sum (each output sums a window of the input)."""
-    axis = norm_axis(axis, x.ndim)
-    x = to_accumulator(x)
-    n = x.shape[axis]
-    if not is_static(n):
-        raise ShapeError("cumsum: the axis must be static")
-    if n == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (n - 1, 0)
-    windows = unfold(pad(x, widths), axis, n)
-    return reduce(windows, ReduceKind.sum, (x.ndim,))
 
 
 # -- contractions -----------------------------------------------------------------------------

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from tdag.ops import core as ops
 from tdag.ops import creation
-from tdag.ops.arrays import cumsum
 from tdag.ops.tensor import Tensor
 from tdag.deinops.runtime import Arange, NonZero
 from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.op import Op
-from tdag.ir.symbols import dims_equal, is_static
+from tdag.ir.symbols import dims_equal
 from tdag.ir.types import DType
 
 
@@ -102,83 +101,5 @@ def mask_index(x: Tensor, mask: Tensor, axis: int = 0) -> Tensor:
     return ops.gather(merged, flat_nonzero(mask), axis, wrap=False)
 
 
-def unique(x: Tensor, return_inverse: bool = False, return_counts: bool = False):
-    """``torch.unique(x, sorted=True)``: (values, inverse, counts), the last two None unless
-    asked. Pairwise compares over the flattened input, so its length must be static."""
-    values, _, inverse, counts = unique_all(x)
-    return (values, ops.reshape(inverse, tuple(x.shape)) if return_inverse else None,
-            counts if return_counts else None)
-
-
-def unique_all(x: Tensor, sorted: bool = True):
-    """ONNX ``Unique`` without an axis: (values, the index of each value's first occurrence,
-    the inverse index of every element of the flattened x, counts), values ascending or, if
-    not ``sorted``, in order of first occurrence."""
-    flat = ops.reshape(x, (-1,)) if x.ndim != 1 else x
-    return _unique(flat, sorted, ops.eq, ops.lt)
-
-
-def unique_slices(x: Tensor, axis: int, sorted: bool = True):
-    """ONNX ``Unique`` along ``axis``: the distinct slices ``x[..., i, ...]``, ordered
-    lexicographically (or by first occurrence), with the same index, inverse and counts as
-    ``unique_all`` has for elements."""
-    moved = ops.movedim(x, axis, 0) if axis else x
-    rows = ops.reshape(moved, (moved.shape[0], -1))
-    values, index, inverse, counts = _unique(rows, sorted, _same_rows, _rows_before)
-    values = ops.reshape(values, (values.shape[0], *moved.shape[1:]))
-    return (ops.movedim(values, 0, axis) if axis else values), index, inverse, counts
-
-
-def _same_rows(a: Tensor, b: Tensor) -> Tensor:
-    return ops.eq(_count(ops.ne(a, b), -1), 0)
-
-
-def _rows_before(a: Tensor, b: Tensor) -> Tensor:
-    """Lexicographic ``a < b`` over the last axis: less at the first column that differs."""
-    differ = ops.cast(ops.ne(a, b), DType.i64)
-    undecided = ops.eq(ops.sub(cumsum(differ, differ.ndim - 1), differ), 0)
-    return _any(ops.logical_and(ops.lt(a, b), undecided), -1)
-
-
-def _unique(items: Tensor, sorted: bool, same, before):
-    """The distinct items along axis 0 (elements, or rows compared by ``same`` and ordered
-    by ``before``, each broadcasting over leading axes)."""
-    n = items.shape[0]
-    if not is_static(n):
-        raise UnsupportedOpError("unique of a tensor with a symbolic size")
-    b = items.builder
-    col, row = ops.unsqueeze(items, 1), ops.unsqueeze(items, 0)     # x[i] down, x[j] across
-    pos = creation.iota(n, "i64", b)
-    earlier = ops.lt(ops.unsqueeze(pos, 0), ops.unsqueeze(pos, 1))  # j < i
-    first = ops.logical_not(_any(ops.logical_and(same(row, col), earlier), 1))
-    index = flat_nonzero(first)                                     # i64[u], input order
-    values = ops.gather(items, index, 0, wrap=False)
-    if sorted:  # rank of each distinct value = how many distinct values are smaller
-        rank = _count(ops.logical_and(before(row, ops.unsqueeze(values, 1)),
-                                      ops.unsqueeze(first, 0)), 1)  # i64[u]
-        slots = creation.iota(values.shape[0], "i64", b)
-        hit = ops.eq(ops.unsqueeze(rank, 0), ops.unsqueeze(slots, 1))  # [k, m]: rank[m] == k
-        order = ops.sum(ops.where(hit, ops.broadcast_to(ops.unsqueeze(slots, 0), hit.shape),
-                                  0), 1)
-        values, index = (ops.gather(values, order, 0, wrap=False),
-                         ops.gather(index, order, 0, wrap=False))
-    slots = creation.iota(values.shape[0], "i64", b)
-    match = same(ops.unsqueeze(values, 0), col)                     # [i, k]: x[i] == values[k]
-    inverse = ops.sum(ops.where(match, ops.broadcast_to(ops.unsqueeze(slots, 0), match.shape),
-                                0), 1)
-    counts = _count(match, 0)
-    return values, index, inverse, counts
-
-
-def _any(mask: Tensor, axis: int) -> Tensor:
-    return ops.gt(_count(mask, axis), 0)
-
-
-def _count(mask: Tensor, axis: int) -> Tensor:
-    """How many elements are true along ``axis`` (i64)."""
-    return ops.sum(ops.cast(mask, DType.i64), axis)
-
-
 __all__ = ["arange_of", "broadcast_index", "checked_size", "checked_zero", "flat_nonzero",
-           "mask_index", "masked_select", "nonzero", "size_of", "unique", "unique_all",
-           "unique_slices"]
+           "mask_index", "masked_select", "nonzero", "size_of"]

@@ -8,8 +8,10 @@ onnx/reference/ops computes; an integer matmul subtracts the zero points and sum
 from __future__ import annotations
 
 from tdag.errors import UnsupportedOpError
+from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
 from tdag.ops import arrays, core
+from tdag.ops.nn.conv import conv
 from tdag.ops.tensor import Tensor
 
 # the integer types a quantization saturates to (float8 keeps its own path in the importer)
@@ -58,6 +60,18 @@ def dequantize_linear(q: Tensor, scale: Tensor, zero_point: Tensor | None,
     return core.mul(dx, core.cast(per_axis(scale, q, axis, block), DType.f32))
 
 
+def dynamic_quantize_linear(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """DynamicQuantizeLinear: (uint8 x, scale, zero point), the scale and zero point mapping
+    [min(x, 0), max(x, 0)] onto [0, 255]."""
+    axes = tuple(range(x.ndim))
+    high = core.maximum(core.amax(x, axes), 0.0)
+    low = core.minimum(core.amin(x, axes), 0.0)
+    scale = core.div(core.sub(high, low), 255.0)
+    # round(0 - low / scale) is round(-low / scale): negation is exact
+    zero = quantize_linear(core.neg(low), scale, None, DType.u8)
+    return quantize_linear(x, scale, zero, DType.u8), scale, zero
+
+
 def centered(x: Tensor, zero_point: Tensor | None, row_axis: int | None = None) -> Tensor:
     """x - zero_point in i32; a 1-D zero point of a matrix is one per row (``row_axis``)."""
     x = core.cast(x, DType.i32)
@@ -76,3 +90,34 @@ def matmul_integer(a: Tensor, b: Tensor, a_zero: Tensor | None = None,
     """MatMulInteger: ``(a - a_zero) @ (b - b_zero)`` exactly, in i32. a's zero point is one
     per row of a; b's one per column, broadcast along b's last axis."""
     return arrays.matmul(centered(a, a_zero, row_axis=-1), centered(b, b_zero))
+
+
+def per_channel(zero_point: Tensor, like: Tensor) -> Tensor:
+    """A weight's zero point in i32, broadcastable to ``like`` (O, C/g, *K): one value, or
+    one per output channel."""
+    zp = core.cast(zero_point, DType.i32)
+    if zp.ndim == 1 and zp.shape[0] == 1:
+        return core.reshape(zp, ())
+    return core.reshape(zp, (-1,) + (1,) * (like.ndim - 1)) if zp.ndim else zp
+
+
+def centered_conv(x: Tensor, w: Tensor, stride, padding, dilation, groups: int) -> Tensor:
+    """The exact convolution of centred integer tensors (i32), as i32: summed in f32 where
+    every partial sum stays below 2**24 (|x|, |w| <= 255, so 255 * 255 * terms; onnxruntime
+    has no f64 Conv), else in f64 (exact below 2**53)."""
+    terms = product(w.shape[1:])
+    work = DType.f32 if is_static(terms) and 255 * 255 * terms < 2 ** 24 else DType.f64
+    y = conv(core.cast(x, work), core.cast(w, work), None, stride, padding, dilation, groups)
+    return core.cast(y, DType.i32)
+
+
+def conv_integer(x: Tensor, w: Tensor, x_zero: Tensor | None = None,
+                 w_zero: Tensor | None = None, stride=1, padding=0, dilation=1,
+                 groups: int = 1) -> Tensor:
+    """ConvInteger: ``conv(x - x_zero, w - w_zero)`` exactly, in i32; x's zero point one
+    value, w's one value or one per output channel. Padding pads ``x - x_zero`` with 0, that
+    is x with its zero point, as onnxruntime does."""
+    wc = core.cast(w, DType.i32)
+    if w_zero is not None:
+        wc = core.sub(wc, per_channel(w_zero, wc))
+    return centered_conv(centered(x, x_zero), wc, stride, padding, dilation, groups)

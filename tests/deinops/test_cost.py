@@ -24,6 +24,9 @@ from tdag.deinops.movement import Group, Permute, Squeeze, Ungroup, Unsqueeze
 from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.scan import Scan
+from tdag.deinops.scatter import Scatter
+from tdag.deinops.sort import Sort
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, ops_with
 from tdag.ir.symbols import as_dim, symbol
@@ -70,6 +73,18 @@ HAND = [
     (Op.reduce, Reduce(ReduceKind.sum, (1,)), [T(2, 3, 4)], Cost(24, 96, 32)),
     (Op.reduce, Reduce(ReduceKind.max, (0, 2)), [T(2, 3, 4)], Cost(24, 96, 12)),
     (Op.reduce, Reduce(ReduceKind.prod, (0,)), [T(6, dtype="f64")], Cost(6, 48, 8)),
+    # scatter: the index and the values read (and, combining, the target rows they meet: one
+    # flop each); the output, the target's copy, written once
+    (Op.scatter, Scatter(0, "add"), [T(10, 4), T(3, dtype="i64"), T(3, 4)],
+     Cost(12, 24 + 2 * 48, 160)),
+    (Op.scatter, Scatter(0, "replace"), [T(10, 4), T(3, dtype="i64"), T(3, 4)],
+     Cost(0, 24 + 48, 160)),
+    # sort: ceil(log2 n) comparisons per element; the i64 permutation written
+    (Op.sort, Sort(0, False), [T(8)], Cost(24, 32, 64)),
+    (Op.sort, Sort(1, True), [T(2, 5, dtype="i32")], Cost(30, 40, 80)),
+    # scan: one combine per element, linear in the axis
+    (Op.scan, Scan(1, "add"), [T(2, 5)], Cost(10, 40, 40)),
+    (Op.scan, Scan(0, "max", True), [T(4, dtype="i64")], Cost(4, 32, 32)),
     # movement: no flops; the input read, the output written
     (Op.permute, Permute((1, 0)), [T(2, 3)], Cost(0, 24, 24)),
     (Op.group, Group(0, 2), [T(2, 3)], Cost(0, 24, 24)),

@@ -24,6 +24,9 @@ from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.record import NoSpec
 from tdag.deinops.runtime import Arange, NonZero
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.scan import Scan
+from tdag.deinops.scatter import Scatter
+from tdag.deinops.sort import Sort
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, ops_with
@@ -136,6 +139,9 @@ def _every_spec_graph() -> TDAG:
         e(Op.cast, Cast(dtype), x)
     e(Op.bitcast, BitCast(DType.i32), x)
     e(Op.gather, Gather(1), x, i)
+    e(Op.scatter, Scatter(1, "add"), x, i, x)
+    e(Op.sort, Sort(2, True), x)
+    e(Op.scan, Scan(1, "max", True), x)
     e(Op.iota, Iota(2 * s + 1, DType.f32))
     nz = e(Op.nonzero, NonZero("nz"), masks[0])
     n = e(Op.arange, Arange("n"), e(Op.select, Select(0, 0), e(Op.select, Select(1, 0), nz)))

@@ -30,9 +30,17 @@ from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.ir.types import DType
-from tdag.lower.kernels.quant import Dequantize, MatMulInteger, Quantize
+from tdag.lower.kernels.ml import TreeSum
+from tdag.lower.kernels.quant import (
+    ConvInteger,
+    Dequantize,
+    DynamicQuantize,
+    MatMulInteger,
+    Quantize,
+)
 from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.lower.kernels.sequence import Attention, Lstm
+from tdag.lower.kernels.sorting import Arg, TopK
 from tdag.lower.kernels.windows import Pool, Resize
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -78,7 +86,8 @@ _SCALES = ("nearest_rule tries the size-derived step before torch's explicit sca
            "the same index here, so the kernel comes back with scales=None")
 
 SYMBOLIC = 5
-_INTS = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-1000, 1000)}  # drawn in range
+_INTS = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-1000, 1000),  # drawn in range
+         "int64": (0, 1)}  # node tables: every index 0, a one-node tree that is its own leaf
 
 CASES = [
     Case(Op.softmax, Softmax(1), ((2, 5, 3),)),
@@ -131,6 +140,19 @@ CASES = [
          dtypes={0: "uint8", 1: "int8", 2: "uint8", 3: "int8"}),
     Case(Op.matmul_integer, MatMulInteger(False, True), ((4, 8), (8, 5), (5,)),
          dtypes={0: "int8", 1: "int8", 2: "int8"}, id="per column"),
+    Case(Op.conv_integer, ConvInteger((1, 1), (1, 1), (1, 1), 1, True, True),
+         ((2, 3, 6, 6), (4, 3, 3, 3), (), ()),
+         dtypes={0: "uint8", 1: "int8", 2: "uint8", 3: "int8"}),
+    Case(Op.conv_integer, ConvInteger((2, 2), (0, 0), (1, 1), 2), ((1, 4, 7, 7), (2, 2, 2, 2)),
+         dtypes={0: "int8", 1: "int8"}, id="grouped, no zero points"),
+    *[Case(Op.dynamic_quantize, DynamicQuantize(part), ((3, 5),), id=f"part {part}")
+      for part in range(3)],
+    Case(Op.tree_sum, TreeSum(2), ((3, 4), (5,), (5,), (5,), (5,), (2,), (5, 3)),
+         dtypes={1: "int64", 3: "int64", 4: "int64", 5: "int64"}),
+    Case(Op.tree_sum, TreeSum(3, ("BRANCH_LEQ", "BRANCH_GT"), True),
+         ((3, 4), (5,), (5,), (5,), (5,), (2,), (5, 3), (5,), (5,), (5,)),
+         dtypes={1: "int64", 3: "int64", 4: "int64", 5: "int64", 7: "bool", 8: "bool",
+                 9: "bool"}, id="modes and NaN"),
     Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),
@@ -156,6 +178,13 @@ CASES = [
     Case(Op.resize, Resize("linear", (7, 7), align_corners=True), ((1, 2, 4, 4),),
          xfail=_LINEAR_AS_NEAREST),
     Case(Op.resize, Resize("nearest", (10,), scales=(2.5,)), ((1, 2, 4),), xfail=_SCALES),
+    Case(Op.topk, TopK(1, 3, True), ((2, 9, 4),)),
+    Case(Op.topk, TopK(0, 7, False), ((7,),), id="the sorted values"),
+    Case(Op.topk, TopK(1, 3, False, True), ((2, 9, 4),), id="positions"),
+    Case(Op.topk, TopK(1, 5, True), ((2, 5),), id="the sorted values"),
+    Case(Op.argmax, Arg(1), ((3, 8),)),
+    Case(Op.argmin, Arg(0), ((8, 3),)),
+    Case(Op.argmax, Arg(1), ((3, 8),), dtypes={0: "int64"}),
 ]
 
 

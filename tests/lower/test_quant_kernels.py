@@ -2,8 +2,9 @@
 
 Files written by onnxruntime.quantization from tiny random models (tests/support/
 quantized_files.py): a dynamically quantized BERT and a QDQ CNN. Imported, lowered and
-re-emitted by ``tdag.to_onnx``, the file holds the integer ops again (MatMulInteger; Q/DQ
-around the float Conv and Gemm, which onnxruntime fuses), not their float rebuild, and
+re-emitted by ``tdag.to_onnx``, the file holds the integer ops again (MatMulInteger,
+ConvInteger and one DynamicQuantizeLinear per input; Q/DQ around the float Conv and Gemm,
+which onnxruntime fuses), not their float rebuild, and
 computes what onnxruntime computes on the original: the CNN within one step of its output's
 quantization, the BERT within float tolerance. The lowered program through ``tdag.run``
 (the kernels' evaluators) matches the imported compositions.
@@ -18,6 +19,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx.numpy_helper import to_array
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
 import tdag
 import tdag.lower
@@ -39,7 +41,10 @@ def _initializer(path, name: str) -> float:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quantized")
-    return {"bert": bert_dynamic(tmp), "cnn": cnn_qdq(tmp)}
+    cnn = cnn_qdq(tmp)
+    dynamic = tmp / "cnn_dynamic.onnx"  # the float CNN cnn_qdq exported: ConvInteger
+    quantize_dynamic(str(tmp / "cnn.onnx"), str(dynamic), weight_type=QuantType.QInt8)
+    return {"bert": bert_dynamic(tmp), "cnn": cnn, "cnn-dynamic": (dynamic, cnn[1])}
 
 
 def _ops(model) -> Counter:
@@ -52,7 +57,9 @@ def test_dynamic_bert_keeps_matmul_integer(files):
     out = tdag.to_onnx(tdag.from_onnx(path))
     ops = _ops(out)
     assert ops["MatMulInteger"] == _ops(original)["MatMulInteger"] > 0, ops
-    assert ops["QuantizeLinear"] > 0, ops  # the activations quantized by the kernel
+    # each DynamicQuantizeLinear is one op again, not its scale and zero point rebuilt
+    assert ops["DynamicQuantizeLinear"] == _ops(original)["DynamicQuantizeLinear"] > 0, ops
+    assert not ops["ReduceMin"] and not ops["QuantizeLinear"], ops
     want = _ort(str(path), feed)
     np.testing.assert_allclose(_ort(out, feed), want, atol=1e-4 * np.abs(want).max())
 
@@ -70,7 +77,18 @@ def test_qdq_cnn_keeps_q_dq_around_conv(files):
     np.testing.assert_allclose(_ort(out, feed), _ort(str(path), feed), atol=step * 1.001)
 
 
-@pytest.mark.parametrize("name", ["bert", "cnn"])
+def test_dynamic_cnn_keeps_conv_integer(files):
+    path, feed = files["cnn-dynamic"]
+    original = onnx.load(str(path))
+    out = tdag.to_onnx(tdag.from_onnx(path))
+    ops = _ops(out)
+    assert ops["ConvInteger"] == _ops(original)["ConvInteger"] == 2 and not ops["Conv"], ops
+    assert ops["DynamicQuantizeLinear"] == _ops(original)["DynamicQuantizeLinear"], ops
+    want = _ort(str(path), feed)
+    np.testing.assert_allclose(_ort(out, feed), want, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ["bert", "cnn", "cnn-dynamic"])
 def test_lowered_kernels_compute_the_composition(files, name):
     """The kernels' evaluators give exactly what the compositions give (which the ONNX
     conformance tests check against onnx's reference evaluator; that evaluator itself
@@ -79,8 +97,8 @@ def test_lowered_kernels_compute_the_composition(files, name):
     prog = tdag.from_onnx(path)
     low = tdag.lower.lower(prog)
     kernels = {n.op for n in low.graph.nodes}
-    assert {Op.quantize, Op.dequantize} <= kernels if name == "cnn" else \
-        Op.matmul_integer in kernels, kernels
+    assert {"cnn": {Op.quantize, Op.dequantize}, "bert": {Op.matmul_integer, Op.dynamic_quantize},
+            "cnn-dynamic": {Op.conv_integer, Op.dynamic_quantize}}[name] <= kernels, kernels
     args = [torch.from_numpy(feed[v.name]) for v in low.graph.inputs]
     got, want = tdag.run(low, *args), tdag.run(prog, *args)
     step = _initializer(path, "y_scale") if name == "cnn" else 1e-5 * want.abs().max().item()

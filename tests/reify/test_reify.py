@@ -177,8 +177,8 @@ def test_parametrized_weights_still_apply(block_program):
 
 def _dead(model: onnx.ModelProto) -> tuple[list, list]:
     """Nodes whose outputs nothing reads and initializers no node reads (subgraphs too)."""
-    from tdag.reify.onnx.graph import _graphs
-    graphs = _graphs(model.graph)
+    from tdag.reify.onnx.graph import all_graphs
+    graphs = all_graphs(model.graph)
     read = {o.name for g in graphs for o in g.output} | \
         {i for g in graphs for n in g.node for i in n.input}
     nodes = [n.name for g in graphs for n in g.node if not any(o in read for o in n.output)]

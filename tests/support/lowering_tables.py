@@ -16,7 +16,14 @@ import tdag
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import DType
-from tdag.ops.quantize import dequantize_linear, matmul_integer, quantize_linear
+from tdag.ops.ml import tree_sum
+from tdag.ops.quantize import (
+    conv_integer,
+    dequantize_linear,
+    dynamic_quantize_linear,
+    matmul_integer,
+    quantize_linear,
+)
 
 S = tdag.TensorSpec
 torch.manual_seed(0)  # the tables draw their weights as they are built
@@ -229,6 +236,30 @@ def _quantized(x):
     return ops.concat([ops.cast(acc, DType.f32), dequantize_linear(q, scale, zero)], -1)
 
 
+def _dynamic_conv(x):
+    """DynamicQuantizeLinear's three outputs and conv_integer, as the importer writes them."""
+    q, scale, zero = dynamic_quantize_linear(x)
+    w = ops.param("w", torch.randint(-128, 128, (4, 3, 3, 3), dtype=torch.int8))
+    acc = conv_integer(q, w, zero, ops.param("wz", torch.tensor([-2], dtype=torch.int8)),
+                       stride=1, padding=1)
+    return ops.mul(ops.cast(acc, DType.f32), scale)
+
+
+def _forest(x):
+    """tree_sum, as the ONNX importer writes a tree ensemble: two trees (nodes 0-4: 0 and 1
+    branch; nodes 5-7: 5 branches) of three comparison modes, node 0 sending NaN true."""
+    def table(*values, dtype=torch.int64):
+        return ops.const(torch.tensor(values, dtype=dtype))
+
+    def nodes(*branches):
+        return table(*[k in branches for k in range(8)], dtype=torch.bool)
+    return tree_sum(x, table(0, 1, 0, 0, 0, 2, 0, 0),
+                    table(0.1, -0.3, 0, 0, 0, 0.4, 0, 0, dtype=torch.float32),
+                    table(1, 3, 2, 3, 4, 6, 6, 7), table(2, 4, 2, 3, 4, 7, 6, 7), table(0, 5),
+                    ops.const(torch.randn(8, 2)), nodes(0), nodes(0), nodes(5), nodes(1),
+                    depth=2, modes=("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT"), missing=True)
+
+
 def _kernel_programs():
     tables = [(k, v[0], v[1]) for k, v in CONTRACTIONS.items()]
     tables += [(k, v[0], [v[1]]) for k, v in CONVS.items()]
@@ -246,7 +277,14 @@ def _kernel_programs():
     tables.append(("lstm-bidirectional-stack", hand_bilstm_stack,
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("quantized", _quantized, [S(("b", 8))]))
+    tables.append(("quantized-conv", _dynamic_conv, [S((2, 3, 6, 6))]))
+    tables.append(("forest", _forest, [S(("b", 3))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
+    tables.append(("order", lambda x: ops.concat(
+        [ops.topk(x, 2, -1)[0], ops.sort(x, -1)[0],
+         ops.cast(ops.topk(x, 3, -1, False)[1], DType.f32),
+         ops.cast(ops.unsqueeze(ops.argmax(x, 1), 1), DType.f32),
+         ops.cast(ops.unsqueeze(ops.argmin(x, 1), 1), DType.f32)], -1), [S(("b", 6))]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
     return {name: (fn, specs) for name, fn, specs in tables}

@@ -25,6 +25,9 @@ from tdag.deinops.extent import Pad, Repeat, Select, Slice
 from tdag.deinops.movement import Group, Permute, Squeeze, Ungroup, Unsqueeze
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.runtime import Arange, NonZero
+from tdag.deinops.scan import Scan
+from tdag.deinops.scatter import Scatter
+from tdag.deinops.sort import Sort
 from tdag.deinops.windows import Fold, Unfold
 from tdag.ir.symbols import as_dim, evaluate
 from tdag.ir.types import DType, TensorType
@@ -314,6 +317,61 @@ for _dt in (DType.i64, DType.i32, DType.f32, DType.f16):
 case(Op.iota, Iota(B + 3), [In(("b",))], lambda s, d: np.arange(d["b"] + 3), "sym-expr")
 
 
+def _scatter_ref(spec, dims, target, idx, values):
+    """The writes one by one in the index's row-major order (the last replace wins)."""
+    out = np.moveaxis(target.copy(), spec.axis, 0)
+    rows = np.moveaxis(values, list(range(spec.axis, spec.axis + idx.ndim)),
+                       list(range(idx.ndim))).reshape((-1,) + out.shape[1:])
+    fn = {"replace": lambda a, v: v, "add": np.add, "mul": np.multiply,
+          "max": np.maximum, "min": np.minimum}[spec.combine]
+    if out.dtype == np.bool_:
+        fn = {"add": np.logical_or, "mul": np.logical_and}.get(spec.combine, fn)
+    for k, i in enumerate(idx.reshape(-1).astype(np.int64)):
+        out[i] = fn(out[i], rows[k])
+    return np.moveaxis(out, 0, spec.axis)
+
+
+for _combine in ("replace", "add", "mul", "max", "min"):
+    for _dt in (DType.f32, DType.f16, DType.i64, DType.i32, DType.u8, DType.bool):
+        case(Op.scatter, Scatter(0, _combine),  # 6 writes into 4 rows: duplicates
+             [In((4, 3), _dt), In((6,), DType.i64, integers(0, 4)), In((6, 3), _dt)],
+             _scatter_ref, f"{_combine}-{_dt.value}-dups")
+    case(Op.scatter, Scatter(1, _combine),
+         [In((2, 5, 3)), In((2, 3), DType.i32, integers(0, 5)), In((2, 2, 3, 3))],
+         _scatter_ref, f"{_combine}-axis1-i32-2d")
+    case(Op.scatter, Scatter(2, _combine),
+         [In((2, 3, 4)), In((), DType.i64, integers(0, 4)), In((2, 3))], _scatter_ref,
+         f"{_combine}-last-scalar-idx")
+    case(Op.scatter, Scatter(1, _combine), [In((2, 3)), In((0,), DType.i64), In((2, 0))],
+         _scatter_ref, f"{_combine}-no-writes")
+    case(Op.scatter, Scatter(1, _combine),
+         [In(("b", 6)), In((4,), DType.i64, integers(0, 6)), In(("b", 4))], _scatter_ref,
+         f"{_combine}-sym-target")
+    case(Op.scatter, Scatter(0, _combine),
+         [In((5, 2)), In(("b",), DType.i64, integers(0, 5)), In(("b", 2))], _scatter_ref,
+         f"{_combine}-sym-index")
+
+
+def _argsort(spec, dims, x):
+    return torch.sort(torch.from_numpy(np.ascontiguousarray(x)), dim=spec.axis, stable=True,
+                      descending=spec.descending).indices.numpy()
+
+
+_TIES = choice([0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, np.nan])  # ties, signed zeros and NaN
+for _dt, _gen in ((DType.f32, _TIES), (DType.f64, _TIES), (DType.f16, _TIES),
+                  (DType.i64, integers(-3, 4)), (DType.i32, integers(-3, 4)),
+                  (DType.i16, integers(-3, 4)), (DType.i8, integers(-3, 4)),
+                  (DType.u8, integers(0, 4)), (DType.bool, None)):
+    for _desc in (False, True):
+        case(Op.sort, Sort(1, _desc), [In((3, 7), _dt, _gen)], _argsort,
+             f"{_dt.value}-{'desc' if _desc else 'asc'}")
+case(Op.sort, Sort(0), [In((6,))], _argsort, "1d")
+case(Op.sort, Sort(0), [In((0, 3))], _argsort, "empty-axis")
+case(Op.sort, Sort(1), [In((0, 3))], _argsort, "empty-rows")
+case(Op.sort, Sort(1, True), [In(("b", 5), DType.f32, _TIES)], _argsort, "sym-rows")
+case(Op.sort, Sort(0), [In(("b", 2), DType.i64, integers(0, 3))], _argsort, "sym-axis")
+
+
 # -- movement ---------------------------------------------------------------------------------
 
 def _dim(value, dims):
@@ -505,6 +563,44 @@ for _kind in (ReduceKind.sum, ReduceKind.prod):  # identities over an empty axis
     for _dt in (DType.f32, DType.i64):
         case(Op.reduce, Reduce(_kind, (0,)), [In((0, 3), _dt)], _reduce_ref,
              f"{_kind.value}-empty-{_dt.value}")
+
+
+# -- scan -------------------------------------------------------------------------------------
+
+_NP_SCAN = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+_NP_SCAN_BOOL = {"add": np.logical_or, "mul": np.logical_and, "max": np.logical_or,
+                 "min": np.logical_and}
+
+
+def _scan_ref(spec, dims, x):
+    """numpy's accumulate (NaN propagates through maximum/minimum, as torch's cummax)."""
+    y = np.flip(x, spec.axis) if spec.reverse else x
+    if x.dtype == np.bool_:
+        y = _NP_SCAN_BOOL[spec.combine].accumulate(y, axis=spec.axis)
+    else:
+        wide = np.float64 if x.dtype.kind == "f" else x.dtype  # ints wrap in their dtype
+        y = _NP_SCAN[spec.combine].accumulate(y.astype(wide), axis=spec.axis, dtype=wide)
+    y = y.astype(x.dtype)
+    return np.flip(y, spec.axis) if spec.reverse else y
+
+
+for _combine in ("add", "mul", "max", "min"):
+    for _dt in (DType.f32, DType.f64, DType.f16, DType.i64, DType.i32, DType.i8, DType.bool):
+        _gen = nonzero(0.5, 1.5) if _combine == "mul" and _dt.is_float else None
+        case(Op.scan, Scan(1, _combine), [In((2, 5), _dt, _gen)], _scan_ref,
+             f"{_combine}-{_dt.value}")
+    for _rev in (False, True):
+        for _shape, _axis in [((4, 3), 0), ((3, 37), 1), ((6,), 0), ((2, 0), 1), ((1, 3), 0),
+                              (("b", 4), 1)]:
+            case(Op.scan, Scan(_axis, _combine, _rev), [In(_shape, DType.f32, nonzero(0.8, 1.25))],
+                 _scan_ref, f"{_combine}-{_shape}-{_axis}-{'rev' if _rev else 'fwd'}")
+    case(Op.scan, Scan(1, _combine, True), [In((2, 9), DType.i64)], _scan_ref,
+         f"{_combine}-i64-rev")
+    case(Op.scan, Scan(1, _combine), [In((3, 6), DType.f32, choice([1.0, 2.0, np.inf, -np.inf,
+                                                                     np.nan]))],
+         _scan_ref, f"{_combine}-inf-nan")
+for _rev in (False, True):  # along a symbolic axis: ONNX's CumSum (no other cumulative op)
+    case(Op.scan, Scan(0, "add", _rev), [In(("b", 3))], _scan_ref, f"add-sym-axis-{_rev}")
 
 
 # -- sizes data decides -----------------------------------------------------------------------

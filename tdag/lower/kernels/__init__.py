@@ -15,8 +15,10 @@ from tdag.lower.kernels import (  # noqa: F401
     activations,
     contraction,
     layout,
+    ml,
     norms,
     quant,
     sequence,
+    sorting,
     windows,
 )

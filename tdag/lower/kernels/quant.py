@@ -1,4 +1,5 @@
-"""Quantized kernels: quantize, dequantize and the integer matmul.
+"""Quantized kernels: quantize, dequantize, DynamicQuantizeLinear's outputs, the integer
+matmul and convolution.
 
 Each is one ONNX op (QuantizeLinear, DequantizeLinear, MatMulInteger) that onnxruntime runs
 as one kernel and fuses further: Q/DQ pairs around a float Conv or MatMul become its
@@ -16,16 +17,24 @@ from dataclasses import dataclass
 
 import torch
 
-from tdag.deinops.codegen import dtype_expr
+from tdag.deinops.codegen import dtype_expr, tuple_expr
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
-from tdag.ir.symbols import dims_equal, is_static
+from tdag.ir.record import Trait, record
+from tdag.ir.symbols import dims_equal, is_static, product
 from tdag.ir.types import DType, TensorType
-from tdag.lower.kernels.common import per_element
-from tdag.ops.quantize import RANGE, dequantize_linear, matmul_integer, quantize_linear
+from tdag.lower.kernels.common import NDIM, per_element
+from tdag.lower.kernels.contraction import Conv
+from tdag.ops.quantize import (
+    RANGE,
+    conv_integer,
+    dequantize_linear,
+    dynamic_quantize_linear,
+    matmul_integer,
+    quantize_linear,
+)
 
 # the 8-bit types (16-bit ones need opset 21; they stay compositions)
 QUANTIZED = frozenset({DType.u8, DType.i8})
@@ -281,3 +290,158 @@ primitive(Op.matmul_integer, MatMulInteger, range(2, 5), _mm_shape, _mm_eval, _m
           batch=Refuse("is an integer matmul of fixed-rank operands: strip the batch before "
                        "lowering"),
           torch=_mm_torch, onnx=_mm_onnx, jax=_mm_jax, decompose=_mm_decompose)
+
+
+# -- integer convolution ----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ConvInteger:
+    """``conv(x - x_zero, w - w_zero)`` in i32 with symmetric zero padding of the centred
+    input; each zero point one value (onnxruntime's ConvInteger refuses one per channel,
+    which stays the composition)."""
+
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    groups: int = 1
+    x_zero: bool = False
+    w_zero: bool = False
+
+
+def _conv_float(spec: ConvInteger) -> Conv:
+    return Conv(spec.stride, spec.padding, spec.dilation, spec.groups)
+
+
+def _ci_shape(spec: ConvInteger, ins):
+    if len(ins) != 2 + spec.x_zero + spec.w_zero:
+        raise ShapeError(f"conv_integer: {len(ins)} operands for {spec}")
+    x, w, xz, wz = _mm_parts(MatMulInteger(spec.x_zero, spec.w_zero), ins)
+    if x.dtype not in QUANTIZED or w.dtype not in QUANTIZED:
+        raise ShapeError(f"conv_integer: 8-bit input and weight, got {x} and {w}")
+    if xz is not None and (xz.dtype is not x.dtype or not (_one(xz) or xz.rank == 0)):
+        raise ShapeError(f"conv_integer: x's zero point {xz} should be one {x.dtype.value}")
+    if wz is not None and (wz.dtype is not w.dtype or not _one(wz)):
+        raise ShapeError(f"conv_integer: w's zero point {wz} should be one {w.dtype.value}")
+    f32 = (x.with_dtype(DType.f32), w.with_dtype(DType.f32))
+    return record(Op.conv).shape(_conv_float(spec), f32).with_dtype(DType.i32)
+
+
+def _ci_centered(spec: ConvInteger, xs):
+    """x - x_zero and w - w_zero in f64 (exact: every partial sum is below 2**53)."""
+    x, w, xz, wz = _mm_parts(MatMulInteger(spec.x_zero, spec.w_zero), xs)
+    x = x.double() - (xz.double().reshape(()) if xz is not None else 0)
+    w = w.double() - (wz.double().reshape(()) if wz is not None else 0)
+    return x, w
+
+
+def _ci_eval(spec: ConvInteger, xs, resolve):
+    x, w = _ci_centered(spec, xs)
+    return record(Op.conv).evaluate(_conv_float(spec), (x, w), resolve).to(torch.int32)
+
+
+def _ci_cost(spec: ConvInteger, ins, out: TensorType) -> Cost:
+    macs = out.numel * product(ins[1].shape[1:])
+    return traffic(ins, out, 2 * macs, 2 * macs)
+
+
+def _ci_torch(node, a, code):
+    s = node.spec
+    x, w, xz, wz = _mm_parts(MatMulInteger(s.x_zero, s.w_zero), a)
+    x = f"({x}.double() - {xz}.double().reshape(()))" if xz is not None else f"{x}.double()"
+    w = f"({w}.double() - {wz}.double().reshape(()))" if wz is not None else f"{w}.double()"
+    return (f"F.conv{NDIM[len(s.stride)]}({x}, {w}, None, {tuple_expr(s.stride)}, "
+            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups}).to(torch.int32)")
+
+
+def _ci_onnx(node, ins, g, cx):
+    s = node.spec
+    x, w, xz, wz = _mm_parts(MatMulInteger(s.x_zero, s.w_zero), ins)
+    zeros = [xz or "", wz] if wz is not None else ([xz] if xz is not None else [])
+    kernel = [int(k) for k in cx.type(node.inputs[1]).shape[2:]]
+    return g.node("ConvInteger", [x, w] + zeros, kernel_shape=kernel, strides=list(s.stride),
+                  pads=list(s.padding) * 2, dilations=list(s.dilation), group=s.groups)
+
+
+def _ci_jax(node, a, cx):
+    s = node.spec
+    x, w, xz, wz = _mm_parts(MatMulInteger(s.x_zero, s.w_zero), a)
+    i32 = cx.dtype(DType.i32)
+    x = x.astype(i32) - (xz.reshape(()).astype(i32) if xz is not None else 0)
+    w = w.astype(i32) - (wz.reshape(()).astype(i32) if wz is not None else 0)
+    return cx.lax.conv_general_dilated(
+        x, w, s.stride, [(p, p) for p in s.padding], rhs_dilation=s.dilation,
+        feature_group_count=s.groups, preferred_element_type=i32)
+
+
+def _ci_decompose(spec: ConvInteger, *xs):
+    x, w, xz, wz = _mm_parts(MatMulInteger(spec.x_zero, spec.w_zero), xs)
+    return conv_integer(x, w, xz, wz, spec.stride, spec.padding, spec.dilation, spec.groups)
+
+
+primitive(Op.conv_integer, ConvInteger, range(2, 5), _ci_shape, _ci_eval, _ci_cost,
+          "the exact convolution of centred 8-bit tensors is a float conv of casts (f64 past "
+          "2**24 partial sums, which onnxruntime cannot run); ConvInteger is the 8-bit kernel",
+          traits=Trait.KERNEL,
+          batch=Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch "
+                       "before lowering"), torch=_ci_torch, onnx=_ci_onnx, jax=_ci_jax,
+          decompose=_ci_decompose)
+
+
+# -- dynamic quantization ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class DynamicQuantize:
+    """Output ``part`` of DynamicQuantizeLinear(x): 0 the uint8 tensor, 1 the scale
+    ``(max(x, 0) - min(x, 0)) / 255``, 2 the zero point ``saturate(round(-min(x, 0) / scale))``.
+    A kernel has one output, so each part is a node; the ONNX emitter writes the op once per
+    input (``GraphBuilder.node_once``) and takes each part from it."""
+
+    part: int
+
+
+def _dq_shape(spec: DynamicQuantize, ins):
+    x = ins[0]
+    if spec.part not in (0, 1, 2) or x.dtype is not DType.f32:
+        raise ShapeError(f"dynamic_quantize: part {spec.part} of an f32 tensor, got {x}")
+    return (x.with_dtype(DType.u8), TensorType((), DType.f32), TensorType((), DType.u8))[spec.part]
+
+
+def _dq_parts(x, lib):
+    """(q, scale, zero) of x with ``lib``'s functions (torch or jax.numpy): round half to
+    even, and the same f32 operations as the composition, so the parts are bit-exact."""
+    high = lib.maximum(x.max(), lib.zeros_like(x.max()))
+    low = lib.minimum(x.min(), lib.zeros_like(x.min()))
+    scale = (high - low) / 255.0
+    zero = lib.clip(lib.round(-low / scale), 0, 255)
+    return lib.clip(lib.round(x / scale) + zero, 0, 255), scale, zero
+
+
+def _dq_eval(spec: DynamicQuantize, xs, resolve):
+    part = _dq_parts(xs[0], torch)[spec.part]
+    return part if spec.part == 1 else part.to(torch.uint8)
+
+
+def _dq_torch(node, a, code):
+    x = a[0]
+    low = f"{x}.min().clamp(max=0)"
+    scale = f"(({x}.max().clamp(min=0) - {low}) / 255.0)"
+    zero = f"torch.round(-{low} / {scale}).clamp(0, 255)"
+    q = f"(torch.round({x} / {scale}) + {zero}).clamp(0, 255)"
+    part = (q, scale, zero)[node.spec.part]
+    return part if node.spec.part == 1 else f"{part}.to(torch.uint8)"
+
+
+def _dq_onnx(node, ins, g, cx):
+    return g.node_once("DynamicQuantizeLinear", ins, outputs=3)[node.spec.part]
+
+
+def _dq_jax(node, a, cx):
+    part = _dq_parts(a[0], cx.jnp)[node.spec.part]
+    return part if node.spec.part == 1 else part.astype(cx.dtype(DType.u8))
+
+
+primitive(Op.dynamic_quantize, DynamicQuantize, 1, _dq_shape, _dq_eval, per_element(4),
+          "the min, max, scale and zero point are nine small nodes around a quantization; "
+          "DynamicQuantizeLinear computes all three outputs in two passes",
+          traits=Trait.KERNEL, batch=_BATCH, torch=_dq_torch, onnx=_dq_onnx, jax=_dq_jax,
+          decompose=lambda s, x: dynamic_quantize_linear(x)[s.part])

@@ -57,37 +57,49 @@ def _value_name(hint: str) -> str:
 
 
 class Symbols:
-    """Where each symbol's value lives: a 1-element int64 tensor, made on first use from
-    ``Shape(x, start=i, end=i+1)`` of a tensor that has the symbol on axis i."""
+    """Where each size's value lives: a 1-element int64 tensor, made on first use from
+    ``Shape(x, start=i, end=i+1)`` of a tensor that has the size on axis i. A symbol is read
+    from the inputs (or a fresh size's definer); a size expression (a conv's output length)
+    from any tensor written so far that has it, rather than recomputed from its symbols."""
 
     def __init__(self, parent: "Symbols | None" = None):
         self.parent = parent
-        self.sources: dict[str, tuple[str, int]] = {}
-        self.made: dict[str, str] = {}
+        self.sources: dict = {}  # a symbol's name or an expression -> (tensor, axis)
+        self.made: dict = {}
 
-    def bind(self, tensor: str, shape) -> None:
+    def bind(self, tensor: str, shape, expressions: bool = False) -> None:
         for i, d in enumerate(shape):
-            if not is_static(d) and d.is_Symbol and d.name not in self.sources:
-                self.sources[d.name] = (tensor, i)
+            if is_static(d):
+                continue
+            key = d.name if d.is_Symbol else d if expressions else None
+            if key is not None and key not in self.sources:
+                self.sources[key] = (tensor, i)
 
-    def lookup(self, name: str, g: "GraphBuilder") -> str:
+    def lookup(self, name, g: "GraphBuilder", required: bool = True) -> str | None:
+        """The tensor holding the size ``name`` (a symbol's name, or an expression)."""
         scope = self
         while scope is not None:
             if name in scope.made:
                 return scope.made[name]
             if name in scope.sources:
                 tensor, axis = scope.sources[name]
-                out = g.node("Shape", [tensor], start=axis, end=axis + 1, hint=f"sym_{name}")
+                hint = f"sym_{name}" if isinstance(name, str) else "size"
+                out = g.node("Shape", [tensor], start=axis, end=axis + 1, hint=hint)
                 scope.made[name] = out
                 return out
             scope = scope.parent
-        raise UnsupportedOpError(f"symbol {name!r} has no tensor to read it from")
+        if required:
+            raise UnsupportedOpError(f"symbol {name!r} has no tensor to read it from")
+        return None
 
 
 class GraphBuilder:
     def __init__(self, opset: int, names: FreshNames | None = None,
-                 initializers: list | None = None, parent: "GraphBuilder | None" = None):
+                 initializers: list | None = None, parent: "GraphBuilder | None" = None,
+                 runtime: str | None = None):
         self.opset = opset
+        # None: standard ONNX; "onnxruntime": its com.microsoft fused kernels allowed too
+        self.runtime = parent.runtime if parent else runtime
         # value names are unique across the whole model, subgraphs included
         self.names = names or FreshNames(sanitize=_value_name)
         self.initializers = initializers if initializers is not None else []
@@ -95,6 +107,7 @@ class GraphBuilder:
         self.parent = parent
         self.symbols = Symbols(parent.symbols if parent else None)
         self._consts: dict = parent._consts if parent else {}
+        self._once: dict = {}  # node_once's nodes, this graph's own
 
     def child(self) -> "GraphBuilder":
         return GraphBuilder(self.opset, self.names, self.initializers, self)
@@ -105,6 +118,14 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, list(inputs), outs,
                                            name=self.names(f"n_{op_type}"), **attrs))
         return outs[0] if outputs == 1 else outs
+
+    def node_once(self, op_type: str, inputs, outputs: int = 1, **attrs):
+        """``node``, appended once per (op, inputs, attributes) in this graph: the parts of
+        a multi-output op (DynamicQuantizeLinear's), each one tdag node, share one ONNX node."""
+        key = (op_type, tuple(inputs), outputs, tuple(sorted(attrs.items())))
+        if key not in self._once:
+            self._once[key] = self.node(op_type, inputs, outputs=outputs, **attrs)
+        return self._once[key]
 
     def initializer(self, name: str, value: torch.Tensor) -> str:
         name = self.names(name)
@@ -160,6 +181,9 @@ class GraphBuilder:
             return self.const([int(e)])
         if e.is_Symbol:
             return self.symbols.lookup(e.name, self)
+        held = self.symbols.lookup(e, self, required=False)
+        if held is not None:
+            return held
         if e.is_Add or e.is_Mul:
             num, den = sympy.fraction(e) if e.is_Mul else (e, 1)
             if den != 1:
@@ -236,7 +260,7 @@ def prune(graph: onnx.GraphProto) -> None:
     pure, so an unread node is dead. Value names are unique across the model, so one set of
     read names serves all graphs.
     """
-    graphs = _graphs(graph)
+    graphs = all_graphs(graph)
     while True:
         read = {o.name for g in graphs for o in g.output}
         for g in graphs:
@@ -251,7 +275,7 @@ def prune(graph: onnx.GraphProto) -> None:
                 removed = True
         if not removed:
             break
-        graphs = _graphs(graph)  # a dropped If or Loop takes its subgraphs with it
+        graphs = all_graphs(graph)  # a dropped If or Loop takes its subgraphs with it
     read.update(i.name for i in graph.input)  # an initializer that is an input's default
     for i in reversed(range(len(graph.initializer))):  # in place: no tensor is copied
         if graph.initializer[i].name not in read:
@@ -262,7 +286,7 @@ def rename(graph: onnx.GraphProto, names: dict[str, str]) -> None:
     """Rename values (node inputs and outputs, subgraphs included) by ``names``."""
     if not names:
         return
-    for g in _graphs(graph):
+    for g in all_graphs(graph):
         for node in g.node:
             for field in (node.input, node.output):
                 for i, name in enumerate(field):
@@ -270,7 +294,7 @@ def rename(graph: onnx.GraphProto, names: dict[str, str]) -> None:
                         field[i] = names[name]
 
 
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+def all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     """``graph`` and every subgraph nested in its nodes' attributes."""
     found, pending = [], [graph]
     while pending:

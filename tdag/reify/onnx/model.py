@@ -17,6 +17,7 @@ iteration to the next; inside an If, it is an output of both branches.
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import onnx
 from onnx import helper
@@ -33,11 +34,14 @@ from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
 from tdag.refine.dataflow import fresh_definers, sizes_named
+from tdag.reify.onnx import ort
 from tdag.reify.onnx.carriers import emit_carried
+from tdag.reify.onnx.shortcuts import counted_size, emit_mean, mean_of, unwrapped_index
 from tdag.reify.onnx.graph import (
     ONNX_DTYPE,
     GraphBuilder,
     Symbols,
+    all_graphs,
     prune,
     rename,
     tensor_proto,
@@ -47,11 +51,20 @@ from tdag.reify.onnx.graph import (
 from tdag.reify.torch.codegen import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
+RUNTIMES = (None, "onnxruntime")  # standard ONNX, or with onnxruntime's fused kernels
 _IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
 
 
-def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) -> onnx.ModelProto:
+def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True,
+            runtime: str | None = None) -> onnx.ModelProto:
     """An ONNX model computing ``prog``; symbolic dims are dynamic axes named after them.
+
+    By default the model holds standard ONNX only. ``runtime="onnxruntime"`` writes
+    onnxruntime's fused kernels where a lowered kernel matches one (``tdag.reify.onnx.ort``:
+    attention -> com.microsoft ``Attention`` or ``MultiHeadAttention``, a layer norm of a sum
+    -> ``SkipLayerNormalization``, gelu -> ``Gelu`` / ``FastGelu``, rms_norm ->
+    ``SimplifiedLayerNormalization`` or ``SkipSimplifiedLayerNormalization``): a file for
+    onnxruntime only, which ONNX's checker does not know.
 
     >>> import tdag, tdag.reify
     >>> from tdag import ops
@@ -70,7 +83,9 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True) 
     if opset < least:
         raise UnsupportedOpError(f"element type {dtype.value} (or a bitcast to it) needs ONNX "
                                  f"opset {least} or later; to_onnx was asked for opset {opset}")
-    return _Exporter(prog, opset).model()
+    if runtime not in RUNTIMES:
+        raise ValueError(f"to_onnx: runtime must be one of {RUNTIMES}, got {runtime!r}")
+    return _Exporter(prog, opset, runtime).model()
 
 
 def _copy(src: str, dst: str, dtype: DType, name: str) -> onnx.NodeProto:
@@ -102,10 +117,18 @@ def _least_opset(prog: Program) -> tuple:
     return max(needs, key=lambda p: p[0], default=(18, None))
 
 
+def _uses_ml(nodes) -> bool:
+    """Whether ``nodes`` (their subgraphs included) hold an ai.onnx.ml op (a kernel written
+    back as one: a tree ensemble); ai.onnx.ml 3 reads double thresholds as tensors."""
+    return any(n.domain == "ai.onnx.ml" or any(_uses_ml(a.g.node) for a in n.attribute
+                                                 if a.type == onnx.AttributeProto.GRAPH)
+               for n in nodes)
+
+
 class _Exporter:
-    def __init__(self, prog: Program, opset: int):
+    def __init__(self, prog: Program, opset: int, runtime: str | None = None):
         self.prog, self.opset = prog, opset
-        self.root = GraphBuilder(opset)
+        self.root = GraphBuilder(opset, runtime=runtime)
         self.weights: dict[tuple, str] = {}
 
     def model(self) -> onnx.ModelProto:
@@ -147,13 +170,15 @@ class _Exporter:
                 renames[src] = dst
             else:
                 g.nodes.append(_copy(src, dst, t.dtype, g.names("n_out")))
-        domains = [("", self.opset)] + [("ai.onnx.ml", 1)] * any(labels)
+        domains = [("", self.opset)] + [("ai.onnx.ml", 3)] * (any(labels) or _uses_ml(g.nodes))
         model = helper.make_model(onnx.GraphProto(), producer_name="tdag", opset_imports=[
             helper.make_opsetid(domain, version) for domain, version in domains])
         graph = g.graph("tdag", [value_info(v.name, v.type) for v in main.inputs] + state_inputs,
                         infos, model.graph)
         rename(graph, renames)
         prune(graph)
+        if any(n.domain == ort.DOMAIN for sub in all_graphs(graph) for n in sub.node):
+            model.opset_import.append(helper.make_opsetid(ort.DOMAIN, 1))
         model.ir_version = _IR_VERSION.get(self.opset, onnx.IR_VERSION)
         return model
 
@@ -265,13 +290,20 @@ class _GraphEmitter:
     def __init__(self, exporter: _Exporter, g: GraphBuilder, graph: TDAG, gname: str):
         self.exporter, self.g, self.graph, self.gname = exporter, g, graph, gname
         self.ctx = Context(graph)
+        self.env: dict[str, str] = {}  # tdag name -> ONNX name, as written so far
+        # node name -> how to write it from its operands, where a shortcut applies
+        self.shortcuts: dict[str, Callable] = {}
+        # (tdag name, perm) -> an ONNX value holding that permutation of it (ort.py's
+        # attention writes [B, S, N, H] before the Transpose to tdag's [B, N, S, H])
+        self.views: dict[tuple, str] = {}
 
     def type(self, name: str) -> TensorType:
         return self.ctx.type(name)
 
     def emit(self, args) -> list[str]:
         graph = self.graph
-        env = {v.name: a for v, a in zip(graph.inputs, args)}
+        env = self.env
+        env.update((v.name, a) for v, a in zip(graph.inputs, args))
         operands = {n.name: self.operands(n) for n in graph.nodes}
         live = set(graph.outputs)
         definer = fresh_definers(graph)  # a run-time size needs its definer (see torch code)
@@ -289,18 +321,44 @@ class _GraphEmitter:
                 continue
             ins = [env[o] if isinstance(o, str) else self.g.const(o[0], o[1])
                    for o in operands[node.name]]
-            env[node.name] = emit_carried(node, ins, self, self.g, self._emit_one)
-            if has(node.op, Trait.FRESH_SIZE):  # read with Shape of the result where needed
-                self.g.symbols.bind(env[node.name], node.type.shape)
+            shortcut = self.shortcuts.get(node.name)
+            env[node.name] = shortcut(ins) if shortcut else \
+                emit_carried(node, ins, self, self.g, self._emit_one)
+            # a symbol where it is fresh (read with Shape of the result where needed), and a
+            # size expression from whatever tensor has it first
+            self.g.symbols.bind(env[node.name], node.type.shape,
+                                expressions=not has(node.op, Trait.FRESH_SIZE))
         return [env[n] for n in graph.outputs]
 
     def _emit_one(self, node, ins: list, cx) -> str:
+        if node.op is Op.permute and (node.inputs[0], node.spec.perm) in self.views:
+            return self.views[node.inputs[0], node.spec.perm]
+        if self.g.runtime == "onnxruntime":
+            fused = ort.fused(node, ins, self.g, cx)
+            if fused is not None:
+                return fused
         return record(node.op).onnx(node, ins, self.g, cx)
+
+    def _size(self, node, count) -> str:
+        size = self.g.scalar_dim(count)
+        return size if node.type.dtype is DType.i64 else self.g.cast(size, node.type.dtype)
 
     def operands(self, node) -> list:
         """tdag names to read (an expand's source where ONNX broadcasting rebuilds it), or
         ``(value, dtype)`` for a scalar constant."""
         names = list(node.inputs)
+        count = counted_size(self.ctx, node)
+        if count is not None:
+            self.shortcuts[node.name] = lambda ins: self._size(node, count)
+            return []
+        mean = mean_of(self.ctx, node)
+        if mean is not None:
+            x, axes = mean
+            rank = self.type(x).rank
+            self.shortcuts[node.name] = lambda ins: emit_mean(node, ins[0], axes, self.g, rank)
+            return [x]
+        if node.op is Op.gather and unwrapped_index(self.ctx, node) is not None:
+            return [names[0], unwrapped_index(self.ctx, node)]
         if not has(node.op, Trait.SCALAR_OPERAND):
             return names
         shapes = [self.type(n).shape for n in names]

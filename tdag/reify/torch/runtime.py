@@ -5,6 +5,7 @@ from typing import Callable
 
 import torch
 
+from tdag.deinops.scatter import scatter_rows  # noqa: F401  (generated code calls it)
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind

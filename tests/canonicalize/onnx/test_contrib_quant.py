@@ -66,7 +66,7 @@ def _model(op, inputs, outputs=1, **attrs):
 # onnxruntime's names of the element types these ops output (an output declared without a
 # type, which onnxruntime accepts, is typed from its session: onnx's checker requires one)
 _ORT_TYPES = {"tensor(float)": TensorProto.FLOAT, "tensor(uint8)": TensorProto.UINT8,
-              "tensor(int8)": TensorProto.INT8}
+              "tensor(int8)": TensorProto.INT8, "tensor(int32)": TensorProto.INT32}
 
 
 def _session(model):
@@ -476,3 +476,25 @@ def test_blockwise_dequantize_linear_of_4_bit_weights(dtype):
     prog = tdag.from_onnx(model)
     assert_quantized_close(tdag.run(prog, torch.from_numpy(x)), expected[0], "tdag.run")
     assert_quantized_close(_onnxruntime(tdag.to_onnx(prog), [x])[0], expected[0], "to_onnx")
+
+
+@pytest.mark.parametrize("segments,mask", [(True, True), (False, False)])
+def test_qembed_layer_normalization(segments, mask):
+    """Gathered 8-bit rows dequantized, summed and layer-normed, as onnxruntime's kernel."""
+    hidden, vocab = 16, 30
+
+    def table(rows):
+        return [_u8(rows, hidden), _s(0.02), _s(128, np.uint8)]
+    word, pos, seg, gamma, beta = table(vocab), table(12), table(2), table(1), table(1)
+    gamma[0], beta[0] = gamma[0][0], beta[0][0]
+    ids = RNG.integers(0, vocab, (2, 7)).astype(np.int32)
+    inputs = [("ids", ids), ("seg", RNG.integers(0, 2, (2, 7)).astype(np.int32) if segments
+                             else None),
+              ("w_word", word[0]), ("w_pos", pos[0]), ("w_seg", seg[0] if segments else None),
+              ("w_gamma", gamma[0]), ("w_beta", beta[0]),
+              ("mask", (RNG.random((2, 7)) < 0.8).astype(np.int32) if mask else None)]
+    tables = {"word": word, "pos": pos, "seg": seg if segments else [None] * 3,
+              "gamma": gamma, "beta": beta}
+    inputs += [(f"w_{n}_scale", t[1]) for n, t in tables.items()]
+    inputs += [(f"w_{n}_zero", t[2]) for n, t in tables.items()]
+    _check(*_model("QEmbedLayerNormalization", inputs, outputs=2, epsilon=1e-12))

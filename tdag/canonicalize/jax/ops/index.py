@@ -4,7 +4,9 @@ XLA's gather and scatter are general (any start map, windows, batching dims); bo
 the flat position of every element they read or write in the operand: a start per index
 vector (clamped, or out of bounds filled / dropped by the mode) plus a window offset, times
 the operand's strides. A gather is then one gather on the flattened operand, a scatter one
-``writes.write`` (tdag/ops/writes.py, shared with the other front ends).
+``writes.write`` (tdag/ops/writes.py, shared with the other front ends): the scatter
+primitive, linear in what it touches. Duplicates under ``scatter`` (XLA leaves their order
+undefined) resolve as torch's CPU kernels: the last in the index's order wins.
 """
 from __future__ import annotations
 
@@ -129,7 +131,7 @@ _SCATTER = {"scatter": "replace", "scatter-add": "sum", "scatter_add": "sum",
 @op(*_SCATTER)
 def _scatter(ctx, x, idx, updates):
     """Each update element goes to its flat position; out of bounds (fill-or-drop mode)
-    it is dropped (its position made -1, which no element has)."""
+    it is dropped (written to a spare element past the end)."""
     dn = ctx.params["dimension_numbers"]
     batching = list(zip(dn.operand_batching_dims, dn.scatter_indices_batching_dims))
     window_positions = tuple(dn.update_window_dims)
@@ -140,25 +142,28 @@ def _scatter(ctx, x, idx, updates):
     pos, ok = _positions(x, idx, dn.scatter_dims_to_operand_dims, batching, window,
                          windowed, updates.ndim, window_positions)
     pos = ops.broadcast_to(pos, updates.shape)
-    if ok is not None and "CLIP" not in _mode(ctx):
-        pos = ops.where(ok, pos, -1)
-    return writes.write(x, pos, updates, _SCATTER[ctx.prim])
+    if ok is None or "CLIP" in _mode(ctx):
+        return writes.write(x, pos, updates, _SCATTER[ctx.prim])
+    flat = ops.reshape(x, (-1,))  # a dropped write goes to one more element, cut off after
+    spare = ops.concat([flat, ops.zeros((1,), x.dtype, like=x)], 0)
+    pos = ops.where(ok, pos, flat.shape[0])
+    out = writes.write(spare, pos, updates, _SCATTER[ctx.prim])
+    return ops.reshape(ops.slice(out, 0, 0, flat.shape[0]), x.shape)
 
 
 # -- sorting --------------------------------------------------------------------------------------
 
 @op("sort")
 def _sort(ctx, *xs):
-    """Sorted by the first operand (stable, nan last); the others follow its order."""
-    if ctx.params.get("num_keys", 1) != 1:
-        raise ctx.unsupported("sorting by several keys")
+    """Stable (JAX's sort is, and NaN last), lexicographic by the first ``num_keys``
+    operands; every operand follows that order."""
     dim = ctx.params["dimension"] % xs[0].ndim
-    values, index = sorting.sorted_along(xs[0], dim, False, xs[0].shape[dim])
-    return [values] + [writes.take_along(x, dim, index) for x in xs[1:]]
+    order = sorting.lexsort(list(xs[:ctx.params.get("num_keys", 1)]), dim)
+    return [writes.take_along(x, dim, order) for x in xs]
 
 
 @op("top_k")
 def _top_k(ctx, x):
     axis = ctx.params.get("axis", -1) % x.ndim
-    values, index = sorting.sorted_along(x, axis, True, int(ctx.params["k"]))
+    values, index = sorting.topk(x, int(ctx.params["k"]), axis, True)
     return [values, ops.cast(index, ctx.out_type(1).dtype)]

@@ -8,7 +8,6 @@ from tdag import ops
 from tdag.canonicalize.jax.ops.table import dtype_of_np, op
 from tdag.canonicalize.jax.ops.shape import interior_pad
 from tdag.ops.nn.util import fill_value
-from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
 
@@ -75,8 +74,7 @@ def _argmax(ctx, x):
 # -- windows --------------------------------------------------------------------------------------
 
 _IDENTITY = {"sum": lambda x: 0.0, "prod": lambda x: 1.0,
-             "max": lambda x: fill_value(x, True), "min": lambda x: fill_value(x, False),
-             "logsumexp": lambda x: float("-inf")}
+             "max": lambda x: fill_value(x, True), "min": lambda x: fill_value(x, False)}
 
 
 @op("reduce_window_sum", "reduce_window_max", "reduce_window_min")
@@ -103,17 +101,9 @@ def _reduce_window(ctx, x):
 
 @op("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 def _cumulative(ctx, x):
-    """Each output reduces the window of the input up to it (from it, reversed)."""
-    kind = ctx.prim.removeprefix("cum")
-    axis = ctx.params["axis"] % x.ndim
-    n = x.shape[axis]
-    if not is_static(n):
-        raise ctx.unsupported("a cumulative op along a symbolic axis")
-    if n <= 1:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, n - 1) if ctx.params.get("reverse") else (n - 1, 0)
-    windows = ops.unfold(ops.pad(x, widths, _IDENTITY[kind](x)), axis, n)
+    """XLA's cumulative primitives keep the operand's dtype: the scan primitive, linear."""
+    kind, axis = ctx.prim.removeprefix("cum"), ctx.params["axis"]
+    reverse = bool(ctx.params.get("reverse"))
     if kind == "logsumexp":
-        return ops.logsumexp(windows, x.ndim)
-    return ops.reduce(windows, kind, (x.ndim,))
+        return ops.logcumsumexp(x, axis, reverse)
+    return ops.scan(x, axis, {"sum": "add", "prod": "mul"}.get(kind, kind), reverse)

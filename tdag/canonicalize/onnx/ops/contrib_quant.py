@@ -1,9 +1,9 @@
 """The ONNX op table, onnxruntime's com.microsoft quantized ops: the integer products
 (MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm, QAttention's projection), the QLinear*
 elementwise, softmax, pooling and concat ops, and the block-quantized weights of LLM files
-(MatMulNBits, GatherBlockQuantized). ``QUANT_OPS`` names those mapped (contrib.CONTRIB_OPS
-admits them); com.microsoft's QuantizeLinear and DequantizeLinear, which onnxruntime's
-quantizer writes, are the default domain's entries.
+(MatMulNBits, GatherBlockQuantized), and QEmbedLayerNormalization. ``QUANT_OPS`` names
+those mapped (contrib.CONTRIB_OPS admits them); com.microsoft's QuantizeLinear and
+DequantizeLinear, which onnxruntime's quantizer writes, are the default domain's entries.
 
 The integer arithmetic stays in the IR, through the default domain's entries (onnx/ops/
 quant.py): products are MatMulInteger's exact i32 matmul, scaled afterwards; a QLinear op is
@@ -24,7 +24,7 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear", "MatMulIntegerToFloat",
              "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
              "QLinearLeakyRelu", "QLinearSoftmax", "QLinearGlobalAveragePool",
              "QLinearAveragePool", "QLinearConcat", "MatMulNBits", "GatherBlockQuantized",
-             "QAttention")
+             "QAttention", "QEmbedLayerNormalization")
 
 
 # -- quantize / dequantize, per tensor -------------------------------------------------------------
@@ -169,6 +169,32 @@ def _qattention(ctx, x, weight, bias, x_scale, w_scale, mask_index=None, x_zero=
     xf = _dequantize(ctx, x, x_scale, x_zero)
     wf = _dequantize(ctx, weight, w_scale, w_zero)
     return OPS["com.microsoft:Attention"](ctx, xf, wf, bias, mask_index, past)
+
+
+@register("QEmbedLayerNormalization")
+def _qembed_layer_norm(ctx, input_ids, segment_ids, word, position, segment, gamma, beta, mask,
+                       word_scale, position_scale, segment_scale, gamma_scale, beta_scale,
+                       word_zero, position_zero, segment_zero, gamma_zero, beta_zero):
+    """EmbedLayerNormalization (contrib_attention.py) over 8-bit tables, each with one scale
+    and zero point: the rows are gathered quantized, then dequantized (the work is the
+    output's size, not the table's); outputs the norm and the mask index."""
+    def rows(table, scale, zero, ids):
+        return _dequantize(ctx, ops.gather(ctx.tensor(table), ids, 0), scale, zero)
+    ids = ops.cast(ctx.tensor(input_ids), DType.i64)
+    positions = ops.iota(ids.shape[1])
+    total = ops.add(rows(word, word_scale, word_zero, ids),
+                    rows(position, position_scale, position_zero, positions))
+    if segment_ids is not None and segment is not None:
+        segments = ops.cast(ctx.tensor(segment_ids), DType.i64)
+        total = ops.add(total, rows(segment, segment_scale, segment_zero, segments))
+    y = ops.layer_norm(total, [total.shape[2]], _dequantize(ctx, gamma, gamma_scale, gamma_zero),
+                       _dequantize(ctx, beta, beta_scale, beta_zero), ctx.attr("epsilon", 1e-12))
+    if mask is None:
+        mask_index = ops.zeros((ids.shape[0],), DType.i32, like=total)
+    else:
+        ones = ops.cast(ops.eq(ops.cast(ctx.tensor(mask), DType.i64), 1), DType.i32)
+        mask_index = ops.cast(ops.sum(ones, 1), DType.i32)
+    return (y, mask_index)[:max(ctx.num_outputs, 1)]
 
 
 # -- block-quantized weights -----------------------------------------------------------------------

@@ -2,9 +2,9 @@
 ScatterElements (and the old Scatter), ScatterND, TensorScatter (a KV-cache write), and the
 selections whose size data decides: NonZero, Compress.
 
-Gathers and scatters reuse the ATen table's forms (ops/writes.py ``take_along``, ``write``: a
-write is a read of flat positions, then a one-hot select); a size data decides is a fresh one
-(tdag/deinops/runtime.py).
+Gathers and scatters reuse the ATen table's forms (ops/writes.py ``take_along``,
+``scatter_elements``, ``combine_at``: writes are the scatter primitive, linear in what they
+touch); a size data decides is a fresh one (tdag/deinops/runtime.py).
 """
 from __future__ import annotations
 
@@ -49,18 +49,7 @@ def _gather_elements(ctx, x, index):
 def _gather_nd(x, index, batch: int):
     """``x[b..., index[b..., :]]``: the first ``batch`` axes and the k indexed axes merged
     into one, gathered at the linear position."""
-    k = index.shape[-1]
-    if not is_static(k) or k > x.ndim - batch:
-        raise InvalidModelError(f"GatherND: indices of depth {k} for {x.type}")
-    index = ops.cast(index, DType.i64)
-    linear = None
-    for j in range(k):
-        axis = batch + j
-        part = _wrapped(ops.select(index, index.ndim - 1, j), x, axis)
-        linear = part if linear is None else ops.add(
-            ops.mul(linear, ops.size_tensor(x, (axis,), DType.i64)), part)
-    if linear is None:
-        linear = ops.zeros(tuple(index.shape[:-1]), DType.i64, like=x)
+    k, linear = _nd_linear(x, index, batch)
     if batch:
         rows = ops.reshape(ops.iota(product(x.shape[:batch]), "i64", x.builder),
                            tuple(x.shape[:batch]) + (1,) * (linear.ndim - batch))
@@ -71,13 +60,31 @@ def _gather_nd(x, index, batch: int):
     return out
 
 
+def _nd_linear(x, index, batch: int, what: str = "GatherND") -> tuple:
+    """(k, the row-major position of ``index[..., :k]`` among x's axes batch..batch+k-1)."""
+    k = index.shape[-1]
+    if not is_static(k) or k > x.ndim - batch:
+        raise InvalidModelError(f"{what}: indices of depth {k} for {x.type}")
+    index = ops.cast(index, DType.i64)
+    linear = None
+    for j in range(k):
+        axis = batch + j
+        part = _wrapped(ops.select(index, index.ndim - 1, j), x, axis)
+        linear = part if linear is None else ops.add(
+            ops.mul(linear, ops.size_tensor(x, (axis,), DType.i64)), part)
+    if linear is None:
+        linear = ops.zeros(tuple(index.shape[:-1]), DType.i64, like=x)
+    return k, linear
+
+
 @register("GatherND")
 def _gather_nd_entry(ctx, x, index):
     x = ctx.tensor(x)
     return _gather_nd(x, ctx.tensor(index), ctx.attr("batch_dims", 0))
 
 
-# -- scatters --------------------------------------------------------------------------------------
+# -- scatters: the scatter primitive (ops/writes.py); duplicates under reduction "none" (which
+# ONNX leaves undefined) resolve as torch's CPU kernels: the last in the index's order wins ----
 
 _REDUCTION = {"none": "replace", "add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
@@ -90,16 +97,18 @@ def _reduction(ctx) -> str:
 def _scatter_elements(ctx, x, index, updates):
     x = ctx.tensor(x)
     axis = norm_axis(ctx.attr("axis", 0), x.ndim)
-    positions = writes.take_along(writes.positions_of(x), axis,
-                                _wrapped(ctx.tensor(index), x, axis))
-    return writes.write(x, positions, ctx.tensor(updates), _reduction(ctx))
+    return writes.scatter_elements(x, axis, ctx.tensor(index), ctx.tensor(updates),
+                                   _reduction(ctx))
 
 
 @register("ScatterND")
 def _scatter_nd(ctx, x, index, updates):
+    """The k indexed axes merged into one, whose rows the updates write."""
     x = ctx.tensor(x)
-    positions = _gather_nd(writes.positions_of(x), ctx.tensor(index), 0)
-    return writes.write(x, positions, ctx.tensor(updates), _reduction(ctx))
+    k, linear = _nd_linear(x, ctx.tensor(index), 0, "ScatterND")
+    merged = ops.flatten(x, 0, k - 1) if k > 0 else ops.unsqueeze(x, 0)
+    out = writes.combine_at(merged, 0, linear, ctx.tensor(updates), _reduction(ctx))
+    return ops.reshape(out, x.shape)
 
 
 @register("TensorScatter")

@@ -5,10 +5,10 @@ scikit-learn tree, forest and gradient boosting model (ai.onnx.ml 1 and 3: the
 
 The trees are static (attributes), so each leaf is reached exactly where the conditions on
 its path hold. TreeEnsemble sums ``where(path holds, weight, 0)`` per leaf. The classic ops
-walk each tree once from its root: a node's reach is its parent's reach AND (or AND NOT) the
-parent's condition (x[feature] <= value ..., or NaN where missing values track true); a
-tree's contribution is its leaves' reach [N, leaves] times their weights [leaves, C] (one
-leaf per row, so the product is exact), summed tree after tree as onnxruntime sums.
+are ``tdag.ops.ml.tree_sum``'s walk over flat node tables (x[feature] <= value ..., or NaN
+where missing values track true, one gather step per level: O(depth) per row and tree), the
+weights of the leaves reached summed over the trees; lowering makes it the tree kernel that
+to_onnx writes back as a TreeEnsembleRegressor.
 
 What comes after the sum is onnxruntime's (tree_ensemble_aggregator.h), quirks included: a
 class or target that no reached leaf scores reads 0 in the output; SUM/AVERAGE/MIN/MAX, and
@@ -25,6 +25,7 @@ import torch
 from onnx import numpy_helper
 
 from tdag import ops
+from tdag.ops.ml import tree_sum
 from tdag.canonicalize.onnx.ops.ml_scores import (
     array,
     const,
@@ -165,8 +166,8 @@ _BRANCHES = {"BRANCH_LEQ": ops.le, "BRANCH_LT": ops.lt, "BRANCH_GTE": ops.ge,
 
 
 class _Forest:
-    """The static trees of a classic tree op, walked once: ``leaves[t]`` lists tree t's
-    leaves as ((tree id, node id), reach), reach a bool [N] tensor (None: always)."""
+    """The static trees of a classic tree op as ``tdag.ops.ml.tree_sum``'s flat tables over
+    the file's nodes (a node's index is its place in the nodes_* attributes)."""
 
     def __init__(self, ctx, x):
         x = ctx.tensor(x)
@@ -178,7 +179,6 @@ class _Forest:
         values = array(ctx, "nodes_values", np.zeros(0))
         wide = values.dtype == np.float64 or x.dtype == DType.f64  # thresholds compared in f64
         self.x, self.ctx = ops.cast(x, DType.f64 if wide else DType.f32), ctx
-        self.rows = x.shape[0]
         trees, ids = _ints(ctx, "nodes_treeids"), _ints(ctx, "nodes_nodeids")
         modes = [m.decode() if isinstance(m, bytes) else m for m in ctx.attr("nodes_modes") or []]
         count = len(ids)
@@ -186,52 +186,57 @@ class _Forest:
             raise InvalidModelError(f"{ctx.node.op_type}: nodes_treeids, nodes_nodeids and "
                                     "nodes_modes differ in length")
         self.node = {(int(t), int(n)): k for k, (t, n) in enumerate(zip(trees, ids))}
-        self.modes, self.values = modes, values
-        self.features = _ints(ctx, "nodes_featureids")
-        self.true, self.false = _ints(ctx, "nodes_truenodeids"), _ints(ctx, "nodes_falsenodeids")
-        self.missing = _ints(ctx, "nodes_missing_value_tracks_true", count)
-        self.trees = trees
         for mode in set(modes) - set(_BRANCHES) - {"LEAF"}:
             raise InvalidModelError(f"{ctx.node.op_type}: node mode {mode!r}")
         branches = [k for k in range(count) if modes[k] != "LEAF"]
-        if any(len(a) < count for a in (values, self.features, self.true, self.false)) and \
-                branches:
+        features, true, false = (_ints(ctx, f"nodes_{a}") for a in
+                                 ("featureids", "truenodeids", "falsenodeids"))
+        if any(len(a) < count for a in (values, features, true, false)) and branches:
             raise InvalidModelError(f"{ctx.node.op_type}: a nodes_* attribute is too short")
-        children = {(int(trees[k]), int(c)) for k in branches
-                    for c in (self.true[k], self.false[k])}
-        roots = [k for k in range(count) if (int(trees[k]), int(ids[k])) not in children]
-        self.conditions: dict = {}
-        self.leaves = [self._walk(k) for k in roots]
+        missing = _ints(ctx, "nodes_missing_value_tracks_true", count)
+        self.trees, self.modes = trees, modes
+        children = {(int(trees[k]), int(c)) for k in branches for c in (true[k], false[k])}
+        self.roots = [k for k in range(count) if (int(trees[k]), int(ids[k])) not in children]
+        self.depth = max((self._depth(k, true, false) for k in self.roots), default=0)
+        leaf = np.array([m == "LEAF" for m in modes], bool)
+        here = np.arange(count)
+        tables = {"features": np.where(leaf, 0, features[:count]),
+                  "thresholds": np.where(leaf, 0, values[:count]).astype(
+                      np.float64 if wide else np.float32),
+                  "true": np.where(leaf, here, self._global(true[:count])),
+                  "false": np.where(leaf, here, self._global(false[:count]))}
+        self.arrays, self.tables = tables, {k: const(self.x, v) for k, v in tables.items()}
+        self.used = tuple(m for m in _BRANCHES if m in modes) or ("BRANCH_LEQ",)
+        self.missing = bool(missing[branches].any())
+        self.extra = [const(self.x, (missing[:count] != 0) & ~leaf)] if self.missing else []
+        if len(self.used) > 1:
+            self.extra += [const(self.x, np.array([m == mode for m in modes]))
+                           for mode in self.used]
 
-    def _condition(self, k: int):
-        if k not in self.conditions:
-            column = ops.select(self.x, 1, int(self.features[k]))
-            hit = _BRANCHES[self.modes[k]](column, float(self.values[k]))
-            if self.missing[k]:
-                hit = ops.logical_or(hit, ops.isnan(column))
-            self.conditions[k] = hit
-        return self.conditions[k]
+    def _global(self, local: np.ndarray) -> np.ndarray:
+        """Each node's child (a node id in its tree) as a node index; a leaf's own index."""
+        return np.array([self.node.get((int(t), int(c)), k) for k, (t, c) in
+                         enumerate(zip(self.trees, local))], np.int64)
 
-    def _walk(self, root: int) -> list:
-        leaves, stack, seen = [], [(root, None)], set()
+    def _depth(self, root: int, true, false) -> int:
+        """The depth of the deepest leaf under ``root``, checking the tree is one."""
+        deepest, stack, seen = 0, [(root, 0)], set()
         while stack:
-            k, reach = stack.pop()
-            if k in seen:
-                raise InvalidModelError(f"{self.ctx.node.op_type}: tree {int(self.trees[k])} "
-                                        "reaches a node twice")
-            seen.add(k)
+            k, depth = stack.pop()
             tree = int(self.trees[k])
+            if k in seen:
+                raise InvalidModelError(f"{self.ctx.node.op_type}: tree {tree} reaches a node "
+                                        "twice")
+            seen.add(k)
             if self.modes[k] == "LEAF":
-                leaves.append(((tree, int(k)), reach))
+                deepest = max(deepest, depth)
                 continue
-            hit = self._condition(k)
-            for child, cond in ((self.true[k], hit), (self.false[k], ops.logical_not(hit))):
+            for child in (true[k], false[k]):
                 if (tree, int(child)) not in self.node:
                     raise InvalidModelError(f"{self.ctx.node.op_type}: tree {tree} has no "
                                             f"node {int(child)}")
-                both = cond if reach is None else ops.logical_and(reach, cond)
-                stack.append((self.node[(tree, int(child))], both))
-        return leaves
+                stack.append((self.node[(tree, int(child))], depth + 1))
+        return deepest
 
     def weights(self, prefix: str, classes: int, reduce=np.add):
         """Per leaf (by node index) the weight of each class [C] and whether it has one."""
@@ -252,36 +257,50 @@ class _Forest:
             has[c] = True
         return table
 
+    def walk(self, table: dict, classes: int, what: int = 0, roots=None):
+        """The sum over the trees (``roots``: all) of the [N, C] rows of their reached leaves
+        (what=0: the leaf's weights; 1: whether it has one)."""
+        rows = np.zeros((len(self.modes), classes), np.float32)
+        for k, entry in table.items():
+            if self.modes[k] == "LEAF":
+                rows[k] = entry[what]
+        t = self.tables
+        return tree_sum(self.x, t["features"], t["thresholds"], t["true"], t["false"],
+                        const(self.x, np.array(self.roots if roots is None else roots,
+                                               np.int64)),
+                        const(self.x, rows), *self.extra, depth=self.depth, modes=self.used,
+                        missing=self.missing)
+
     def per_tree(self, table: dict, classes: int, what: int = 0) -> list:
         """Each tree's [N, C] (what=0: its reached leaf's weights; 1: whether it has one)."""
-        out = []
-        for leaves in self.leaves:
-            rows = np.zeros((len(leaves), classes), np.float32)
-            for r, ((_, k), _) in enumerate(leaves):
-                if k in table:
-                    rows[r] = table[k][what]
-            out.append(ops.matmul(self._reach(leaves), const(self.x, rows)))
-        return out
-
-    def _reach(self, leaves):
-        columns = [ops.cast(r, DType.f32) if r is not None else
-                   ops.full((self.rows,), 1.0, DType.f32, like=self.x) for _, r in leaves]
-        return ops.stack(columns, 1)
+        return [self.walk(table, classes, what, [root]) for root in self.roots]
 
     def has(self, table: dict, classes: int) -> list:
         """Per class whether a reached leaf scores it: True, False or a bool [N] tensor."""
         out, counts = [], None
         for c in range(classes):
-            scored = [[k in table and table[k][1][c] for (_, k), _ in leaves]
-                      for leaves in self.leaves]
+            scored = [[k in table and table[k][1][c] for k in self._leaves(root)]
+                      for root in self.roots]
             if any(all(s) for s in scored):
                 out.append(True)
             elif not any(any(s) for s in scored):
                 out.append(False)
             else:
                 if counts is None:
-                    counts = _total(self.per_tree(table, classes, what=1))
+                    counts = self.walk(table, classes, what=1)
                 out.append(ops.gt(ops.select(counts, 1, c), 0.0))
+        return out
+
+    def _leaves(self, root: int) -> list:
+        """The node indices of the leaves under ``root``."""
+        true, false = self.arrays["true"], self.arrays["false"]
+        out, stack = [], [root]
+        while stack:
+            k = stack.pop()
+            if self.modes[k] == "LEAF":
+                out.append(k)
+            else:
+                stack += [int(true[k]), int(false[k])]
         return out
 
 
@@ -290,13 +309,6 @@ def _ints(ctx, name: str, default_length: int | None = None) -> np.ndarray:
     if not value:
         return np.zeros(default_length or 0, np.int64)
     return np.asarray(value, np.int64)
-
-
-def _total(parts: list):
-    total = parts[0]
-    for part in parts[1:]:
-        total = ops.add(total, part)
-    return total
 
 
 def _masked(score, has, fill: float = 0.0):
@@ -309,7 +321,7 @@ def _masked(score, has, fill: float = 0.0):
 
 
 def _scores(forest: _Forest, table: dict, classes: int):
-    scores = _total(forest.per_tree(table, classes))
+    scores = forest.walk(table, classes)
     return ops.cast(scores, DType.f32), forest.has(table, classes)
 
 
@@ -323,7 +335,7 @@ def _tree_regressor(ctx, x):
         table = forest.weights("target", targets)
         total, has = _scores(forest, table, targets)
         if aggregate == "AVERAGE":
-            total = ops.div(total, float(len(forest.leaves)))
+            total = ops.div(total, float(len(forest.roots)))
     else:
         smallest = aggregate == "MIN"
         table = forest.weights("target", targets, np.minimum if smallest else np.maximum)

@@ -18,14 +18,17 @@ from tdag.canonicalize.onnx.ops.table import (
     window_attrs,
 )
 from tdag.errors import InvalidModelError, UnsupportedOpError
-from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
 from tdag.ops.quantize import (
     RANGE,
     centered,
+    centered_conv,
+    conv_integer,
     dequantize_linear,
+    dynamic_quantize_linear,
     matmul_integer,
     per_axis,
+    per_channel,
     quantize_linear,
     saturate,
 )
@@ -84,15 +87,7 @@ def _dequantize(ctx, x, scale, zero_point=None):
 
 @register("DynamicQuantizeLinear")
 def _dynamic_quantize(ctx, x):
-    """uint8 with a scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255]."""
-    x = ctx.tensor(x)
-    axes = tuple(range(x.ndim))
-    high = ops.maximum(ops.amax(x, axes), 0.0)
-    low = ops.minimum(ops.amin(x, axes), 0.0)
-    scale = ops.div(ops.sub(high, low), 255.0)
-    # round(0 - low / scale) is round(-low / scale): negation is exact
-    zero = quantize_linear(ops.neg(low), scale, None, DType.u8)
-    return quantize_linear(x, scale, zero, DType.u8), scale, zero
+    return dynamic_quantize_linear(ctx.tensor(x))
 
 
 def _centered(ctx, x, zero_point, row_axis=None):
@@ -119,42 +114,32 @@ def _qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero
     return _saturate(ops.round(d), dtype)
 
 
-def _conv_attrs(ctx, x, w):
-    kernel = kernel_shape(ctx, x, w.shape[2:])
-    strides, dilations, begins, ends = window_attrs(ctx, x, kernel)
-    return strides, dilations, begins, ends, group_count(ctx), pre_pad
-
-
-def _int_conv(ctx, x, w):
-    """The exact integer convolution of centred 8-bit tensors, as i32: summed in f32 where
-    every partial sum stays below 2**24 (|x|, |w| <= 255, so 255 * 255 * terms; onnxruntime
-    has no f64 Conv), else in f64 (exact below 2**53)."""
-    terms = product(w.shape[1:])
-    exact32 = is_static(terms) and 255 * 255 * terms < 2 ** 24
-    work = DType.f32 if exact32 else DType.f64
-    x64, w64 = ops.cast(x, work), ops.cast(w, work)
-    strides, dilations, begins, ends, group, pre_pad = _conv_attrs(ctx, x64, w64)
-    x64, padding = pre_pad(x64, begins, ends)
-    return ops.cast(ops.conv(x64, w64, None, strides, padding, dilations, group), DType.i32)
+def _int_conv(ctx, x, w, x_zero, w_zero):
+    """ConvInteger of the node's tensors (zero points None where absent): symmetric pads go
+    to the kernel's composition; asymmetric ones pad the centred input explicitly."""
+    x, w = ctx.tensor(x), ctx.tensor(w)
+    if x.ndim > 1 and w.ndim > 1:  # the weight fixes the channels an input names
+        ctx.pin(x.shape[1], w.shape[1] * group_count(ctx))
+    strides, dilations, begins, ends = window_attrs(ctx, x, kernel_shape(ctx, x, w.shape[2:]))
+    x_zero = None if x_zero is None else ctx.tensor(x_zero)
+    w_zero = None if w_zero is None else ctx.tensor(w_zero)
+    if begins == ends:
+        return conv_integer(x, w, x_zero, w_zero, strides, list(begins), dilations,
+                            group_count(ctx))
+    wc = ops.cast(w, DType.i32)
+    wc = wc if w_zero is None else ops.sub(wc, per_channel(w_zero, wc))
+    xc, padding = pre_pad(centered(x, x_zero), begins, ends)
+    return centered_conv(xc, wc, strides, padding, dilations, group_count(ctx))
 
 
 @register("ConvInteger")
 def _conv_integer(ctx, x, w, x_zero=None, w_zero=None):
-    x = _centered(ctx, x, x_zero)
-    w = _centered(ctx, w, None)
-    if w_zero is not None:  # one per output channel
-        zp = ops.cast(ctx.tensor(w_zero), DType.i32)
-        w = ops.sub(w, ops.reshape(zp, (-1,) + (1,) * (w.ndim - 1)) if zp.ndim else zp)
-    return _int_conv(ctx, x, w)
+    return _int_conv(ctx, x, w, x_zero, w_zero)
 
 
 @register("QLinearConv")
 def _qlinear_conv(ctx, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero=None, b=None):
-    xc = _centered(ctx, x, x_zero)
-    wc = ops.cast(ctx.tensor(w), DType.i32)
-    wz = ops.cast(ctx.tensor(w_zero), DType.i32)
-    wc = ops.sub(wc, ops.reshape(wz, (-1,) + (1,) * (wc.ndim - 1)) if wz.ndim else wz)
-    acc = _int_conv(ctx, xc, wc)
+    acc = _int_conv(ctx, x, w, x_zero, w_zero)
     if b is not None:  # the i32 bias, added exactly
         acc = ops.add(acc, ops.reshape(ops.cast(ctx.tensor(b), DType.i32),
                                        (-1,) + (1,) * (acc.ndim - 2)))

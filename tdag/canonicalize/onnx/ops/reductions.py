@@ -2,8 +2,7 @@
 ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSumExp, ReduceLogSum; CumSum and CumProd.
 
 A reduction over no element is the op's identity; a shape value's reduction (the product of
-a shape's tail) folds. A scan is pad + unfold + reduce over a static axis, a product with the
-mask ``j <= i`` over a symbolic one.
+a shape's tail) folds. CumSum and CumProd are the scan primitive (linear in the axis).
 """
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import torch
 from tdag import ops
 from tdag.canonicalize.onnx.ops.table import OPS, axes_of, norm_axes, norm_axis, register
 from tdag.canonicalize.onnx.values import Known, dim_max, dim_min, fold_reduce
-from tdag.errors import UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
 
@@ -89,55 +87,24 @@ for _name, (_fn, _opset) in _REDUCE.items():
 
 # -- scans -----------------------------------------------------------------------------------------
 
-def _cumsum_symbolic(x, axis):
-    """CumSum's prefix sums over a symbolic axis: a product with the mask ``j <= i`` (from
-    iota)."""
-    n = x.shape[axis]
-    mask = ops.le(ops.unsqueeze(ops.iota(n), 1), ops.unsqueeze(ops.iota(n), 0))
-    moved = ops.movedim(x, axis, -1)
-    return ops.movedim(ops.matmul(moved, ops.cast(mask, x.dtype)), -1, axis)
-
-
-def _flip(x, axis):
-    n = x.shape[axis]
-    if not is_static(n):
-        raise UnsupportedOpError(f"a reversal along the symbolic axis {n}")
-    return ops.gather(x, x.builder.const(torch.arange(n - 1, -1, -1)), axis)
-
-
-def _scan(ctx, x, axis, kind: str):
-    """Inclusive/exclusive, forward/reverse prefix sums or products along ``axis``: each
-    output reduces a window of the (identity-padded) input (pad + unfold + reduce)."""
+def _scan(ctx, x, axis, combine: str):
+    """Inclusive or exclusive, forward or reverse: an exclusive scan is the inclusive scan of
+    the input moved one place on (the combine's identity first), so it is exact."""
     x = ctx.tensor(x)
     axis = norm_axis(int(ctx.scalar(axis, "axis")), x.ndim)
-    n = x.shape[axis]
-    reverse, exclusive = ctx.flag("reverse", 0), ctx.flag("exclusive", 0)
-    if not is_static(n):
-        if kind != "sum":
-            raise UnsupportedOpError(f"{ctx.node.op_type} along the symbolic axis {n}")
-        total = _cumsum_symbolic(x, axis)  # a product with the mask j <= i
-        if reverse:  # suffix sums: the whole sum less the prefix before each
-            total = ops.add(ops.sub(ops.sum(x, (axis,), True), total), x)
-        return ops.cast(ops.sub(total, x) if exclusive else total, x.dtype)
-    if n == 0:
-        return x
-    y = _flip(x, axis) if reverse else x
-    identity = 1 if kind == "prod" else 0
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (n - 1 + exclusive, 0)
-    padded = ops.pad(y, widths, identity)
-    if exclusive:
-        padded = ops.slice(padded, axis, 0, 2 * n - 1)
-    out = ops.reduce(ops.unfold(padded, axis, n), kind, (x.ndim,))
-    out = ops.cast(out, x.dtype)
-    return _flip(out, axis) if reverse else out
+    reverse, exclusive = bool(ctx.flag("reverse", 0)), ctx.flag("exclusive", 0)
+    if exclusive:  # one identity in front, the last element dropped
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (-1, 1) if reverse else (1, -1)
+        x = ops.pad(x, widths, 1 if combine == "mul" else 0)
+    return ops.scan(x, axis, combine, reverse)
 
 
 @register("CumSum")
 def _cumsum(ctx, x, axis):
-    return _scan(ctx, x, axis, "sum")
+    return _scan(ctx, x, axis, "add")
 
 
 @register("CumProd")
 def _cumprod(ctx, x, axis):
-    return _scan(ctx, x, axis, "prod")
+    return _scan(ctx, x, axis, "mul")

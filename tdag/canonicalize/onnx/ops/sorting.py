@@ -1,5 +1,5 @@
-"""ONNX order ops: TopK, ArgMax, ArgMin and Unique. TopK is ops/sorting.py's ``sorted_along``
-(a run-time k takes the first k of the whole sorted axis); Unique's count is a fresh size.
+"""ONNX order ops: TopK, ArgMax, ArgMin and Unique, over the ``sort`` primitive
+(``tdag/ops/sorting.py``); Unique's count is a fresh size.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from tdag.ir.types import DType
 
 @register("TopK")
 def _topk(ctx, x, k=None):
+    """The k largest (smallest) in sorted order, ties by the lower index (the spec's rule,
+    which the stable sort gives); a run-time k takes the first k of the whole sorted axis."""
     x = ctx.tensor(x)
     axis = norm_axis(ctx.attr("axis", -1), x.ndim)
     largest = ctx.flag("largest", 1)
@@ -22,9 +24,8 @@ def _topk(ctx, x, k=None):
         count = int(known.dims()[0]) if known is not None and is_static(known.dims()[0]) \
             else None
     if count is not None:
-        values, index = sorting.sorted_along(x, axis, largest, count)
-        return values, index
-    values, index = sorting.sorted_along(x, axis, largest, x.shape[axis])  # all, then the first k
+        return sorting.topk(x, count, axis, largest)
+    values, index = sorting.sort(x, axis, largest)
     first = ops.arange_of(ops.reshape(ops.cast(ctx.tensor(k), DType.i64), ()))
     return (ops.gather(values, first, axis, wrap=False),
             ops.gather(index, first, axis, wrap=False))
@@ -57,5 +58,5 @@ register("ArgMin")(_arg(ops.amin))
 def _unique(ctx, x):
     x, axis, ordered = ctx.tensor(x), ctx.attr("axis"), bool(ctx.attr("sorted", 1))
     if axis is None:
-        return ops.unique_all(x, ordered)
-    return ops.unique_slices(x, norm_axis(axis, x.ndim), ordered)
+        return sorting.unique_all(x, ordered)
+    return sorting.unique_slices(x, norm_axis(axis, x.ndim), ordered)

@@ -112,7 +112,7 @@ def _non_max_suppression(ctx, boxes, scores, max_per_class=None, iou_threshold=N
     threshold = _scalar_input(ctx, iou_threshold, scores.dtype)
     floor = _scalar_input(ctx, score_threshold, scores.dtype)
 
-    ordered_scores, order = sorting.sorted_along(scores, -1, True, n)
+    ordered_scores, order = sorting.sort(scores, -1, True)
     rows = ops.reshape(ops.iota(boxes.shape[0], "i64", ctx.builder), (-1, 1, 1))
     flat_boxes = ops.reshape(boxes, (-1, 4))
     ordered = ops.gather(flat_boxes, ops.add(ops.mul(rows, n), order), 0, wrap=False)

@@ -1,13 +1,15 @@
 """Indexing ATen ops: advanced indexing, gather, scatters into slices, embeddings.
 
-tdag has one indexing primitive, ``gather`` (numpy ``take`` along one axis). Multi-tensor
-indexing merges the indexed axes into one and gathers at the linear index; writes into a
-slice are ``where`` over a gather of the source, so no scatter primitive is needed.
+Reads are ``gather`` (numpy ``take`` along one axis): multi-tensor indexing merges the
+indexed axes into one and gathers at the linear index; writes into a slice are ``where``
+over a gather of the source. ``embedding_bag`` reduces the gathered rows into their bags
+with the ``scatter`` primitive (tdag/ops/writes.py), linear in the indices.
 """
 from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
+from tdag.ops import writes
 from tdag.ops.writes import as_index, take_along, wrap
 from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType
@@ -17,7 +19,7 @@ from tdag.ir.types import DType
 def index(x, indices):
     """``x[i0, i1, ...]`` with tensor indices (None: the whole axis), broadcast together; a
     boolean index over k axes is the k index columns of its nonzero (a size data decides)."""
-    indices = _masks_as_indices(list(indices))
+    indices = masks_as_indices(list(indices))
     axes = [a for a, i in enumerate(indices) if i is not None]
     tensors = [wrap(as_index(indices[a]), x, a) for a in axes]
     if len(axes) == 1:
@@ -35,7 +37,8 @@ def index(x, indices):
     return ops.gather(merged, linear, first)
 
 
-def _masks_as_indices(indices: list) -> list:
+def masks_as_indices(indices: list) -> list:
+    """Each boolean (or u8) index over k axes as its k index columns (its nonzero)."""
     out = []
     for i in indices:
         if i is not None and i.dtype is DType.bool or i is not None and i.dtype is DType.u8:
@@ -100,27 +103,30 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     """Sums, means or maxima of the rows of ``weight`` in each bag: bag b holds
-    ``indices[offsets[b]:offsets[b + 1]]``. Each position's bag is the number of offsets at or
-    before it, less one; a one-hot [bags, positions] mask then reduces the gathered rows. Only
-    the output is computed (the other three results serve the backward pass)."""
+    ``indices[offsets[b]:offsets[b + 1]]``. Each position's bag is a running count of the bag
+    starts at or before it, less one; the gathered rows are then scattered into their bags
+    (a padding index, or a position outside every bag, goes to one more bag, cut off
+    after). An empty bag gives 0. Only the output is computed (the other three results
+    serve the backward pass)."""
     n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
-    indices = as_index(indices)
-    position = ops.iota(n, "i64", weight.builder)
-    bag = ops.sub(ops.sum(ops.le(ops.unsqueeze(offsets, 1), ops.unsqueeze(position, 0)), 0), 1)
-    member = ops.eq(ops.unsqueeze(ops.iota(bags, "i64", weight.builder), 1),
-                    ops.unsqueeze(bag, 0))  # [bags, n]
+    indices, offsets = as_index(indices), as_index(offsets)
+    starts = writes.bin_counts(offsets, as_dim(n + 1))  # n: empty bags at the end
+    bag = ops.sub(ops.cumsum(ops.slice(starts, 0, 0, n), 0), 1)
+    keep = ops.logical_and(ops.ge(bag, 0), ops.lt(bag, bags))  # past a last offset: no bag
     if padding_idx is not None and padding_idx >= 0:
-        member = ops.logical_and(member, ops.unsqueeze(ops.ne(indices, padding_idx), 0))
+        keep = ops.logical_and(keep, ops.ne(indices, padding_idx))
+    bag = ops.where(keep, bag, bags)
     rows = ops.gather(weight, indices, 0)  # [n, dim]
     if per_sample_weights is not None:
         rows = ops.mul(rows, ops.unsqueeze(per_sample_weights, 1))
-    inside = ops.unsqueeze(member, 2)
-    if mode == 2:  # max; an empty bag gives 0
-        best = ops.amax(ops.where(inside, ops.unsqueeze(rows, 0), float("-inf")), 1)
-        out = ops.where(ops.amax(member, 1, keepdim=True), best, 0.0)
-    else:
-        out = ops.sum(ops.where(inside, ops.unsqueeze(rows, 0), 0.0), 1)
-        if mode == 1:
-            count = ops.sum(ops.cast(member, weight.dtype), 1, keepdim=True)
-            out = ops.div(out, ops.maximum(count, 1.0))
+    count = ops.unsqueeze(writes.bin_counts(bag, bags, keep=keep, dtype=weight.dtype), 1)
+    if mode == 2:  # max
+        start = ops.full((as_dim(bags + 1), weight.shape[1]), float("-inf"), weight.dtype,
+                         like=weight)
+        best = ops.slice(writes.scatter(start, bag, rows, 0, "max"), 0, 0, bags)
+        return ops.where(ops.gt(count, 0), best, 0.0), None, None, None
+    start = ops.zeros((as_dim(bags + 1), weight.shape[1]), weight.dtype, like=weight)
+    out = ops.slice(writes.scatter(start, bag, rows, 0, "add"), 0, 0, bags)
+    if mode == 1:
+        out = ops.div(out, ops.maximum(count, 1.0))
     return out, None, None, None

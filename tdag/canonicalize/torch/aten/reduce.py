@@ -1,11 +1,9 @@
-"""Reduction ATen ops: sum, mean, max/min with indices, var, any/all, cumulative sums."""
+"""Reduction ATen ops: sum, mean, max/min with indices, var, any/all; cumulative ops as scans."""
 from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten, axes_or_all
-from tdag.ops.nn.util import fill_value
-from tdag.errors import UnsupportedOpError
-from tdag.ir.symbols import is_static
+from tdag.ops.core import to_accumulator
 from tdag.ir.types import DType
 
 
@@ -122,14 +120,6 @@ def logsumexp(x, dim, keepdim=False):
     return ops.logsumexp(x, axes_or_all(dim, x.ndim), keepdim)
 
 
-@aten("cumsum")
-def cumsum(x, dim, dtype=None):
-    x = _dtype(x, dtype)
-    if not x.dtype.is_float:
-        x = ops.cast(x, DType.i64)
-    return ops.cumsum(x, dim) if x.ndim else x
-
-
 @aten("linalg_vector_norm")
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     x, axes = ops.abs(_dtype(x, dtype)), axes_or_all(dim, x.ndim)
@@ -146,43 +136,23 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
 
 
-def _prefixes(x, dim, fill):
-    """Windows of every prefix: [..., n, ...] -> [..., n, ..., n], window j ending at j
-    (pad n-1 ``fill`` values in front, then unfold n)."""
-    n = x.shape[dim]
-    if not is_static(n):
-        raise UnsupportedOpError("cumulative op along a symbolic axis")
-    widths = [(0, 0)] * x.ndim
-    widths[dim] = (n - 1, 0)
-    return ops.unfold(ops.pad(x, widths, fill), dim, n)
+# -- cumulative ops: scans, linear in the axis ------------------------------------------------
+
+def _accumulator(x, dtype):
+    """torch accumulates in ``dtype`` where it is given, else bools and integers in i64."""
+    return ops.cast(x, dtype) if dtype is not None else to_accumulator(x)
+
+
+@aten("cumsum")
+def cumsum(x, dim, dtype=None):
+    return ops.scan(_accumulator(x, dtype), dim, "add")
 
 
 @aten("cumprod")
 def cumprod(x, dim, dtype=None):
-    x = _dtype(x, dtype)
-    return ops.prod(_prefixes(x, dim % x.ndim, 1), x.ndim) if x.ndim else x
+    return ops.scan(_accumulator(x, dtype), dim, "mul")
 
 
-def _cumulative_extreme(low: bool):
-    def entry(x, dim):
-        if x.ndim == 0:
-            return x, ops.full((), 0, DType.i64, like=x)
-        dim = dim % x.ndim
-        windows = _prefixes(x, dim, fill_value(x, low))
-        best = ops.amax(windows, x.ndim) if low else ops.amin(windows, x.ndim)
-        positions = ops.arange(0, x.shape[dim], like=x)
-        shape = [1] * x.ndim
-        shape[dim] = x.shape[dim]
-        places = _prefixes(ops.broadcast_to(ops.reshape(positions, shape), x.shape), dim, -1)
-        hit = ops.logical_or(ops.eq(windows, ops.unsqueeze(best, x.ndim)), ops.isnan(windows))
-        return best, ops.amax(ops.where(hit, places, -1), x.ndim)  # the latest, as ATen
-    return entry
-
-
-aten("cummax")(_cumulative_extreme(True))
-aten("cummin")(_cumulative_extreme(False))
-
-
-@aten("logcumsumexp")
-def logcumsumexp(x, dim):
-    return logsumexp(_prefixes(x, dim % x.ndim, float("-inf")), x.ndim) if x.ndim else x
+aten("cummax")(ops.cummax)
+aten("cummin")(ops.cummin)
+aten("logcumsumexp")(ops.logcumsumexp)

@@ -1,11 +1,12 @@
-"""Writes at computed positions: scatter, index_put, masked_scatter and their kin.
+"""Writes at computed positions: scatter, index_put, index_add and their kin, bincount.
 
-tdag has no scatter primitive. Every write is brought to one form, on the flattened target:
-``positions`` (where each value goes) and ``values``; the positions are found by running the
-matching *read* (gather, index) on a tensor of flat positions, so the two can never disagree.
-The write itself compares each position with every target element (one-hot, O(M*N)): exact,
-but a reference implementation for modest sizes. Among duplicate positions without
-accumulation the last write wins, as in torch's CPU kernels (torch leaves it unspecified).
+Every write is tdag's ``scatter`` primitive (rows written along one axis with a combine,
+linear in what it touches) through ``tdag/ops/writes.py``: ``combine_at`` for rows along an
+axis (index_add, index_copy, index_reduce, index_put on one axis or on adjacent axes merged),
+``scatter_elements`` for torch.scatter's per-element index (a write at computed linear
+positions of the flattened target, or rows where the index is one column broadcast), and
+``write`` for flat positions. Among duplicate positions without accumulation the last write
+(in the index's row-major order) wins, as in torch's CPU kernels (torch leaves it unspecified).
 """
 from __future__ import annotations
 
@@ -13,101 +14,120 @@ from tdag import ops
 from tdag.canonicalize.torch.aten import indexing
 from tdag.canonicalize.torch.aten.movement import diagonal
 from tdag.canonicalize.torch.aten.registry import aten, scalar
+from tdag.ops import masking, writes
 from tdag.ops.writes import positions_of, write
 from tdag.ir.types import DType
 
 
-# -- torch.scatter family: positions along one dim ------------------------------------------------
+# -- torch.scatter family: a per-element index along one dim ------------------------------------
+
+_SCATTER_REDUCE = {None: "replace", "add": "sum", "multiply": "prod"}
+
 
 @aten("scatter")
 def scatter(x, dim, index, src=None, value=None, reduce=None):
-    src = src if src is not None else value
-    positions = indexing.gather(positions_of(x), dim, index)
-    if hasattr(src, "dtype"):
-        src = _cropped(src, index.shape)
-    mode = {None: "replace", "add": "sum", "multiply": "prod"}[reduce]
-    return write(x, positions, scalar(src) if not hasattr(src, "dtype") else src, mode)
+    src = src if src is not None else scalar(value)
+    return writes.scatter_elements(x, dim, index, src, _SCATTER_REDUCE[reduce])
 
 
 @aten("scatter_add")
 def scatter_add(x, dim, index, src):
-    return write(x, indexing.gather(positions_of(x), dim, index), _cropped(src, index.shape),
-                 "sum")
+    return writes.scatter_elements(x, dim, index, src, "sum")
 
 
 @aten("scatter_reduce.two")
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
-    positions = indexing.gather(positions_of(x), dim, index)
-    return write(x, positions, _cropped(src, index.shape), reduce, include_self)
+    return writes.scatter_elements(x, dim, index, src, reduce, include_self)
 
 
-def _cropped(src, shape):
-    """ATen reads src only where index has elements."""
-    for axis, size in enumerate(shape):
-        src = ops.slice(src, axis, 0, size)
-    return src
+# -- rows along one axis ------------------------------------------------------------------------
+
+def _rows(x, dim, index):
+    return writes.wrap(writes.as_index(index), x, dim % x.ndim)
+
+
+@aten("index_add")
+def index_add(x, dim, index, source, alpha=1):
+    if alpha != 1:
+        source = ops.mul(source, scalar(alpha))
+    return writes.combine_at(x, dim, _rows(x, dim, index), source, "sum")
+
+
+@aten("index_copy")
+def index_copy(x, dim, index, source):
+    return writes.combine_at(x, dim, _rows(x, dim, index), source)
+
+
+@aten("index_fill")
+def index_fill(x, dim, index, value):
+    return writes.combine_at(x, dim, _rows(x, dim, index), scalar(value))
+
+
+@aten("index_reduce")
+def index_reduce(x, dim, index, source, reduce, include_self=True):
+    return writes.combine_at(x, dim, _rows(x, dim, index), source, reduce, include_self)
 
 
 # -- advanced-index writes ------------------------------------------------------------------------
 
 @aten("index_put", "_unsafe_index_put")
 def index_put(x, indices, values, accumulate=False):
+    """``x[i0, i1, ...] = values`` (or ``+=``): the indexed axes merged into one (moved first
+    where they are apart, as ATen orders the result) and its rows written at the linear
+    index; a boolean index is the index columns of its nonzero."""
     masks = [i for i in indices if i is not None and i.dtype is DType.bool]
     if masks and len(indices) == 1 and _one_value(values):  # x[mask] = v
         mask = ops.reshape(masks[0], tuple(masks[0].shape) + (1,) * (x.ndim - masks[0].ndim))
         value = ops.reshape(values, ())
         return ops.where(mask, ops.add(x, value) if accumulate else value, x)
-    axis = _one_axis(x, indices)
-    if axis is not None and not accumulate:
-        return _put_along(x, axis, indices[axis], values)
-    positions = indexing.index(positions_of(x), indices)
-    return write(x, positions, values, "sum" if accumulate else "replace")
-
-
-def _one_axis(x, indices) -> int | None:
-    """The axis of ``x[:, ..., idx] = v`` (one 1-D integer index, whole slices elsewhere: a
-    KV-cache update), else None."""
-    given = [a for a, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        return None
-    idx = indices[given[0]]
-    return given[0] if idx.ndim == 1 and idx.dtype is not DType.bool else None
-
-
-def _put_along(x, axis: int, idx, values):
-    """``x[..., idx, ...] = values`` compared along that axis only (O(len(idx) * x.shape[axis])
-    plus one pass over x), not element by element: the last write to a position wins."""
-    idx = indexing.wrap(ops.cast(idx, DType.i64), x, axis)
-    length = x.shape[axis]
-    shape = list(x.shape)
-    shape[axis] = idx.shape[0]
-    values = ops.broadcast_to(ops.cast(values, x.dtype), tuple(shape))
-    hit = ops.eq(ops.unsqueeze(idx, 1), ops.unsqueeze(ops.iota(length, "i64", x.builder), 0))
-    order = ops.unsqueeze(ops.iota(idx.shape[0], "i64", x.builder), 1)
-    last = ops.amax(ops.where(hit, order, -1), 0)                       # [length]
-    picked = ops.gather(values, ops.maximum(last, 0), axis, wrap=False)  # shaped like x
-    along = [1] * x.ndim
-    along[axis] = length
-    touched = ops.reshape(ops.ge(last, 0), tuple(along))
-    return ops.where(touched, picked, x)
+    indices = indexing.masks_as_indices(list(indices))
+    axes = [a for a, i in enumerate(indices) if i is not None]
+    tensors = [writes.wrap(writes.as_index(indices[a]), x, a) for a in axes]
+    shape = ops.broadcast_shapes(*(t.shape for t in tensors))
+    tensors = [ops.broadcast_to(t, shape) for t in tensors]
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    first = axes[0] if adjacent else 0
+    order = list(range(x.ndim)) if adjacent else \
+        axes + [a for a in range(x.ndim) if a not in axes]
+    moved = ops.permute(x, tuple(order)) if order != list(range(x.ndim)) else x
+    linear = tensors[0]
+    for k, t in enumerate(tensors[1:], start=1):
+        linear = ops.add(ops.mul(linear, ops.size_tensor(moved, (first + k,), DType.i64)), t)
+    merged = ops.group(moved, first, len(axes)) if len(axes) > 1 else moved
+    out = writes.combine_at(merged, first, linear, values, "sum" if accumulate else "replace")
+    out = ops.reshape(out, moved.shape) if len(axes) > 1 else out
+    if moved is x:
+        return out
+    return ops.permute(out, tuple(order.index(a) for a in range(x.ndim)))
 
 
 def _one_value(values):
     return all(d == 1 for d in values.shape)
 
 
-@aten("index_reduce")
-def index_reduce(x, dim, index, source, reduce, include_self=True):
-    positions = indexing.index_select(positions_of(x), dim, index)
-    return write(x, positions, source, reduce, include_self)
-
-
 @aten("put")
 def put(x, index, source, accumulate=False):
     flat = ops.reshape(x, (-1,))
-    positions = indexing.wrap(ops.cast(index, DType.i64), flat, 0)  # index is a flat position
+    positions = writes.wrap(ops.cast(index, DType.i64), flat, 0)  # index is a flat position
     return write(x, positions, ops.reshape(source, positions.shape),
                  "sum" if accumulate else "replace")
+
+
+@aten("bincount")
+def bincount(x, weights=None, minlength=0):
+    """Counts (or weight sums) of each value 0..max(x), at least ``minlength`` of them: a
+    length data decides (refused at run time where x holds a negative value, as torch)."""
+    x = ops.cast(x, DType.i64)
+    top = ops.add(ops.amax(x), 1) if not _empty(x) else ops.full((), 0, DType.i64, like=x)
+    length = masking.checked_size(ops.maximum(top, minlength),
+                                  ops.logical_not(ops.amax(ops.lt(x, 0))))
+    dtype = DType.i64 if weights is None else weights.dtype
+    zeros = ops.cast(ops.mul(length, 0), dtype)  # reads the node that binds the length
+    return writes.scatter(zeros, x, 1 if weights is None else weights, 0, "add")
+
+
+def _empty(x) -> bool:
+    return any(isinstance(d, int) and d == 0 for d in x.shape)
 
 
 @aten("diagonal_scatter")

@@ -1,7 +1,7 @@
-"""Searching and counting ATen ops, as comparisons summed over a static axis.
+"""Searching and counting ATen ops.
 
-``bucketize``/``searchsorted`` count the boundaries below each value; ``histc`` counts the
-values in each bin (one-hot); ``pdist`` picks a static index set.
+``bucketize``/``searchsorted`` are merges by sort (``tdag.ops.sorting.searchsorted``);
+``histc`` counts the values in each bin (a scatter-add); ``pdist`` picks a static index set.
 """
 from __future__ import annotations
 
@@ -11,39 +11,43 @@ import torch
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.contraction import cdist
-from tdag.canonicalize.torch.aten.indexing import gather
 from tdag.canonicalize.torch.aten.registry import aten
+from tdag.ops import sorting
+from tdag.ops import writes
+from tdag.ops.writes import take_along
 from tdag.ir.types import DType
 
 
-def _count_below(values, boundaries, right):
-    """For each value, the number of boundaries < value (<= with ``right``): its insertion
-    point in the sorted boundaries. boundaries: [..., B], values: [..., N] (same batch)."""
-    below = ops.le if right else ops.lt
-    hits = below(ops.unsqueeze(boundaries, boundaries.ndim - 1), ops.unsqueeze(values, values.ndim))
-    return ops.sum(ops.cast(hits, DType.i64), values.ndim)
+def _index_type(out_int32):
+    return DType.i32 if out_int32 else DType.i64
 
 
-@aten("bucketize")
+@aten("bucketize.Tensor", "bucketize.Scalar")
 def bucketize(x, boundaries, out_int32=False, right=False):
-    flat = ops.reshape(x, (-1,)) if x.ndim else ops.reshape(x, (1,))
-    counts = _count_below(flat, boundaries, right)
-    return ops.reshape(counts, x.shape)
+    """Each value's insertion point in the 1-d ``boundaries``: a merge by sort
+    (``tdag.ops.sorting.searchsorted``), O((n+m) log(n+m))."""
+    x = ops.as_tensor(x, boundaries.builder)
+    flat = ops.reshape(x, (1,)) if x.ndim == 0 else x
+    found = sorting.searchsorted(boundaries, flat, right)
+    return ops.cast(ops.reshape(found, tuple(x.shape)), _index_type(out_int32))
 
 
-@aten("searchsorted")
+@aten("searchsorted.Tensor", "searchsorted.Scalar")
 def searchsorted(sorted_sequence, x, out_int32=False, right=False, side=None, sorter=None):
     if sorter is not None:
-        sorted_sequence = ops.gather(sorted_sequence, sorter, sorted_sequence.ndim - 1) \
-            if sorted_sequence.ndim == 1 else _take_along_last(sorted_sequence, sorter)
+        sorted_sequence = take_along(sorted_sequence, -1, sorter)
     right = right or side == "right"
     if sorted_sequence.ndim == 1:
         return bucketize(x, sorted_sequence, out_int32, right)
-    return _count_below(x, sorted_sequence, right)
+    return ops.cast(sorting.searchsorted(sorted_sequence, x, right), _index_type(out_int32))
 
 
-def _take_along_last(x, index):
-    return gather(x, x.ndim - 1, index)
+def _count_below(values, boundaries, right):
+    """For each value, the number of boundaries < value (<= with ``right``), by comparing
+    each with every boundary: for the few edges of a histogram's bins only."""
+    below = ops.le if right else ops.lt
+    hits = below(ops.unsqueeze(boundaries, boundaries.ndim - 1), ops.unsqueeze(values, values.ndim))
+    return ops.sum(ops.cast(hits, DType.i64), values.ndim)
 
 
 @aten("histc")
@@ -60,9 +64,7 @@ def histc(x, bins=100, min=0, max=0):
     index = ops.cast(ops.floor(ops.div(ops.mul(ops.sub(x, low), float(bins)), width)), DType.i64)
     index = ops.where(ops.eq(x, high), bins - 1, index)
     inside = ops.logical_and(ops.ge(x, low), ops.le(x, high))
-    index = ops.where(inside, index, -1)
-    one_hot = ops.eq(ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(bins, "i64", x.builder), 0))
-    return ops.sum(ops.cast(one_hot, x.dtype), 0)
+    return writes.bin_counts(index, bins, keep=inside, dtype=x.dtype)
 
 
 @aten("angle")
@@ -107,13 +109,8 @@ def _bin_of(values, edges, low, high, bins):
 
 
 def _counts(index, inside, total, weight, like):
-    """Per-bin sums of the counted values' weights: a one-hot [values, bins] summed."""
-    one_hot = ops.logical_and(ops.unsqueeze(inside, 1), ops.eq(
-        ops.unsqueeze(index, 1), ops.unsqueeze(ops.iota(total, "i64", like.builder), 0)))
-    mass = ops.cast(one_hot, like.dtype)
-    if weight is not None:
-        mass = ops.mul(mass, ops.unsqueeze(ops.reshape(weight, (-1,)), 1))
-    return ops.sum(mass, 0)
+    """Per-bin sums of the counted values' weights: a scatter-add (ops/writes.py)."""
+    return writes.bin_counts(index, total, weight, keep=inside, dtype=like.dtype)
 
 
 def _widths(edges, bins):

@@ -1,0 +1,199 @@
+"""Classic machine-learning kernels: the tree ensemble's walk, written back as ai.onnx.ml's
+TreeEnsembleRegressor, which onnxruntime runs as its native tree kernel.
+
+``tree_sum`` (``tdag.ops.ml.tree_sum``) reads its forest from operands, flat tables over the
+M nodes: the ONNX emitter writes them as the op's attributes, so it needs them constant (as
+the importer makes them); tdag.run, to_torch and to_jax walk the tables as given, O(depth)
+gathers per row and tree.
+
+Cost convention: per row and tree, each level is four gathers, a compare and a select
+(6 operations), then C weights summed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import torch
+
+from tdag.deinops.primitive import Cost, primitive, traffic
+from tdag.errors import ShapeError, UnsupportedOpError
+from tdag.ir.batching import Refuse
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+from tdag.ir.symbols import dims_equal
+from tdag.ir.types import DType, TensorType
+from tdag.ops.ml import COMPARE, tree_sum
+
+_TORCH_COMPARE = {"BRANCH_LEQ": "<=", "BRANCH_LT": "<", "BRANCH_GTE": ">=", "BRANCH_GT": ">",
+                  "BRANCH_EQ": "==", "BRANCH_NEQ": "!="}
+_TORCH_OPS = {"<=": torch.le, "<": torch.lt, ">=": torch.ge, ">": torch.gt, "==": torch.eq,
+              "!=": torch.ne}
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSum:
+    """``depth`` steps of the walk; ``modes``, the comparisons the branches make (more than
+    one: a bool mask operand per mode); ``missing``, whether a bool operand says where a NaN
+    takes the true branch."""
+
+    depth: int
+    modes: tuple[str, ...] = ("BRANCH_LEQ",)
+    missing: bool = False
+
+
+def _parts(spec: TreeSum, xs):
+    """(x, features, thresholds, true, false, roots, leaves, tracks or None, masks)."""
+    tracks = xs[7] if spec.missing else None
+    masks = list(xs[7 + spec.missing:]) if len(spec.modes) > 1 else []
+    return (*xs[:7], tracks, masks)
+
+
+def _arity(spec: TreeSum) -> int:
+    return 7 + spec.missing + (len(spec.modes) if len(spec.modes) > 1 else 0)
+
+
+def _tree_shape(spec: TreeSum, ins):
+    if len(ins) != _arity(spec) or not set(spec.modes) <= set(COMPARE) or spec.depth < 0:
+        raise ShapeError(f"tree_sum: {len(ins)} operands for {spec}")
+    x, features, thresholds, true, false, roots, leaves, tracks, masks = _parts(spec, ins)
+    nodes = features.shape[0] if features.rank == 1 else None
+    if x.rank != 2 or x.dtype not in (DType.f32, DType.f64) or thresholds.dtype is not x.dtype \
+            or leaves.rank != 2 or leaves.dtype is not DType.f32 or nodes is None:
+        raise ShapeError(f"tree_sum: rows {x}, thresholds {thresholds}, leaves {leaves}")
+    for t, dtype in [(features, DType.i64), (thresholds, x.dtype), (true, DType.i64),
+                     (false, DType.i64)] + [(m, DType.bool) for m in masks + [tracks] if m]:
+        if t.rank != 1 or t.dtype is not dtype or not dims_equal(t.shape[0], nodes):
+            raise ShapeError(f"tree_sum: a node table {t} should be {dtype.value}[{nodes}]")
+    if roots.rank != 1 or roots.dtype is not DType.i64 or not dims_equal(leaves.shape[0], nodes):
+        raise ShapeError(f"tree_sum: roots {roots} (i64[T]) and leaves {leaves} ([M, C])")
+    return TensorType((x.shape[0], leaves.shape[1]), DType.f32)
+
+
+def _tree_eval(spec: TreeSum, xs, resolve):
+    x, features, thresholds, true, false, roots, leaves, tracks, masks = _parts(spec, xs)
+    at = roots.expand(x.shape[0], -1)
+    for _ in range(spec.depth):
+        value, limit = x.gather(1, features[at]), thresholds[at]
+        compare = [_TORCH_OPS[_TORCH_COMPARE[m]](value, limit) for m in spec.modes]
+        go = compare[0] if not masks else \
+            torch.stack([m[at] & c for m, c in zip(masks, compare)]).any(0)
+        if tracks is not None:
+            go = go | (value.isnan() & tracks[at])
+        at = torch.where(go, true[at], false[at])
+    return leaves[at].sum(1)
+
+
+def _tree_cost(spec: TreeSum, ins, out: TensorType) -> Cost:
+    rows, trees, classes = ins[0].shape[0], ins[5].shape[0], ins[6].shape[1]
+    return traffic(ins, out, rows * trees * (6 * spec.depth + classes))
+
+
+def _tree_torch(node, a, code):
+    """The walk as one expression: ``at`` stepped ``depth`` times in a comprehension."""
+    s = node.spec
+    x, features, thresholds, true, false, roots, leaves, tracks, masks = _parts(s, a)
+    compare = [f"(v {_TORCH_COMPARE[m]} {thresholds}[at])" for m in s.modes]
+    go = compare[0] if not masks else \
+        " | ".join(f"({m}[at] & {c})" for m, c in zip(masks, compare))
+    if tracks is not None:
+        go = f"({go}) | (v.isnan() & {tracks}[at])"
+    step = f"torch.where({go}, {true}[at], {false}[at])"
+    return (f"(lambda at: ([at := {step} for _ in range({s.depth}) "
+            f"if (v := {x}.gather(1, {features}[at])) is not None], {leaves}[at].sum(1))[-1])"
+            f"({roots}.expand({x}.shape[0], -1))")
+
+
+def _tree_jax(node, a, cx):
+    s, jnp = node.spec, cx.jnp
+    x, features, thresholds, true, false, roots, leaves, tracks, masks = _parts(s, a)
+    at = jnp.broadcast_to(roots[None, :], (x.shape[0], roots.shape[0]))
+    compare = {"BRANCH_LEQ": jnp.less_equal, "BRANCH_LT": jnp.less,
+               "BRANCH_GTE": jnp.greater_equal, "BRANCH_GT": jnp.greater,
+               "BRANCH_EQ": jnp.equal, "BRANCH_NEQ": jnp.not_equal}
+    for _ in range(s.depth):
+        value = jnp.take_along_axis(x, features[at], axis=1)
+        hits = [compare[m](value, thresholds[at]) for m in s.modes]
+        go = hits[0] if not masks else jnp.any(jnp.stack([m[at] & h for m, h in
+                                                          zip(masks, hits)]), 0)
+        if tracks is not None:
+            go = go | (jnp.isnan(value) & tracks[at])
+        at = jnp.where(go, true[at], false[at])
+    return leaves[at].sum(1)
+
+
+def _constant(node, k: int, cx) -> np.ndarray:
+    weight = cx.ctx.weight(node.inputs[k])
+    if weight is None or weight.value is None:
+        raise UnsupportedOpError("tree_sum: ONNX's TreeEnsembleRegressor takes its trees as "
+                                 "attributes; this one reads them from a computed tensor",
+                                 node=node.name, origin=node.origin)
+    return weight.value.numpy()
+
+
+def _forest_attrs(spec: TreeSum, tables, leaves: np.ndarray) -> dict:
+    """TreeEnsembleRegressor's attributes: each tree unfolded from its root to ``depth``
+    levels (a self-loop, or the last level, is a leaf weighted by its row of ``leaves``)."""
+    features, thresholds, true, false, roots, tracks, masks = tables
+    attrs: dict = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids",
+                                   "nodes_values", "nodes_modes", "nodes_truenodeids",
+                                   "nodes_falsenodeids", "nodes_missing_value_tracks_true",
+                                   "target_treeids", "target_nodeids", "target_ids",
+                                   "target_weights")}
+    for tree, root in enumerate(roots.tolist()):
+        order = [(root, 0)]  # (node, level) in local id order
+        for local, (k, level) in enumerate(order):
+            leaf = level == spec.depth or (true[k] == k and false[k] == k)
+            mode = "LEAF" if leaf else _mode(spec, masks, k)
+            if not leaf:
+                order += [(int(true[k]), level + 1), (int(false[k]), level + 1)]
+            for name, value in (("treeids", tree), ("nodeids", local), ("modes", mode),
+                                ("featureids", 0 if leaf else int(features[k])),
+                                ("values", 0.0 if leaf else thresholds[k]),
+                                ("truenodeids", 0 if leaf else len(order) - 2),
+                                ("falsenodeids", 0 if leaf else len(order) - 1),
+                                ("missing_value_tracks_true",
+                                 int(not leaf and tracks is not None and bool(tracks[k])))):
+                attrs[f"nodes_{name}"].append(value)
+            for c in np.flatnonzero(leaves[k]) if leaf else ():
+                for name, value in (("treeids", tree), ("nodeids", local), ("ids", int(c)),
+                                    ("weights", float(leaves[k, c]))):
+                    attrs[f"target_{name}"].append(value)
+    return attrs
+
+
+def _mode(spec: TreeSum, masks, k: int) -> str:
+    if not masks:
+        return spec.modes[0]
+    named = [m for m, mask in zip(spec.modes, masks) if mask[k]]
+    if len(named) != 1:
+        raise UnsupportedOpError(f"tree_sum: node {k} compares {len(named)} ways (ONNX: one)")
+    return named[0]
+
+
+def _tree_onnx(node, ins, g, cx):
+    s = node.spec
+    tables = [_constant(node, k, cx) for k in range(1, len(node.inputs))]
+    features, thresholds, true, false, roots, leaves = tables[:6]
+    tracks = tables[6] if s.missing else None
+    masks = tables[6 + s.missing:]
+    attrs = _forest_attrs(s, (features, thresholds, true, false, roots, tracks, masks), leaves)
+    values = np.asarray(attrs.pop("nodes_values"), thresholds.dtype)
+    if values.dtype == np.float64:  # ai.onnx.ml 3: double thresholds as a tensor
+        attrs["nodes_values_as_tensor"] = onnx.numpy_helper.from_array(values)
+    else:
+        attrs["nodes_values"] = values.tolist()
+    return g.node("TreeEnsembleRegressor", [ins[0]], domain="ai.onnx.ml",
+                  n_targets=int(leaves.shape[1]), aggregate_function="SUM",
+                  post_transform="NONE", **attrs)
+
+
+primitive(Op.tree_sum, TreeSum, range(7, 16), _tree_shape, _tree_eval, _tree_cost,
+          "a where() per leaf is O(leaves) per row; the walk is O(depth) gathers per row and "
+          "tree, and onnxruntime runs a forest as one native tree kernel",
+          traits=Trait.KERNEL,
+          batch=Refuse("walks rows [N, F] against node tables: strip the batch before lowering"),
+          torch=_tree_torch, onnx=_tree_onnx, jax=_tree_jax,
+          decompose=lambda s, *xs: tree_sum(*xs[:7], *xs[7:], depth=s.depth, modes=s.modes,
+                                            missing=s.missing))

@@ -1,0 +1,184 @@
+"""Order kernels: the framework's top-k (sorted values) and its one-pass argmax/argmin.
+
+``topk`` is the first k values of a stable sort along an axis (k the axis length: the
+sorted values); values do not depend on how ties are ordered, so any framework's top-k
+gives them. ``argmax``/``argmin`` give the first position of the extreme, NaN counting as
+both the max and the min (torch's rule), one pass where the composition makes three.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tdag import ops
+from tdag.deinops.primitive import Cost, traffic
+from tdag.deinops.primitive import primitive
+from tdag.deinops.sort import comparisons, onnx_order_key
+from tdag.errors import ShapeError
+from tdag.ir.batching import AxisRule, same_axis
+from tdag.ir.op import Op
+from tdag.ir.record import Trait
+from tdag.ir.symbols import Dim, as_dim, dims_equal
+from tdag.ir.types import DType, TensorType
+from tdag.ops import sorting
+
+# -- top-k ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopK:
+    """The first k values along ``axis`` of the stable sort, or (``indices``) their
+    positions: ties by the lower position."""
+
+    axis: int
+    k: Dim
+    largest: bool = True
+    indices: bool = False
+
+
+def _topk_shape(spec: TopK, ins):
+    (x,) = ins
+    if not 0 <= spec.axis < x.rank:
+        raise ShapeError(f"topk: axis {spec.axis} out of range for {x}")
+    if spec.indices and x.dtype not in PACKED:
+        raise ShapeError(f"topk: the positions of {x.dtype.value} values are a sort's")
+    shape = list(x.shape)
+    shape[spec.axis] = as_dim(spec.k)
+    out = x.with_shape(shape)
+    return TensorType(out.shape, DType.i64) if spec.indices else out
+
+
+def _full(spec: TopK, x_shape) -> bool:
+    return dims_equal(as_dim(spec.k), x_shape[spec.axis])
+
+
+def _topk_eval(spec: TopK, xs, resolve):
+    x = xs[0]
+    order = torch.sort(x, dim=spec.axis, descending=spec.largest, stable=True).indices
+    first = order.narrow(spec.axis, 0, resolve(spec.k))
+    return first if spec.indices else x.gather(spec.axis, first)
+
+
+def _topk_cost(spec: TopK, ins, out: TensorType) -> Cost:
+    # a heap of k per row: n log2 k compares (the full sort: n log2 n)
+    (x,) = ins
+    return traffic(ins, out, as_dim(x.numel * comparisons(as_dim(spec.k))))
+
+
+# the dtypes whose order fits 32 bits: their top-k positions come from a key packing the
+# value's order and the position into one i64, unique, so that any top-k orders ties stably
+PACKED = frozenset({DType.f32, DType.f16, DType.bf16, DType.i32, DType.i16, DType.i8, DType.u8,
+                    DType.bool})
+
+
+def _packed_key(x: str, dtype: DType, axis: int, rank: int, largest: bool) -> str:
+    """An i64 expression: (the value's order in 32 bits) << 32 | the position's rank, where
+    a float's order is its bits with the negatives' magnitude bits flipped, after -0.0 is
+    made 0.0 and every NaN the one positive NaN (larger than inf), as torch orders them."""
+    if dtype.is_float:
+        f = x if dtype is DType.f32 else f"{x}.float()"
+        bits = f"torch.where({f}.isnan(), torch.nan, {f} + 0.0).view(torch.int32)"
+        order = f"(_b := {bits}) ^ ((_b >> 31) & 0x7FFFFFFF)"
+    else:
+        order = x
+    n = f"{x}.shape[{axis}]"
+    pos = f"torch.arange({n}, device={x}.device).view({n}{', 1' * (rank - 1 - axis)})"
+    rank_of = f"({n} - 1 - {pos})" if largest else pos
+    return f"((({order}).long() << 32) | {rank_of})"
+
+
+def _topk_torch(node, a, code):
+    s, x = node.spec, a[0]
+    if s.indices:
+        dtype = code.ctx.type(node.inputs[0]).dtype
+        key = _packed_key(x, dtype, s.axis, node.type.rank, s.largest)
+        return f"torch.topk({key}, {code.dim(s.k)}, dim={s.axis}, largest={s.largest}).indices"
+    if _full(s, code.shape_of(node.inputs[0])):
+        return f"torch.sort({x}, dim={s.axis}, descending={s.largest}).values"
+    return f"torch.topk({x}, {code.dim(s.k)}, dim={s.axis}, largest={s.largest}).values"
+
+
+def _topk_onnx(node, ins, g, cx):
+    x, back = onnx_order_key(g, ins[0], cx.type(node.inputs[0]).dtype)
+    k = g.node("Reshape", [g.scalar_dim(node.spec.k), g.const([1])])
+    values, index = g.node("TopK", [x, k], axis=node.spec.axis,
+                           largest=int(node.spec.largest), sorted=1, outputs=2)
+    # onnxruntime orders ties by the lower index, as the spec says
+    return index if node.spec.indices else back(values)
+
+
+def _topk_jax(node, a, cx):
+    # jnp's sort, then the first k: NaN ordered as torch (lax.top_k's NaN order is not stated)
+    s = node.spec
+    if s.indices:
+        out = cx.jnp.argsort(a[0], axis=s.axis, stable=True, descending=s.largest)
+        out = out.astype(cx.dtype(DType.i64))
+    else:
+        out = cx.jnp.sort(a[0], axis=s.axis, descending=s.largest)
+    return cx.lax.slice_in_dim(out, 0, cx.resolve(s.k), axis=s.axis)
+
+
+_TOPK_BATCH = AxisRule(
+    lambda s, t: {s.axis}, same_axis,
+    lambda s, t, p: TopK(s.axis - (p < s.axis), s.k, s.largest, s.indices),
+    lambda s: TopK(s.axis + 1, s.k, s.largest, s.indices), mixing="sorts along the batch axis")
+
+primitive(Op.topk, TopK, 1, _topk_shape, _topk_eval, _topk_cost,
+          "sort, then gather the values at the first k positions: a sort of the whole row "
+          "(n log n), an index pass and a gather, where top-k keeps a heap of k (n log k)",
+          traits=Trait.KERNEL, batch=_TOPK_BATCH, torch=_topk_torch, onnx=_topk_onnx,
+          jax=_topk_jax,
+          decompose=lambda s, x: sorting.topk(x, s.k, s.axis, s.largest)[s.indices])
+
+
+# -- argmax / argmin --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    axis: int
+
+
+def _arg_shape(spec: Arg, ins):
+    (x,) = ins
+    if not 0 <= spec.axis < x.rank:
+        raise ShapeError(f"arg extreme: axis {spec.axis} out of range for {x}")
+    if x.dtype is DType.bool:
+        raise ShapeError("arg extreme: torch has no argmax/argmin of bool")
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i != spec.axis), DType.i64)
+
+
+def _arg_cost(spec, ins, out: TensorType) -> Cost:
+    return traffic(ins, out, ins[0].numel)
+
+
+def _arg_onnx(kind: str):
+    def emit(node, ins, g, cx):
+        """ArgMax/ArgMin (first index) ignore NaN where torch returns the first NaN: where a
+        row holds one, the first NaN's position (the ArgMax of isnan) is taken instead."""
+        axis, x = node.spec.axis, ins[0]
+        found = g.node(kind, [x], axis=axis, keepdims=0, select_last_index=0)
+        if not cx.type(node.inputs[0]).dtype.is_float:
+            return found
+        nan = g.cast(g.node("IsNaN", [x]), DType.u8)
+        first_nan = g.node("ArgMax", [nan], axis=axis, keepdims=0, select_last_index=0)
+        any_nan = g.node("ReduceMax", [nan, g.const([axis])], keepdims=0)
+        return g.node("Where", [g.cast(any_nan, DType.bool), first_nan, found])
+    return emit
+
+
+_ARG_BATCH = AxisRule(
+    lambda s, t: {s.axis}, lambda s, t, p: p - (p > s.axis),
+    lambda s, t, p: Arg(s.axis - (p < s.axis)), lambda s: Arg(s.axis + 1),
+    mixing="finds an extreme along the batch axis")
+
+for _op, _fn, _kind in ((Op.argmax, "argmax", "ArgMax"), (Op.argmin, "argmin", "ArgMin")):
+    primitive(_op, Arg, 1, _arg_shape,
+              lambda s, xs, r, fn=_fn: getattr(torch, fn)(xs[0], s.axis), _arg_cost,
+              f"max, compare and min over positions make three passes; {_fn} makes one",
+              traits=Trait.KERNEL, batch=_ARG_BATCH,
+              torch=lambda node, a, code, fn=_fn: f"torch.{fn}({a[0]}, {node.spec.axis})",
+              onnx=_arg_onnx(_kind),
+              jax=lambda node, a, cx, fn=_fn: getattr(cx.jnp, fn)(a[0], axis=node.spec.axis),
+              decompose=lambda s, x, fn=_fn: getattr(ops, fn)(x, s.axis))

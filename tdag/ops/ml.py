@@ -1,0 +1,75 @@
+"""Classic machine-learning predictors as compositions: the one meaning of a tree ensemble's
+walk and of ai.onnx.ml's Normalizer that the ONNX importer writes
+(``canonicalize/onnx/ops/ml_*.py``) and the ML kernels (``tdag/lower/kernels/ml.py``)
+decompose to, so that lowering recognises one as the other.
+
+A forest is flat tables over its M nodes (every tree's nodes, numbered globally): the
+feature and threshold a branch compares, the node each outcome goes to, and per node a row of
+leaf weights [M, C]. A leaf goes to itself on either outcome, so ``depth`` steps from the
+roots (the deepest leaf's depth) put every row at its leaf in every tree. Each step is a
+handful of gathers over [N, T]: O(depth) work per row and tree, as a tree kernel walks it,
+where a where() per leaf would be O(leaves).
+"""
+from __future__ import annotations
+
+from tdag.ops import core, creation
+from tdag.ops.tensor import Tensor
+
+# a branch node's comparison of the row's value with its threshold (ai.onnx.ml's modes)
+COMPARE = {"BRANCH_LEQ": core.le, "BRANCH_LT": core.lt, "BRANCH_GTE": core.ge,
+           "BRANCH_GT": core.gt, "BRANCH_EQ": core.eq, "BRANCH_NEQ": core.ne}
+NORMS = ("MAX", "L1", "L2")
+
+
+def tree_sum(x: Tensor, features: Tensor, thresholds: Tensor, true_ids: Tensor,
+             false_ids: Tensor, roots: Tensor, leaves: Tensor, *tables: Tensor, depth: int,
+             modes: tuple[str, ...], missing: bool = False) -> Tensor:
+    """The sum over the trees of the leaf weights each row of ``x`` [N, F] reaches: [N, C].
+
+    ``features``, ``true_ids``, ``false_ids`` [M] i64, ``thresholds`` [M] of x's dtype,
+    ``roots`` [T] i64, ``leaves`` [M, C] f32. ``tables``: with ``missing``, first a bool [M]
+    (a NaN value takes the true branch there); then, where ``modes`` names more than one
+    comparison, a bool [M] per mode saying which nodes compare that way."""
+    rows, width = x.shape[0], x.shape[1]
+    flat = core.reshape(x, (rows * width,))
+    start = core.mul(core.unsqueeze(creation.arange(0, rows, like=x), 1), width)  # [N, 1]
+    at = core.broadcast_to(core.unsqueeze(roots, 0), (rows, roots.shape[0]))  # [N, T]
+    tracks = tables[0] if missing else None
+    masks = tables[1:] if missing else tables
+    for _ in range(depth):
+        value = core.gather(flat, core.add(core.gather(features, at, 0, wrap=False), start), 0,
+                            wrap=False)
+        limit = core.gather(thresholds, at, 0, wrap=False)
+        if len(modes) == 1:
+            go = COMPARE[modes[0]](value, limit)
+        else:
+            go = None
+            for mode, mask in zip(modes, masks):
+                hit = core.logical_and(core.gather(mask, at, 0, wrap=False),
+                                       COMPARE[mode](value, limit))
+                go = hit if go is None else core.logical_or(go, hit)
+        if tracks is not None:
+            go = core.logical_or(go, core.logical_and(core.isnan(value),
+                                                      core.gather(tracks, at, 0, wrap=False)))
+        at = core.where(go, core.gather(true_ids, at, 0, wrap=False),
+                        core.gather(false_ids, at, 0, wrap=False))
+    return core.sum(core.gather(leaves, at, 0, wrap=False), 1)
+
+
+def normalize(x: Tensor, norm: str) -> Tensor:
+    """ai.onnx.ml's Normalizer over the last axis of f32 ``x``, as onnxruntime computes it:
+    by the row's MAX, L1 or L2 norm (L2 as sign(x) sqrt(x^2 / sum x^2)); a row whose norm
+    is 0 is copied."""
+    if norm == "MAX":
+        scale = core.amax(x, -1, keepdim=True)
+        out = core.div(x, scale)
+    elif norm == "L1":
+        scale = core.sum(core.abs(x), -1, keepdim=True)
+        out = core.div(x, scale)
+    else:
+        square = core.mul(x, x)
+        scale = core.sum(square, -1, keepdim=True)
+        root = core.sqrt(core.div(square, scale))
+        out = core.where(core.lt(x, 0.0), core.neg(root), root)
+    return core.where(core.ne(scale, 0.0), out, x)
+

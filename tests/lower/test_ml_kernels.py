@@ -1,0 +1,151 @@
+"""scikit-learn's tree ensembles keep onnxruntime's native tree kernel when re-emitted.
+
+Each model is fitted in code on seeded random data, converted with skl2onnx, imported with
+tdag.from_onnx, lowered (its walk becomes the tree_sum kernel) and written back by
+tdag.to_onnx: the file holds an ai.onnx.ml TreeEnsembleRegressor and nothing of the walk
+(a few nodes of post-processing), and on random rows (some with NaN) it computes what
+onnxruntime computes on the original: labels exactly, scores within 1e-6. to_torch runs the
+kernel's walk and agrees. Then hand-built forests for what scikit-learn does not write:
+mixed comparison modes, NaN tracking the true branch, double thresholds."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import tdag
+from tdag.ir.op import Op
+
+skl2onnx = pytest.importorskip("skl2onnx")
+sklearn = pytest.importorskip("sklearn")
+
+from sklearn import ensemble, tree  # noqa: E402
+
+RNG = np.random.default_rng(21)
+X_FIT = RNG.standard_normal((80, 4)).astype(np.float32)
+Y_THREE = np.digitize(X_FIT[:, 2] + 0.3 * X_FIT[:, 3], [-0.5, 0.5]).astype(np.int64) * 2 + 1
+Y_BINARY = (X_FIT[:, 0] + 0.5 * X_FIT[:, 1] > 0).astype(np.int64)
+Y_REAL = X_FIT @ np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+TOL = 1e-6
+WALK = 40  # the most nodes a re-emitted file holds: post-processing (argmax, logistic)
+
+MODELS = {
+    "DecisionTreeClassifier": lambda: tree.DecisionTreeClassifier(max_depth=5, random_state=0)
+    .fit(X_FIT, Y_THREE),
+    "RandomForestClassifier": lambda: ensemble.RandomForestClassifier(
+        n_estimators=6, max_depth=4, random_state=0).fit(X_FIT, Y_THREE),
+    "RandomForestRegressor": lambda: ensemble.RandomForestRegressor(
+        n_estimators=4, max_depth=5, random_state=0).fit(X_FIT, Y_REAL),
+    "GradientBoostingClassifier-binary": lambda: ensemble.GradientBoostingClassifier(
+        n_estimators=5, max_depth=2, random_state=0).fit(X_FIT, Y_BINARY),
+    "GradientBoostingClassifier-3": lambda: ensemble.GradientBoostingClassifier(
+        n_estimators=4, max_depth=3, random_state=0).fit(X_FIT, Y_THREE),
+    "GradientBoostingRegressor": lambda: ensemble.GradientBoostingRegressor(
+        n_estimators=5, max_depth=3, random_state=0).fit(X_FIT, Y_REAL),
+}
+
+
+def _rows(count: int = 11) -> np.ndarray:
+    x = np.random.default_rng(3).standard_normal((count, 4)).astype(np.float32)
+    x[2, 1] = x[5, 3] = np.nan
+    return x
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> list:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})
+
+
+def _compare(got, expected, what: str) -> None:
+    assert len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g), np.asarray(e)
+        assert g.dtype == e.dtype and g.shape == e.shape, (what, g.dtype, g.shape, e.shape)
+        if e.dtype.kind in "iub":
+            np.testing.assert_array_equal(g, e, err_msg=what)
+        else:
+            np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL, err_msg=what)
+
+
+def _check(model: onnx.ModelProto, x: np.ndarray) -> None:
+    """Lowered, the walk is a tree_sum; re-emitted, a native tree op that matches."""
+    expected = _ort(model, x)
+    prog = tdag.from_onnx(model)
+    assert Op.tree_sum in {n.op for n in tdag.lower.lower(prog).graph.nodes}
+    emitted = tdag.to_onnx(prog)
+    onnx.checker.check_model(emitted, full_check=True)
+    kinds = {(n.domain, n.op_type) for n in emitted.graph.node}
+    assert ("ai.onnx.ml", "TreeEnsembleRegressor") in kinds
+    assert len(emitted.graph.node) <= WALK, kinds
+    _compare(_ort(emitted, x), expected, "to_onnx on onnxruntime")
+    got = tdag.to_torch(prog)(torch.from_numpy(x))
+    _compare([t.numpy() for t in (got if isinstance(got, tuple) else (got,))], expected,
+             "to_torch")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_sklearn_tree_ensembles_keep_the_tree_kernel(name):
+    x = _rows()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        final = MODELS[name]()
+        options = {id(final): {"zipmap": False}} if hasattr(final, "predict_proba") else None
+        model = skl2onnx.to_onnx(final, x[:1], target_opset={"": 17, "ai.onnx.ml": 3},
+                                 options=options)
+    _check(model, x)
+
+
+# two trees over 3 features: tree 0 splits twice (LEQ, GT), tree 1 once (LT)
+TREE = dict(nodes_treeids=[0, 0, 0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 3, 4, 0, 1, 2],
+            nodes_featureids=[0, 1, 0, 0, 0, 2, 0, 0],
+            nodes_values=[0.1, -0.3, 0, 0, 0, 0.4, 0, 0],
+            nodes_modes=["BRANCH_LEQ", "BRANCH_GT", "LEAF", "LEAF", "LEAF", "BRANCH_LT", "LEAF",
+                         "LEAF"],
+            nodes_truenodeids=[1, 3, 0, 0, 0, 1, 0, 0], nodes_falsenodeids=[2, 4, 0, 0, 0, 2, 0, 0],
+            nodes_missing_value_tracks_true=[1, 0, 0, 0, 0, 0, 0, 0],
+            target_treeids=[0, 0, 0, 1, 1, 0, 1], target_nodeids=[2, 3, 4, 1, 2, 2, 2],
+            target_ids=[0, 0, 0, 0, 0, 1, 1],
+            target_weights=[0.5, -1.25, 2.0, 0.75, -0.5, 3.0, 1.5])
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_mixed_modes_nan_and_double_thresholds(wide):
+    attrs = dict(TREE, n_targets=2, aggregate_function="SUM", base_values=[0.25, -0.25])
+    x = np.random.default_rng(4).standard_normal((12, 3)).astype(np.float32)
+    x[0, 0], x[1, 0], x[2, 2], x[3, 1] = np.nan, 0.1, 0.4, -0.3  # NaN and on the thresholds
+    if wide:
+        values = np.array(attrs.pop("nodes_values"), np.float64) + 1e-9
+        attrs["nodes_values_as_tensor"] = onnx.numpy_helper.from_array(values, "values")
+        x = x.astype(np.float64)
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
+    graph = helper.make_graph(
+        [node], "forest", [helper.make_tensor_value_info(
+            "x", TensorProto.DOUBLE if wide else TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    _check(model, x)
+
+
+def test_the_walk_costs_depth_not_leaves():
+    """A forest of 2**9 leaves per tree lowers to one kernel whose work per row and tree is
+    its depth's, and whose torch code does not grow with the tree."""
+    x = RNG.standard_normal((400, 4)).astype(np.float32)
+    deep = ensemble.RandomForestRegressor(n_estimators=3, max_depth=9, random_state=0) \
+        .fit(x, x[:, 0] * x[:, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = skl2onnx.to_onnx(deep, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    prog = tdag.from_onnx(model)
+    assert len(prog.graph.nodes) < 120  # nine levels of a handful of gathers, not one per leaf
+    low = tdag.lower.lower(prog)
+    (kernel,) = [n for n in low.graph.nodes if n.op is Op.tree_sum]
+    assert kernel.spec.depth == 9
+    _compare([tdag.to_torch(prog)(torch.from_numpy(x[:50])).numpy()], _ort(model, x[:50]),
+             "to_torch, depth 9")
