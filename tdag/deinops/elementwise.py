@@ -153,7 +153,7 @@ def _unary_jax(node, a, cx):
     return out
 
 
-def _neg_values(spec, facts, batch) -> Affine:
+def _neg_values(spec, facts, batch, types) -> Affine:
     return times(facts[0], -1)  # -(s*i + r) = -s*i + (-r)
 
 
@@ -191,7 +191,7 @@ def _add_onnx(node, ins, g, cx):
     return g.node("Add", ins)
 
 
-def _add_values(spec, facts, batch) -> Affine:
+def _add_values(spec, facts, batch, types) -> Affine:
     return plus(*facts)  # (s*i + r) + (t*i + q) = (s+t)*i + (r+q)
 
 
@@ -203,7 +203,7 @@ def _multiply_onnx(node, ins, g, cx):
     return g.node("And" if node.type.dtype is DType.bool else "Mul", ins)
 
 
-def _multiply_values(spec, facts, batch) -> Affine | None:
+def _multiply_values(spec, facts, batch, types) -> Affine | None:
     """(s*i + r) * k = s*k*i + r*k for a known integer k; the product of two unknowns with
     a stride is no affine form (None)."""
     for x, y in (facts, facts[::-1]):
@@ -371,7 +371,7 @@ def _where_torch(node, a, code):
     return f"torch.where({a[0]}, {a[1]}, {a[2]})"
 
 
-def _where_values(spec, facts, batch) -> Affine | Pick | None:
+def _where_values(spec, facts, batch, types) -> Affine | Pick | None:
     """A known condition picks a branch (the other need not exist per sample: the
     negative-index wrap ``where(i < 0, i + n, i)``); else both branches share a stride."""
     cond, a, b = facts
@@ -455,7 +455,7 @@ def _decide(kind: CompareKind, lo, hi) -> bool | None:
     return True if true else False if false else None
 
 
-def _compare_values(spec: Compare, facts, batch) -> Affine | None:
+def _compare_values(spec: Compare, facts, batch, types) -> Affine | None:
     """Decided where the bounds of a - b over every sample allow (an index known >= 0 is
     not < 0); with equal strides the sample index cancels, so the per-sample compare is
     exact anyway; with different strides only a decided compare has a per-sample form."""
@@ -495,7 +495,7 @@ def _cast_onnx(node, ins, g, cx):
     return g.cast(ins[0], node.spec.dtype)
 
 
-def _cast_values(spec: Cast, facts, batch) -> Affine | None:
+def _cast_values(spec: Cast, facts, batch, types) -> Affine | None:
     """Wide integers keep the value; bools and floats keep no stride (a float sum of the
     per-sample part and s*i rounds otherwise)."""
     (a,) = facts

@@ -21,7 +21,7 @@ from tdag.ir.batching import (
 )
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
+from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, is_static
 from tdag.ir.types import DType, TensorType, check_dim
 
 
@@ -82,12 +82,19 @@ def _own_rows(spec: Gather, table, index, fact: Affine) -> tuple:
            and fact.hi is not None and nonnegative(fact.lo)
            and nonnegative(table.inner - 1 - fact.hi))
     if not own or not isinstance(index, Batched):
+        rows = f"[0, {format_dim(table.inner)})" if isinstance(table, Folded) else "its rows"
         raise Mixes("looks up an index computed from the sample index (an arange over the "
-                    "batch) outside the sample's own rows")
+                    "batch) outside the sample's own rows: "
+                    f"{format_dim(fact.stride)} * sample + j with j in "
+                    f"[{_bound(fact.lo)}, {_bound(fact.hi)}], not provably within {rows}")
     return spec, Batched(spec.axis + index.axis)
 
 
-def _gather_values(spec: Gather, facts, batch) -> Affine | None:
+def _bound(x: Dim | None) -> str:
+    return "?" if x is None else format_dim(x)
+
+
+def _gather_values(spec: Gather, facts, batch, types) -> Affine | None:
     """The table's values (its bounds); the index's stride is _gather_strip's business."""
     table = facts[0]
     return None if table.stride else Affine(0, table.lo, table.hi)
@@ -155,7 +162,7 @@ def _iota_onnx(node, ins, g, cx):
     return out if node.spec.dtype is DType.i64 else g.cast(out, node.spec.dtype)
 
 
-def _iota_values(spec: Iota, facts, batch) -> Affine:
+def _iota_values(spec: Iota, facts, batch, types) -> Affine:
     """0 .. length-1; an iota over a symbolic batch is the sample index (``_iota_sample``)."""
     if _counts_samples(spec, batch):
         return Affine(1, 0, 0)

@@ -205,10 +205,12 @@ def _ungroup_torch(node, a, code):
 
 def _ungroup_split(spec: Ungroup, in_type: TensorType, state, batch: Dim) -> tuple | None:
     """Splitting a folded axis: the part that holds the batch keeps it (Batched again where
-    it is the batch alone). A Batched axis has no per-sample split."""
-    if not isinstance(state, Folded):
-        return None
+    it is the batch alone). A Batched axis splits per sample only into the batch and unit
+    axes (``[b] -> [b, 1]``, the column of a take-along's row offsets): they are new per
+    sample; any other split of it has no per-sample form."""
     sizes = list(ungroup_sizes(spec, in_type.shape[spec.axis]))
+    if isinstance(state, Batched):
+        return _batch_and_units(spec.axis, sizes, batch, state)
     suffix: Dim = 1
     fits = []
     for j in reversed(range(len(sizes))):
@@ -223,6 +225,18 @@ def _ungroup_split(spec: Ungroup, in_type: TensorType, state, batch: Dim) -> tup
     # the batch alone ([7, d] -> [1, 7, d]) gives it back its own axis
     _, j, rest = min(fits, key=lambda f: f[0])
     return _split_at(spec.axis, sizes, j, rest, batch)
+
+
+def _batch_and_units(axis: int, sizes: list, batch: Dim, state: Batched) -> tuple | None:
+    """A Batched axis split into the batch and unit axes: per sample, the unit axes alone."""
+    units = [j for j, d in enumerate(sizes) if is_static(d) and d == 1]
+    whole = [j for j in range(len(sizes)) if j not in units]
+    if whole and not (len(whole) == 1 and dims_equal(sizes[whole[0]], batch)):
+        return None
+    j = whole[0] if whole else 0  # a batch of one: any unit part is it
+    steps = ((Op.unsqueeze, Unsqueeze(tuple(range(axis, axis + len(sizes) - 1)))),) \
+        if len(sizes) > 1 else ()
+    return steps, Batched(axis + j, state.broadcast)
 
 
 def _split_at(axis: int, sizes: list, j: int, rest: Dim, batch: Dim) -> tuple:

@@ -9,7 +9,7 @@ import torch
 from tdag.deinops.codegen import dtype_expr, tuple_expr
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError
-from tdag.ir.batching import AxisRule, before, plus1, shift
+from tdag.ir.batching import UNKNOWN, Affine, AxisRule, before, plus1, shift
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.types import DType
@@ -58,10 +58,21 @@ def _reduce_cost(spec: Reduce, ins, out) -> Cost:
     return traffic(ins, out, ins[0].numel)
 
 
+def _reduce_values(spec: Reduce, facts, batch, types) -> Affine | None:
+    """A max or min picks one of the values it reduces, all of one sample (the walker
+    refuses a strided value reduced over the batch axis): the bounds and the stride stay
+    (an argmax's ``min(where(is_max, position, n))`` is in [0, n]). A sum or product of a
+    strided value has no per-sample form (None)."""
+    (a,) = facts
+    if spec.kind in (ReduceKind.max, ReduceKind.min):
+        return a
+    return None if a.stride else UNKNOWN
+
+
 _REDUCE_BATCH = AxisRule(
     lambda s, t: set(s.axes), lambda s, t, p: p - before(s.axes, p),
     lambda s, t, p: Reduce(s.kind, shift(s.axes, p)), lambda s: Reduce(s.kind, plus1(s.axes)),
-    mixing="reduces over the batch axis")
+    mixing="reduces over the batch axis", values=_reduce_values)
 
 
 def _reduce_torch(node, a, code):

@@ -19,7 +19,7 @@ import torch
 from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import Cost, primitive, traffic
 from tdag.errors import ShapeError, UnsupportedOpError
-from tdag.ir.batching import AxisRule, same_axis
+from tdag.ir.batching import UNKNOWN, Affine, AxisRule, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import is_static
@@ -188,9 +188,24 @@ def _axis_drop(spec: Scan, in_type, p: int) -> Scan:
     return replace(spec, axis=spec.axis - (p < spec.axis))
 
 
+def _scan_values(spec: Scan, facts, batch, types) -> Affine | None:
+    """A running max or min is one of the values so far; a running sum of values in
+    [lo, hi] over an axis of n is in [min(lo, n*lo), max(hi, n*hi)] (a cumsum of a mask, as
+    RoBERTa numbers its positions, is in [0, n]). A strided value (its scan along the batch
+    axis is refused by the walker) keeps its stride through a max or min only."""
+    (a,) = facts
+    if spec.combine in ("max", "min"):
+        return a
+    n = types[0].shape[spec.axis]
+    if a.stride or spec.combine != "add" or not all(isinstance(b, int) for b in (a.lo, a.hi)) \
+            or not is_static(n):
+        return None if a.stride else UNKNOWN
+    return Affine(0, min(a.lo, n * a.lo), max(a.hi, n * a.hi))
+
+
 _SCAN_BATCH = AxisRule(lambda s, t: {s.axis}, same_axis, _axis_drop,
                        lambda s: replace(s, axis=s.axis + 1),
-                       mixing="accumulates along the batch axis")
+                       mixing="accumulates along the batch axis", values=_scan_values)
 
 
 primitive(Op.scan, Scan, 1, _scan_shape, _scan_eval, _scan_cost,

@@ -129,8 +129,9 @@ class AxisRule(BatchRule):
       free, read per sample as if its output were in state ``target`` (a broadcast over the
       batch on that axis); None where its output is no such broadcast.
 
-    - ``values(spec, facts, batch) -> Affine | None``: the output's ``Affine`` given the
-      input's (``same_values`` for an op that only moves values); None where the op has no
+    - ``values(spec, facts, batch, types) -> Affine | None``: the output's ``Affine`` given
+      the input's (``same_values`` for an op that only moves values; ``types``: the
+      operands' full-size types, for a bound that needs a size); None where the op has no
       per-sample form for a strided input.
 
     Both may raise ``Mixes``."""
@@ -150,7 +151,7 @@ class AxisRule(BatchRule):
 class Aligned(BatchRule):
     """Elementwise: operands share the batch axis; the spec does not mention axes.
 
-    ``values(spec, facts, batch) -> Affine | Pick | None``: the output's ``Affine`` from the
+    ``values(spec, facts, batch, types) -> Affine | Pick | None``: the output's ``Affine`` from the
     operands' (the op applied to their per-sample parts ``r`` must give the output's, or the
     output must be a known number, which the walker then builds), ``Pick(k)`` where the output
     is operand k, None where a strided operand has no per-sample form here.
@@ -213,7 +214,7 @@ def nothing(spec, in_type) -> set:
     return set()
 
 
-def same_values(spec, facts, batch) -> Affine:
+def same_values(spec, facts, batch, types) -> Affine:
     """The ``values`` hook of an op that only moves values (a view, a repeat, a slice)."""
     return facts[0]
 

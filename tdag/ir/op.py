@@ -93,6 +93,11 @@ class Op(enum.Enum):
     topk = "topk"  # the first k values of a sort (all of them: the sorted values)
     argmax = "argmax"  # one pass, where max + compare + min over positions is three
     argmin = "argmin"
+    cum_extreme = "cum_extreme"  # cummax/cummin values or indices, one pass for both
+    bincount = "bincount"  # an integer target plus the count of each index: one pass
     conv_integer = "conv_integer"
     dynamic_quantize = "dynamic_quantize"  # one output of DynamicQuantizeLinear
+    qlinear_conv = "qlinear_conv"  # conv_integer + bias, requantized to 8 bits
+    qlinear_matmul = "qlinear_matmul"  # matmul_integer, requantized to 8 bits
     tree_sum = "tree_sum"  # a forest's walk, summed over its trees (ai.onnx.ml trees)
+    normalize_rows = "normalize_rows"  # rows by their MAX, L1 or L2 norm (ai.onnx.ml)

@@ -2,20 +2,28 @@
 
 Recognition works on data flow and axis structure only (never on names or provenance):
 ``trace_axes`` says which axis of a source tensor each axis of a broadcast view comes from,
-``scalar`` finds the value of a broadcast constant.
+``scalar`` finds the value of a broadcast constant, and ``matches_kernel`` checks a rule's
+proposed operands against the kernel's own decomposition, node for node.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import torch
 
+from tdag.errors import TdagError
+from tdag.ops.builder import Builder
 from tdag.ops.reshape_plan import reshape_segments
+from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
-from tdag.ir.record import Trait, has
+from tdag.ir.program import Program
+from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.ir.types import TensorKind
+from tdag.ir.types import TensorKind, TensorType
+from tdag.refine.simplify import PIPELINE as SIMPLIFY
+from tdag.refine.simplify import PassManager
 
 # the views ``_step`` follows axis by axis, keeping which values each source axis holds: a
 # property of this walk, not a trait (group and ungroup keep values too, but merge and split
@@ -258,3 +266,82 @@ def reshape_groups(src_shape, dst_shape) -> list[tuple[tuple, tuple]] | None:
         groups.append((tuple(range(i, i + n_in)), tuple(range(j, j + len(sizes)))))
         i, j = i + n_in, j + len(sizes)
     return groups
+
+
+# -- a kernel's decomposition as a template -------------------------------------------------
+
+COMMUTATIVE = frozenset({Op.add, Op.multiply})  # a template node matches either order
+
+
+def decomposition(op: Op, spec, types: tuple[TensorType, ...]) -> Program:
+    """The kernel's decomposition of operands of ``types``, as a program of its own."""
+    builder = Builder()
+    with builder.active():
+        args = [builder.input(f"t{i}", t) for i, t in enumerate(types)]
+        out = record(op).decompose(spec, *args)
+    return Program.from_tdag(builder.build([out]))
+
+
+def simplified(prog: Program) -> TDAG:
+    """``prog``'s graph simplified as ``lower`` simplifies a program before any rule sees
+    it: the form a composition has when a kernel's rule looks for it."""
+    return PassManager(SIMPLIFY)(prog)[0].graph
+
+
+@lru_cache(maxsize=256)
+def kernel_template(op: Op, spec, types: tuple[TensorType, ...]) -> TDAG:
+    """The kernel's decomposition of operands of ``types``, simplified: the template of a
+    kernel whose rule runs before any other rule has rewritten its composition."""
+    return simplified(decomposition(op, spec, types))
+
+
+def matches_kernel(ctx: Context, root, op: Op, spec, operands: tuple[str, ...],
+                   template: Callable[..., TDAG] = kernel_template) -> bool:
+    """Whether ``root`` computes ``op[spec](*operands)`` as ``template(op, spec, types)``
+    (the kernel's decomposition in the form the rule meets it) writes it: node for node,
+    same ops, specs, types and constants. Operands the kernel refuses match nothing, so a
+    near miss stays the exact composition it was."""
+    types = tuple(ctx.type(n) for n in operands)
+    try:
+        record(op).shape(spec, types)
+        graph = template(op, spec, types)
+    except TdagError:
+        return False
+    bound = {v.name: o for v, o in zip(graph.inputs, operands)}
+    producers = {n.name: n for n in graph.nodes}
+    return _unify(ctx, graph, producers, graph.outputs[0], root.name, bound) is not None
+
+
+def _unify(ctx, template: TDAG, producers, t: str, g: str, bound: dict) -> dict | None:
+    """The binding of template names to graph names that makes ``t`` compute ``g`` (a
+    template node reached twice is bound once, so a walk of any depth unifies in one pass)."""
+    if t in bound:
+        return bound if bound[t] == g else None
+    node = producers.get(t)
+    if node is None:
+        return _same_const(ctx, template.weights[t], g, bound, t)
+    other = ctx.producer(g)
+    if other is None or other.op is not node.op or other.spec != node.spec or \
+            not other.type.same_as(node.type) or len(other.inputs) != len(node.inputs):
+        return None
+    orders = [other.inputs]
+    if node.op in COMMUTATIVE:
+        orders.append(tuple(reversed(other.inputs)))
+    for inputs in orders:
+        trial = dict(bound, **{t: g})
+        for ti, gi in zip(node.inputs, inputs):
+            trial = _unify(ctx, template, producers, ti, gi, trial)
+            if trial is None:
+                break
+        if trial is not None:
+            return trial
+    return None
+
+
+def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
+    got = ctx.weight(g)
+    if weight.kind is not TensorKind.const or got is None or got.kind is not TensorKind.const \
+            or got.value is None or not got.type.same_as(weight.type) or \
+            not bool((got.value == weight.value).all()):
+        return None
+    return dict(bound, **{t: g})

@@ -1,4 +1,5 @@
-"""The tree ensemble's walk -> the tree_sum kernel.
+"""The tree ensemble's walk -> the tree_sum kernel; a row's scaling by its norm -> the
+normalize_rows kernel.
 
 The ONNX importer writes the classic ai.onnx.ml tree ops as ``tdag.ops.ml.tree_sum``, which
 is also the kernel's ``decompose``. The rule proposes the operands from the walk's landmarks
@@ -9,83 +10,21 @@ simplifies the program, must be the subgraph under the node, node for node. Only
 node replaced, so a near miss stays the exact composition it was.
 
     sum_T(leaves[walk^depth(roots)])      -> tree_sum(x, tables..., leaves)
+    where(norm(x) != 0, x / norm(x), x)   -> normalize_rows(x)   (MAX, L1; L2 signed sqrt)
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
-from tdag.errors import TdagError
-from tdag.ir.graph import TDAG, Node
+from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.program import Program
-from tdag.ir.record import record
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.ir.types import DType, TensorKind, TensorType
-from tdag.lower.kernels.ml import TreeSum
-from tdag.ops.builder import Builder
-from tdag.ops.ml import COMPARE
-from tdag.refine.simplify import PIPELINE as SIMPLIFY
-from tdag.refine.simplify import PassManager
+from tdag.ir.types import DType
+from tdag.lower.kernels.ml import Normalize, TreeSum
+from tdag.lower.match import matches_kernel
+from tdag.ops.ml import COMPARE, NORMS
 
 _VIEWS = frozenset({Op.unsqueeze, Op.repeat})
 _MODE = {fn.__name__: mode for mode, fn in COMPARE.items()}  # compare kind -> mode
 _CONE = 48  # nodes between a level's go and the roots: a dozen per mode
-
-
-@lru_cache(maxsize=64)
-def _template(spec, types: tuple[TensorType, ...]) -> TDAG:
-    """The kernel's decomposition of operands of ``types``, simplified as ``lower``
-    simplifies a program before any rule sees it."""
-    builder = Builder()
-    with builder.active():
-        args = [builder.input(f"t{i}", t) for i, t in enumerate(types)]
-        out = record(Op.tree_sum).decompose(spec, *args)
-    return PassManager(SIMPLIFY)(Program.from_tdag(builder.build([out])))[0].graph
-
-
-def _matches(ctx: Context, root: Node, spec: TreeSum, operands: tuple[str, ...]) -> bool:
-    types = tuple(ctx.type(n) for n in operands)
-    try:
-        record(Op.tree_sum).shape(spec, types)
-        template = _template(spec, types)
-    except TdagError:  # operands the kernel refuses: no match
-        return False
-    bound = {v.name: o for v, o in zip(template.inputs, operands)}
-    producers = {n.name: n for n in template.nodes}
-    return _unify(ctx, template, producers, template.outputs[0], root.name, bound) is not None
-
-
-def _unify(ctx, template, producers, t: str, g: str, bound: dict) -> dict | None:
-    """The binding of template names to graph names that makes ``t`` compute ``g`` (a
-    template node reached twice is bound once, so a walk of any depth unifies in one pass)."""
-    if t in bound:
-        return bound if bound[t] == g else None
-    node = producers.get(t)
-    if node is None:
-        return _same_const(ctx, template.weights[t], g, bound, t)
-    other = ctx.producer(g)
-    if other is None or other.op is not node.op or other.spec != node.spec or \
-            not other.type.same_as(node.type) or len(other.inputs) != len(node.inputs):
-        return None
-    orders = [other.inputs] + ([tuple(reversed(other.inputs))] if node.op is Op.multiply
-                               else [])
-    for inputs in orders:
-        trial = dict(bound, **{t: g})
-        for ti, gi in zip(node.inputs, inputs):
-            trial = _unify(ctx, template, producers, ti, gi, trial)
-            if trial is None:
-                break
-        if trial is not None:
-            return trial
-    return None
-
-
-def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
-    got = ctx.weight(g)
-    if weight.kind is not TensorKind.const or got is None or got.value is None or \
-            not got.type.same_as(weight.type) or not bool((got.value == weight.value).all()):
-        return None
-    return dict(bound, **{t: g})
 
 
 def _roots(ctx: Context, at: str) -> str | None:
@@ -178,12 +117,25 @@ def tree_sum_rule(node: Node, ctx: Context):
     spec = TreeSum(depth, modes, tracks is not None)
     operands = (x, features, thresholds, true, false, roots, leaves) + \
         ((tracks,) if tracks else ()) + (tuple(masks[m] for m in modes) if len(modes) > 1 else ())
-    if len(modes) != 1 and len(modes) != len(masks) or not _matches(ctx, node, spec, operands):
+    if len(modes) != 1 and len(modes) != len(masks) or \
+            not matches_kernel(ctx, node, Op.tree_sum, spec, operands):
         return NoMatch("not the walk tree_sum decomposes to")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.tree_sum, spec, *operands))
 
 
+def normalize_rule(node: Node, ctx: Context):
+    """where(norm(x) != 0, x / norm(x), x) -> normalize_rows(x): the guard's copy of x is the
+    operand, the norm the one whose decomposition is the subgraph."""
+    x = node.inputs[2]
+    for norm in NORMS:
+        if matches_kernel(ctx, node, Op.normalize_rows, Normalize(norm), (x,)):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.normalize_rows, Normalize(norm), x))
+    return NoMatch("not a row scaled by its MAX, L1 or L2 norm")
+
+
 RULES = (
     Rule(Op.reduce, tree_sum_rule),  # sum_T(leaves[walk^depth(roots)]) -> tree_sum
+    Rule(Op.where, normalize_rule),  # where(norm != 0, x / norm, x) -> normalize_rows
 )

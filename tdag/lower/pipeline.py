@@ -16,8 +16,10 @@ from tdag.lower import (
     quant,
     recurrent,
     resize,
+    scans,
     softmax,
     sorting,
+    writes,
 )
 from tdag.lower.join_calls import join_calls
 from tdag.lower.passes import Pass, rule_pass, run_passes
@@ -36,7 +38,7 @@ PASSES: dict[str, Pass] = {
     "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
-    "sorting": rule_pass(*sorting.RULES),
+    "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES),
     "norms": rule_pass(*norms.RULES),
     "conv": rule_pass(*conv.RULES),
     "pool": rule_pass(*pool.RULES),

@@ -23,7 +23,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import product, shape_is_static
-from tdag.ir.types import TensorKind
+from tdag.ir.types import DType, TensorKind
 from tdag.lower.match import close, scalar, trace_axes
 from tdag.lower.windows import symmetric_padding, windows_of
 
@@ -39,7 +39,8 @@ def _pooled(ctx: Context, name: str, kind: ReduceKind):
     kernel_axes = tuple(i for i, a in enumerate(win.axes) if a.kind == "ker")
     if tuple(sorted(node.spec.axes)) != kernel_axes or not 1 <= len(win.unfolds) <= 3:
         return None
-    if not ctx.type(name).dtype.is_float:
+    dtype = ctx.type(name).dtype
+    if not (dtype.is_float or kind is ReduceKind.max and dtype in (DType.u8, DType.i8)):
         return None
     return win
 
@@ -51,7 +52,9 @@ def max_pool_rule(node: Node, ctx: Context):
     win = _pooled(ctx, node.name, ReduceKind.max)
     if win is None:
         return NoMatch("not a windowed max")
-    return _emit(node, ctx, win, Op.max_pool, float("-inf"))
+    dtype = node.type.dtype  # a quantized tensor pads with its least value
+    fill = float("-inf") if dtype.is_float else float(torch.iinfo(dtype.torch).min)
+    return _emit(node, ctx, win, Op.max_pool, fill)
 
 
 def avg_pool_rule(node: Node, ctx: Context):

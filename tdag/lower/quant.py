@@ -12,6 +12,8 @@ Only then is the node replaced, so a near miss stays the exact composition it wa
     (cast(q) - bcast(z)) * bcast(s)               -> dequantize(q, s, z)
     (cast_i32(a) - za) @ (cast_i32(b) - zb)       -> matmul_integer(a, b, za, zb)
     cast_i32(conv(cast(x - zx), cast(w - zw)))    -> conv_integer(x, w, zx, zw)
+    saturate(round(f64(conv_integer [+ b]) * f64(xs * ws / ys) + yz)) -> qlinear_conv
+    saturate(round(f64(matmul_integer) * f64(as * bs / ys) + yz))      -> qlinear_matmul
     DynamicQuantizeLinear's scale, zero point, output -> dynamic_quantize[1], [2], [0](x)
 """
 from __future__ import annotations
@@ -20,14 +22,13 @@ import importlib
 import itertools
 from functools import lru_cache
 
-from tdag.errors import TdagError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.program import Program
-from tdag.ir.record import record
 from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
-from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.ir.types import DType, TensorType
 from tdag.lower import activations
+from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
     QUANTIZED,
     ConvInteger,
@@ -36,13 +37,17 @@ from tdag.lower.kernels.quant import (
     MatMulInteger,
     Quantize,
 )
-from tdag.lower.match import BROADCAST, is_unit, trace_axes
-from tdag.ops.builder import Builder
-from tdag.refine.simplify import PIPELINE as SIMPLIFY
-from tdag.refine.simplify import PassManager
+from tdag.lower.match import (
+    BROADCAST,
+    decomposition,
+    is_unit,
+    matches_kernel,
+    simplified,
+    trace_axes,
+)
+from tdag.lower.passes import rule_pass, run_passes
 
 _CONE = 64  # nodes a proposal looks through: a composition is a few dozen
-_COMMUTATIVE = frozenset({Op.add, Op.multiply})
 _VIEWS = BROADCAST | {Op.ungroup}
 
 
@@ -51,14 +56,12 @@ def _template(op: Op, spec, types: tuple[TensorType, ...]) -> TDAG:
     """The kernel's decomposition of operands of ``types``, simplified as ``lower`` simplifies
     a program before any rule sees it, then lowered by the rules that run before this
     kernel's (``_BEFORE``): the form the graph has when the kernel's rule looks."""
-    builder = Builder()
-    with builder.active():
-        args = [builder.input(f"t{i}", t) for i, t in enumerate(types)]
-        out = record(op).decompose(spec, *args)
-    prog = Program.from_tdag(builder.build([out]))
+    prog = decomposition(op, spec, types)
     if op is Op.conv_integer:  # the quant pass meets it again once lowering made the conv
         return _lowered_without_quant(prog).graph
-    graph = PassManager(SIMPLIFY)(prog)[0].graph
+    if op in (Op.qlinear_conv, Op.qlinear_matmul):  # it looks once conv_integer is made
+        return _lowered_without_requantize(prog).graph
+    graph = simplified(prog)
     passes = [RuleSet(rules) for rules in _BEFORE(op, spec)]
     changed = bool(passes)
     while changed:  # as lower's passes run: each in turn, until none changes the graph
@@ -76,51 +79,17 @@ def _lowered_without_quant(prog: Program) -> Program:
     return pipeline.lower(prog, [p for p in pipeline.DEFAULT if p != "quant"])
 
 
+def _lowered_without_requantize(prog: Program) -> Program:
+    """``prog`` through lower's default passes, the quant pass without the requantizing
+    kernels' rules."""
+    pipeline = importlib.import_module("tdag.lower.pipeline")
+    passes = dict(pipeline.PASSES, quant=rule_pass(*INTEGER_RULES))
+    return run_passes(prog, pipeline.DEFAULT, passes)
+
+
 def _matches(ctx: Context, root: Node, op: Op, spec, operands: tuple[str, ...]) -> bool:
     """Whether ``root`` computes ``op[spec](*operands)`` as its decomposition writes it."""
-    types = tuple(ctx.type(n) for n in operands)
-    try:
-        record(op).shape(spec, types)
-        template = _template(op, spec, types)
-    except TdagError:  # operands the kernel refuses: no match
-        return False
-    bound = {v.name: o for v, o in zip(template.inputs, operands)}
-    producers = {n.name: n for n in template.nodes}
-    return _unify(ctx, template, producers, template.outputs[0], root.name, bound) is not None
-
-
-def _unify(ctx, template, producers, t: str, g: str, bound: dict) -> dict | None:
-    """The binding of template names to graph names that makes ``t`` compute ``g``."""
-    if t in bound:
-        return bound if bound[t] == g else None
-    node = producers.get(t)
-    if node is None:
-        return _same_const(ctx, template.weights[t], g, bound, t)
-    other = ctx.producer(g)
-    if other is None or other.op is not node.op or other.spec != node.spec or \
-            not other.type.same_as(node.type) or len(other.inputs) != len(node.inputs):
-        return None
-    orders = [other.inputs]
-    if node.op in _COMMUTATIVE:
-        orders.append(tuple(reversed(other.inputs)))
-    for inputs in orders:
-        trial = dict(bound, **{t: g})
-        for ti, gi in zip(node.inputs, inputs):
-            trial = _unify(ctx, template, producers, ti, gi, trial)
-            if trial is None:
-                break
-        if trial is not None:
-            return trial
-    return None
-
-
-def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
-    got = ctx.weight(g)
-    if weight.kind is not TensorKind.const or got is None or got.kind is not TensorKind.const \
-            or got.value is None or not got.type.same_as(weight.type) or \
-            not bool((got.value == weight.value).all()):
-        return None
-    return dict(bound, **{t: g})
+    return matches_kernel(ctx, root, op, spec, operands, _template)
 
 
 def _cone(ctx: Context, root: Node) -> list[Node]:
@@ -267,19 +236,27 @@ def dynamic_output_rule(node: Node, ctx: Context):
     return _dynamic_part(node, ctx, 0)
 
 
-def conv_integer_rule(node: Node, ctx: Context):
-    """cast_i32(conv(cast(x - zx), cast(w - zw))) -> conv_integer(x, w, zx, zw)"""
-    inner = ctx.made(node.inputs[0], Op.conv)
-    if node.spec.dtype is not DType.i32 or inner is None:
-        return NoMatch("not an i32 cast of a conv")
-    s = inner.spec
+def _conv_leaves(ctx: Context, node: Node) -> tuple[Node | None, list[str], list[str]]:
+    """(the conv, its 8-bit candidate tensors, their 8-bit zero point candidates) of
+    ``cast_i32(conv(cast(x - zx), cast(w - zw)))``; (None, [], []) for any other node."""
+    inner = ctx.made(node.inputs[0], Op.conv) if node.op is Op.cast else None
+    if inner is None or node.spec.dtype is not DType.i32:
+        return None, [], []
     # the conv reads casts of the centred i32 tensors: the cone walk stops at those casts
     centred = [ctx.made(i, Op.cast) for i in inner.inputs]
     cone = [n for c in centred if c is not None and ctx.producer(c.inputs[0]) is not None
             for n in _cone(ctx, ctx.producer(c.inputs[0]))[:12]]
     eight = _casts_from(ctx, cone, QUANTIZED)
-    mats = [n for n in eight if ctx.type(n).rank == node.type.rank]
-    zeros = [n for n in eight if ctx.type(n).rank <= 1]
+    return inner, [n for n in eight if ctx.type(n).rank == node.type.rank], \
+        [n for n in eight if ctx.type(n).rank <= 1]
+
+
+def conv_integer_rule(node: Node, ctx: Context):
+    """cast_i32(conv(cast(x - zx), cast(w - zw))) -> conv_integer(x, w, zx, zw)"""
+    inner, mats, zeros = _conv_leaves(ctx, node)
+    if inner is None:
+        return NoMatch("not an i32 cast of a conv")
+    s = inner.spec
     for x, w in itertools.permutations(mats, 2):
         for xz, wz in itertools.product(zeros + [None], repeat=2):
             spec = ConvInteger(s.stride, s.padding, s.dilation, s.groups, xz is not None,
@@ -301,7 +278,92 @@ def _BEFORE(op: Op, spec) -> tuple[tuple[Rule, ...], ...]:
     return ()
 
 
-RULES = (
+def _views_of(ctx: Context, name: str) -> list[str]:
+    """``name`` and the tensors it is a view (reshape, broadcast) of, nearest first."""
+    chain = [name]
+    view = ctx.producer(name)
+    while view is not None and view.op in _VIEWS | {Op.reshape}:
+        chain.append(view.inputs[0])
+        view = ctx.producer(view.inputs[0])
+    return chain
+
+
+def _integer_products(ctx: Context, name: str) -> list[tuple[Node, tuple[str, ...]]]:
+    """(integer kernel or conv, (x, w, x_zero, w_zero)) candidates for the i32 product
+    ``name``: a conv_integer or matmul_integer with both zero points, or the i32 cast of a conv
+    of centred 8-bit tensors (a weight zero point per channel, which conv_integer refuses)."""
+    node = ctx.producer(name)
+    if node is not None and node.op in (Op.conv_integer, Op.matmul_integer):
+        return [(node, node.inputs)] if len(node.inputs) == 4 else []
+    conv, mats, zeros = _conv_leaves(ctx, node) if node is not None else (None, [], [])
+    return [(conv, (x, w, xz, wz)) for x, w in itertools.permutations(mats, 2)
+            for xz, wz in itertools.product(zeros, repeat=2) if _one_zero(ctx, wz)]
+
+
+def _one_zero(ctx: Context, name: str) -> bool:
+    """Whether the weight zero point ``name`` is one value, or one per channel all equal (what
+    onnxruntime's QLinearConv accepts)."""
+    if ctx.type(name).numel == 1:
+        return True
+    weight = ctx.weight(name)
+    return weight is not None and weight.value is not None and \
+        bool((weight.value == weight.value.reshape(-1)[0]).all())
+
+
+def _accumulator(ctx: Context, name: str) -> tuple[list, list[str | None]]:
+    """The integer products (``_integer_products``) whose i32 accumulator ``name`` is, and
+    the rank-1 bias candidates added to a convolution's ([None]: no bias)."""
+    node = ctx.producer(name)
+    if node is None or node.op is not Op.add:
+        return _integer_products(ctx, name), [None]
+    for acc, other in (node.inputs, tuple(reversed(node.inputs))):
+        products = [(k, ops) for k, ops in _integer_products(ctx, acc)
+                    if k.op is not Op.matmul_integer]
+        if products:
+            return products, [b for b in _views_of(ctx, other) if ctx.type(b).rank == 1]
+    return [], []
+
+
+def _scales(ctx: Context, cone) -> list[tuple[str, str, str]]:
+    """(x_scale, w_scale, y_scale) candidates: ``x_scale * w_scale / y_scale`` in f32, each
+    scale possibly broadcast or reshaped to one per channel."""
+    found = []
+    for div in cone:
+        mul = ctx.made(div.inputs[0], Op.multiply) if div.op is Op.divide and \
+            div.type.dtype is DType.f32 else None
+        for xs, ws in (mul.inputs, tuple(reversed(mul.inputs))) if mul is not None else ():
+            found += itertools.product(_views_of(ctx, xs), _views_of(ctx, ws),
+                                       _views_of(ctx, div.inputs[1]))
+    return found
+
+
+def qlinear_rule(node: Node, ctx: Context):
+    """saturate(round((conv_integer [+ b]) * (xs * ws / ys) + yz)) -> qlinear_conv;
+    saturate(round(matmul_integer * (as * bs / ys) + yz)) -> qlinear_matmul"""
+    if node.spec.dtype not in QUANTIZED:
+        return NoMatch("not a cast to 8 bits")
+    cone = _cone(ctx, node)
+    zeros = [z for z in _casts_from(ctx, cone, {node.spec.dtype}) if ctx.type(z).rank <= 1]
+    for cast in cone:
+        if cast.op is not Op.cast or cast.spec.dtype is not DType.f64 or \
+                ctx.type(cast.inputs[0]).dtype is not DType.i32:
+            continue
+        products, biases = _accumulator(ctx, cast.inputs[0])
+        for (kernel, (x, w, xz, wz)), (xs, ws, ys), yz, b in itertools.product(
+                products, _scales(ctx, cone), zeros, biases):
+            operands = (x, xs, xz, w, ws, wz, ys, yz) + ((b,) if b is not None else ())
+            if kernel.op is Op.matmul_integer:
+                op, spec = Op.qlinear_matmul, QLinearMatMul()
+            else:
+                s = kernel.spec
+                op, spec = Op.qlinear_conv, QLinearConv(s.stride, s.padding, s.dilation,
+                                                        s.groups, b is not None)
+            if _matches(ctx, node, op, spec, operands):
+                return _replace(ctx, node, op, spec, operands)
+    return NoMatch("not a requantized integer conv or matmul")
+
+
+INTEGER_RULES = (
     Rule(Op.cast, quantize_rule),           # saturate(round(x / s) + z) -> quantize
     Rule(Op.multiply, dequantize_rule),     # (cast(q) - z) * s -> dequantize
     Rule(Op.reduce, matmul_integer_rule),   # (a - za) @ (b - zb) in i32 -> matmul_integer
@@ -309,4 +371,8 @@ RULES = (
     Rule(Op.divide, dynamic_scale_rule),    # (max(x, 0) - min(x, 0)) / 255 -> its scale
     Rule(Op.quantize, dynamic_zero_rule),   # quantize(-min(x, 0), scale) -> its zero point
     Rule(Op.quantize, dynamic_output_rule),  # quantize(x, scale, zero) -> its output
+)
+
+RULES = INTEGER_RULES + (
+    Rule(Op.cast, qlinear_rule),  # saturate(round(integer kernel * s + z)) -> qlinear_*
 )

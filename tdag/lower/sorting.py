@@ -138,13 +138,15 @@ def _hits(ctx: Context, name: str, x: str, kind: ReduceKind, axis: int) -> bool:
     return False
 
 
-def _positions(ctx: Context, name: str, axis: int) -> bool:
+def positions_along(ctx: Context, name: str, axis: int) -> bool:
     """Whether ``name`` shows 0..n-1 along ``axis``, broadcast over the others: an iota (or
-    its constant) given unit axes, then repeated along them."""
+    its constant) given unit axes, then repeated along them (or expanded, which adds the
+    leading ones)."""
+    rank = ctx.type(name).rank
     node = ctx.producer(name)
     while node is not None and node.op in (Op.repeat, Op.expand):
         name, node = node.inputs[0], ctx.producer(node.inputs[0])
-    shape = ctx.type(name).shape
+    shape = (1,) * (rank - ctx.type(name).rank) + tuple(ctx.type(name).shape)
     while node is not None and node.op in _RESHAPES:
         name, node = node.inputs[0], ctx.producer(node.inputs[0])
     length = ctx.type(name).shape[0] if ctx.type(name).rank == 1 else None
@@ -169,7 +171,7 @@ def arg_rule(node: Node, ctx: Context):
     axis = node.spec.axes[0]
     hits, positions, miss = where.inputs
     n = ctx.type(node.inputs[0]).shape[axis]
-    if not _positions(ctx, positions, axis):
+    if not positions_along(ctx, positions, axis):
         return NoMatch("not positions along the axis")
     missed = scalar(ctx, miss)
     if missed is None or not is_static(n) or missed < int(n):

@@ -26,6 +26,7 @@ from tdag.ops.core import (
 )
 from tdag.ops.creation import arange, dim_tensor, full, iota, ones, size_tensor, zeros
 from tdag.ops.einops import rearrange, repeat
+from tdag.ops.experts import grouped_matmul
 from tdag.ops.einops import reduce as einops_reduce
 from tdag.ops.einops import reduce_or_pattern as reduce  # the one ``reduce``: both calls
 from tdag.ops.masking import (
@@ -65,7 +66,8 @@ __all__ = [
     "dim_tensor", "div", "dropout",
     "einops_reduce", "einsum", "elu", "embedding", "eq", "erf", "erfinv", "exp", "expand",
     "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
-    "gelu", "group", "group_norm", "gt", "hardsigmoid", "hardswish", "hardtanh", "index",
+    "gelu", "group", "group_norm", "grouped_matmul", "gt", "hardsigmoid", "hardswish",
+    "hardtanh", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
     "linear", "local_response_norm", "log", "log_softmax", "logcumsumexp", "logical_and",
     "logical_not",

@@ -121,3 +121,42 @@ def conv_integer(x: Tensor, w: Tensor, x_zero: Tensor | None = None,
     if w_zero is not None:
         wc = core.sub(wc, per_channel(w_zero, wc))
     return centered_conv(centered(x, x_zero), wc, stride, padding, dilation, groups)
+
+
+def requantize(acc: Tensor, scale: Tensor, y_zero: Tensor | None, dtype: DType) -> Tensor:
+    """An i32 accumulator to ``dtype``: ``saturate(round(acc * scale + y_zero))`` in f64,
+    where every i32 and the f32 scale are exact (onnx/reference/ops' QLinear ops)."""
+    d = core.mul(core.cast(acc, DType.f64), core.cast(scale, DType.f64))
+    if y_zero is not None:
+        d = core.add(d, core.cast(y_zero, DType.f64))
+    return saturate(core.round(d), dtype)
+
+
+def qlinear_conv_output(acc: Tensor, x_scale: Tensor, w_scale: Tensor, y_scale: Tensor,
+                        y_zero: Tensor | None, dtype: DType, bias: Tensor | None = None
+                        ) -> Tensor:
+    """QLinearConv from ConvInteger's accumulator (N, C, *S): plus the i32 bias (one per
+    channel), requantized by ``x_scale * w_scale / y_scale`` (w's one value or one per
+    output channel)."""
+    per_c = (-1,) + (1,) * (acc.ndim - 2)
+    if bias is not None:  # the i32 bias, added exactly
+        acc = core.add(acc, core.reshape(core.cast(bias, DType.i32), per_c))
+    ws = core.reshape(w_scale, per_c) if w_scale.ndim else w_scale
+    return requantize(acc, core.div(core.mul(x_scale, ws), y_scale), y_zero, dtype)
+
+
+def qlinear_conv(x: Tensor, x_scale: Tensor, x_zero: Tensor, w: Tensor, w_scale: Tensor,
+                 w_zero: Tensor, y_scale: Tensor, y_zero: Tensor, bias: Tensor | None = None,
+                 stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """QLinearConv with symmetric padding: ConvInteger's exact accumulator, requantized."""
+    acc = conv_integer(x, w, x_zero, w_zero, stride, padding, dilation, groups)
+    return qlinear_conv_output(acc, x_scale, w_scale, y_scale, y_zero, y_zero.dtype, bias)
+
+
+def qlinear_matmul(a: Tensor, a_scale: Tensor, a_zero: Tensor | None, b: Tensor,
+                   b_scale: Tensor, b_zero: Tensor | None, y_scale: Tensor,
+                   y_zero: Tensor | None, dtype: DType) -> Tensor:
+    """QLinearMatMul: MatMulInteger's exact product requantized by ``a_scale * b_scale /
+    y_scale`` (b's one value or one per column), to ``dtype``."""
+    acc = matmul_integer(a, b, a_zero, b_zero)
+    return requantize(acc, core.div(core.mul(a_scale, b_scale), y_scale), y_zero, dtype)

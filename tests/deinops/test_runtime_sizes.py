@@ -19,18 +19,10 @@ from tdag.ir.op import Op
 from tdag.ir.types import DType, TensorType
 
 from support.guards import run_onnx
+from support.torch_models import Fn
 
 X1 = torch.tensor([[1.0, -2.0, 1.0], [3.0, -2.0, 0.0]])
 X2 = torch.tensor([[-1.0, 2.0, 5.0], [4.0, 5.0, 6.0]])  # other counts of positives and values
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 MODELS = {

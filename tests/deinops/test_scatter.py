@@ -16,6 +16,7 @@ from tdag import ops
 from tdag.canonicalize import from_torch
 
 from support.guards import run_onnx
+from support.torch_models import Fn
 
 
 def _program(target, index, values, axis, combine):
@@ -78,15 +79,6 @@ def test_strip_batch_writes_each_sample_its_own_rows():
 
 
 # -- the ATen writes, against eager ----------------------------------------------------------
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
 
 def _check(fn, *args, onnx_too=False):
     module = Fn(fn).eval()

@@ -23,18 +23,10 @@ from tdag.ir.op import Op
 from tdag.reify import to_onnx, to_torch
 
 from support.guards import run_onnx
+from support.torch_models import Fn
 
 S = tdag.TensorSpec
 _FLOATS = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, math.inf, -math.inf, math.nan])
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 def _outs(value):

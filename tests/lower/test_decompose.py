@@ -30,7 +30,8 @@ from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.ir.types import DType
-from tdag.lower.kernels.ml import TreeSum
+from tdag.lower.kernels.ml import Normalize, TreeSum
+from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
     ConvInteger,
     Dequantize,
@@ -40,6 +41,7 @@ from tdag.lower.kernels.quant import (
 )
 from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.lower.kernels.sequence import Attention, Lstm
+from tdag.lower.kernels.scans import CumExtreme
 from tdag.lower.kernels.sorting import Arg, TopK
 from tdag.lower.kernels.windows import Pool, Resize
 
@@ -147,12 +149,22 @@ CASES = [
          dtypes={0: "int8", 1: "int8"}, id="grouped, no zero points"),
     *[Case(Op.dynamic_quantize, DynamicQuantize(part), ((3, 5),), id=f"part {part}")
       for part in range(3)],
+    Case(Op.qlinear_conv, QLinearConv((1, 1), (1, 1), (1, 1), 1, True),
+         ((2, 3, 6, 6), (), (), (4, 3, 3, 3), (4,), (), (), (), (4,)), positive=(1, 4, 6),
+         dtypes={0: "uint8", 2: "uint8", 3: "int8", 5: "int8", 7: "uint8", 8: "int32"}),
+    Case(Op.qlinear_conv, QLinearConv((2, 2), (0, 0), (1, 1), 2), ((1, 4, 7, 7), (), (),
+         (2, 2, 2, 2), (), (), (), ()), positive=(1, 4, 6),
+         dtypes={0: "int8", 2: "int8", 3: "int8", 5: "int8", 7: "int8"}, id="grouped"),
+    Case(Op.qlinear_matmul, QLinearMatMul(), (("b", 3, 8), (), (), (8, 5), (5,), (5,), (), ()),
+         positive=(1, 4, 6), dtypes={0: "uint8", 2: "uint8", 3: "int8", 5: "int8", 7: "uint8"}),
     Case(Op.tree_sum, TreeSum(2), ((3, 4), (5,), (5,), (5,), (5,), (2,), (5, 3)),
          dtypes={1: "int64", 3: "int64", 4: "int64", 5: "int64"}),
     Case(Op.tree_sum, TreeSum(3, ("BRANCH_LEQ", "BRANCH_GT"), True),
          ((3, 4), (5,), (5,), (5,), (5,), (2,), (5, 3), (5,), (5,), (5,)),
          dtypes={1: "int64", 3: "int64", 4: "int64", 5: "int64", 7: "bool", 8: "bool",
                  9: "bool"}, id="modes and NaN"),
+    *[Case(Op.normalize_rows, Normalize(norm), ((4, 5),), id=norm)
+      for norm in ("MAX", "L1", "L2")],
     Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),
@@ -168,6 +180,8 @@ CASES = [
     Case(Op.lstm, Lstm(layers=2), _lstm_shapes((4, 2, 3), 4, [3, 4])),
     Case(Op.max_pool, Pool((2, 2), (2, 2), (0, 0), (1, 1)), ((1, 2, 6, 6),)),
     Case(Op.max_pool, Pool((3,), (2,), (1,), (1,)), ((2, 3, 9),)),
+    Case(Op.max_pool, Pool((3, 3), (2, 2), (1, 1), (1, 1)), ((1, 2, 7, 7),),
+         dtypes={0: "int8"}, id="int8, padded with -128"),
     Case(Op.avg_pool, Pool((2, 2), (2, 2), (0, 0), (1, 1)), ((1, 2, 6, 6),)),
     Case(Op.avg_pool, Pool((3, 3), (2, 2), (1, 1), (1, 1), exclude_pad=True), ((1, 2, 7, 7),)),
     Case(Op.resize, Resize("nearest", (8, 8)), ((1, 2, 4, 4),)),
@@ -185,6 +199,11 @@ CASES = [
     Case(Op.argmax, Arg(1), ((3, 8),)),
     Case(Op.argmin, Arg(0), ((8, 3),)),
     Case(Op.argmax, Arg(1), ((3, 8),), dtypes={0: "int64"}),
+    Case(Op.cum_extreme, CumExtreme(1, "max"), ((3, 8),)),
+    Case(Op.cum_extreme, CumExtreme(0, "min", True), ((8, 3),), id="positions"),
+    Case(Op.cum_extreme, CumExtreme(1, "max", True), ((3, 8),), dtypes={0: "int32"},
+         id="integer positions"),
+    Case(Op.bincount, NoSpec(), ((6,), (20,)), dtypes={0: "int32", 1: "int64"}),
 ]
 
 

@@ -6,7 +6,8 @@ tdag.to_onnx: the file holds an ai.onnx.ml TreeEnsembleRegressor and nothing of 
 (a few nodes of post-processing), and on random rows (some with NaN) it computes what
 onnxruntime computes on the original: labels exactly, scores within 1e-6. to_torch runs the
 kernel's walk and agrees. Then hand-built forests for what scikit-learn does not write:
-mixed comparison modes, NaN tracking the true branch, double thresholds."""
+mixed comparison modes, NaN tracking the true branch, double thresholds. Other ai.onnx.ml
+ops a scikit-learn file holds (LogisticRegression's Normalizer) are kept the same way."""
 from __future__ import annotations
 
 import warnings
@@ -24,7 +25,7 @@ from tdag.ir.op import Op
 skl2onnx = pytest.importorskip("skl2onnx")
 sklearn = pytest.importorskip("sklearn")
 
-from sklearn import ensemble, tree  # noqa: E402
+from sklearn import ensemble, linear_model, tree  # noqa: E402
 
 RNG = np.random.default_rng(21)
 X_FIT = RNG.standard_normal((80, 4)).astype(np.float32)
@@ -47,6 +48,11 @@ MODELS = {
         n_estimators=4, max_depth=3, random_state=0).fit(X_FIT, Y_THREE),
     "GradientBoostingRegressor": lambda: ensemble.GradientBoostingRegressor(
         n_estimators=5, max_depth=3, random_state=0).fit(X_FIT, Y_REAL),
+}
+# what else scikit-learn's files hold that an ai.onnx.ml op computes natively
+OTHERS = {
+    "LogisticRegression-normalizer": (lambda: linear_model.LogisticRegression().fit(
+        X_FIT, Y_THREE), Op.normalize_rows, "Normalizer"),
 }
 
 
@@ -72,15 +78,17 @@ def _compare(got, expected, what: str) -> None:
             np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL, err_msg=what)
 
 
-def _check(model: onnx.ModelProto, x: np.ndarray) -> None:
-    """Lowered, the walk is a tree_sum; re-emitted, a native tree op that matches."""
+def _check(model: onnx.ModelProto, x: np.ndarray, kernel: Op = Op.tree_sum,
+           native: str = "TreeEnsembleRegressor") -> None:
+    """Lowered, the composition is ``kernel``; re-emitted, a ``native`` ai.onnx.ml op, and
+    the file matches."""
     expected = _ort(model, x)
     prog = tdag.from_onnx(model)
-    assert Op.tree_sum in {n.op for n in tdag.lower.lower(prog).graph.nodes}
+    assert kernel in {n.op for n in tdag.lower.lower(prog).graph.nodes}
     emitted = tdag.to_onnx(prog)
     onnx.checker.check_model(emitted, full_check=True)
     kinds = {(n.domain, n.op_type) for n in emitted.graph.node}
-    assert ("ai.onnx.ml", "TreeEnsembleRegressor") in kinds
+    assert ("ai.onnx.ml", native) in kinds
     assert len(emitted.graph.node) <= WALK, kinds
     _compare(_ort(emitted, x), expected, "to_onnx on onnxruntime")
     got = tdag.to_torch(prog)(torch.from_numpy(x))
@@ -88,16 +96,32 @@ def _check(model: onnx.ModelProto, x: np.ndarray) -> None:
              "to_torch")
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_sklearn_tree_ensembles_keep_the_tree_kernel(name):
-    x = _rows()
+def _convert(make) -> onnx.ModelProto:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        final = MODELS[name]()
+        final = make()
         options = {id(final): {"zipmap": False}} if hasattr(final, "predict_proba") else None
-        model = skl2onnx.to_onnx(final, x[:1], target_opset={"": 17, "ai.onnx.ml": 3},
-                                 options=options)
-    _check(model, x)
+        return skl2onnx.to_onnx(final, X_FIT[:1], target_opset={"": 17, "ai.onnx.ml": 3},
+                                options=options)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_sklearn_tree_ensembles_keep_the_tree_kernel(name):
+    _check(_convert(MODELS[name]), _rows())
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_sklearn_files_keep_their_ml_ops(name):
+    make, kernel, native = OTHERS[name]
+    _check(_convert(make), _rows(), kernel, native)
+
+
+def test_base_values_go_into_the_tree_kernel():
+    """GradientBoostingRegressor's base value is added inside the re-emitted tree op."""
+    model = _convert(MODELS["GradientBoostingRegressor"])
+    emitted = tdag.to_onnx(tdag.from_onnx(model))
+    assert "Add" not in {n.op_type for n in emitted.graph.node}
+    _compare(_ort(emitted, _rows()), _ort(model, _rows()), "base values")
 
 
 # two trees over 3 features: tree 0 splits twice (LEQ, GT), tree 1 once (LT)

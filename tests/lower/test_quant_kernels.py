@@ -103,3 +103,57 @@ def test_lowered_kernels_compute_the_composition(files, name):
     got, want = tdag.run(low, *args), tdag.run(prog, *args)
     step = _initializer(path, "y_scale") if name == "cnn" else 1e-5 * want.abs().max().item()
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=step * 1.001)
+
+
+# -- QLinearConv and QLinearMatMul ------------------------------------------------------------
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qoperator_cnn_keeps_qlinear_conv(tmp_path, per_channel):
+    """A QOperator CNN (QLinearConv, com.microsoft QGemm) is re-emitted with its QLinearConv
+    nodes, not their float rebuild, and computes what the original computes (the same kernels)."""
+    path, feed = cnn_qdq(tmp_path, fmt="QOperator", per_channel=per_channel)
+    prog = tdag.from_onnx(path)
+    out = tdag.to_onnx(prog)
+    assert _ops(out)["QLinearConv"] == _ops(onnx.load(str(path)))["QLinearConv"] == 2, _ops(out)
+    assert not _ops(out)["Floor"] and not _ops(out)["Conv"], _ops(out)  # no f64 rounding left
+    np.testing.assert_array_equal(_ort(out, feed), _ort(str(path), feed))
+    low = tdag.lower.lower(prog)
+    assert sum(n.op is Op.qlinear_conv for n in low.graph.nodes) == 2
+    x = torch.from_numpy(feed["x"])
+    torch.testing.assert_close(tdag.run(low, x), tdag.run(prog, x), rtol=0, atol=0)
+
+
+def _qlinear_matmul_model(b_dtype, per_column: bool) -> onnx.ModelProto:
+    """x -> QuantizeLinear (uint8) -> QLinearMatMul by an 8-bit weight -> DequantizeLinear."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    info = np.iinfo(b_dtype)
+    consts = {"xs": np.float32(0.03), "xz": np.uint8(120),
+              "w": rng.integers(info.min, info.max + 1, (16, 6)).astype(b_dtype),
+              "ws": (rng.random(6 if per_column else ()) * 0.02 + 0.005).astype(np.float32),
+              "wz": np.zeros(6 if per_column else (), b_dtype) + b_dtype(3),
+              "ys": np.float32(0.5), "yz": np.uint8(128)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             helper.make_node("QLinearMatMul", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                              ["qy"]),
+             helper.make_node("DequantizeLinear", ["qy", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qlinear_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                ["b", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 6])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("b_dtype,per_column", [(np.int8, False), (np.uint8, True)])
+def test_qlinear_matmul_round_trips(b_dtype, per_column):
+    model = _qlinear_matmul_model(b_dtype, per_column)
+    prog = tdag.from_onnx(model)
+    out = tdag.to_onnx(prog)
+    assert _ops(out)["QLinearMatMul"] == 1 and not _ops(out)["Floor"], _ops(out)
+    feed = {"x": np.random.default_rng(4).standard_normal((5, 16)).astype(np.float32) * 3}
+    step = 0.5  # onnxruntime requantizes in f32: a tie can round one step the other way
+    np.testing.assert_allclose(_ort(out, feed), _ort(model, feed), atol=step * 1.001)
+    x = torch.from_numpy(feed["x"])
+    torch.testing.assert_close(tdag.run(tdag.lower.lower(prog), x), tdag.run(prog, x), rtol=0,
+                               atol=0)

@@ -139,7 +139,8 @@ def test_plot(files, kind, tmp_path, capsys):
 
 # -- the JSON schema, the CSV -------------------------------------------------------------------
 
-TOP = {"schema", "by", "depth", "sort", "sizes", "lowered", "device", "rows", "total"}
+TOP = {"schema", "by", "depth", "sort", "sizes", "lowered", "device", "rows", "total",
+       "bytes_by_dtype"}
 NUMBER = (int, float)
 
 
@@ -147,9 +148,11 @@ def check_row(row: dict, with_device: bool) -> None:
     assert set(row) == set(cost_table.ROW_KEYS)
     assert isinstance(row["name"], str) and isinstance(row["path"], str)
     assert isinstance(row["depth"], int) and row["depth"] >= 0
-    for key in ("flops", "matmul_flops", "useful_flops", "masked_flops", "bytes_read",
-                "bytes_written", "bytes", "unfused_bytes", "fused_bytes"):
+    for key in ("flops", "matmul_flops", "useful_flops", "masked_flops", "int_macs",
+                "float_flops", "bytes_read", "bytes_written", "bytes", "unfused_bytes",
+                "fused_bytes"):
         assert isinstance(row[key], int) and row[key] >= 0, key
+    assert row["float_flops"] == row["flops"] - 2 * row["int_macs"]
     assert row["bytes"] == row["bytes_read"] + row["bytes_written"]
     assert row["useful_flops"] == row["flops"] - row["masked_flops"]
     assert row["matmul_flops"] <= row["flops"]

@@ -263,7 +263,7 @@ def test_a_gather_of_each_samples_own_rows_by_arange_batch_strips_and_rebatches(
     (lambda x: x * ops.cast(ops.sum(ops.iota(x.shape[0]), 0), "f32"), "reduce reads the sample"),
     (lambda x: ops.gather(ops.flatten(x), ops.flatten(ops.expand(
         ops.unsqueeze(ops.iota(x.shape[0]), 1), (x.shape[0], 21))), 0),
-     "group works along the batch axis of a value computed from the sample index"),
+     "outside the sample's own rows: 1 \\* sample \\+ j with j in \\[0, 0\\]"),
 ], ids=["another_samples_rows", "sample_index_as_data", "sum_of_sample_index", "folded"])
 def test_the_sample_index_used_other_than_as_an_offset_is_refused(fn, reason):
     prog = tdag.trace(fn, tdag.TensorSpec(("b", 7, 3)))

@@ -2,7 +2,8 @@
 lowered kernel matches one, never by default; the outputs are onnxruntime's on the original.
 
 The BERT files are the real-file corpus's (tests/support/real_files.py): torch.onnx's export
-and onnxruntime's transformers optimizer's (Attention, SkipLayerNormalization, BiasGelu).
+and onnxruntime's transformers optimizer's (EmbedLayerNormalization, Attention with
+mask_index, SkipLayerNormalization, BiasGelu).
 """
 from __future__ import annotations
 
@@ -58,6 +59,27 @@ def test_bert_fused_only_when_asked_and_matches_the_original(bert_files):
             want = original.run(None, feeds)[0]
             for model in (fused, plain):
                 assert _relative(_session(model).run(None, feeds)[0], want) < 1e-4, file.name
+
+
+def test_bert_prologue_becomes_embed_layer_normalization_with_lengths(bert_files):
+    """The optimised file's EmbedLayerNormalization and mask_index are written back; rows
+    with no key kept, or a mask value other than 0 and 1, still match the original (its
+    lengths count ones; a length-0 row softmaxes scores shifted by -10000)."""
+    file = bert_files[1]
+    with quiet():
+        prog = tdag.from_onnx(str(file.path))
+    model = tdag.to_onnx(prog, runtime="onnxruntime")
+    kinds = _ops(model)
+    assert kinds["com.microsoft", "EmbedLayerNormalization"] == 1
+    assert all(len(n.input) == 4 for n in model.graph.node if n.op_type == "Attention")
+    assert not {"Equal", "ReduceSum", "Less", "Expand"} & {op for _, op in kinds}
+    assert ("com.microsoft", "EmbedLayerNormalization") not in _ops(tdag.to_onnx(prog))
+    feeds = dict(file.feeds[0])
+    mask = feeds["attention_mask"].copy()
+    mask[0], mask[1, 1] = 0, 2
+    feeds["attention_mask"] = mask
+    want = _session(str(file.path)).run(None, feeds)[0]
+    assert _relative(_session(model).run(None, feeds)[0], want) < 1e-4
 
 
 class Block(torch.nn.Module):

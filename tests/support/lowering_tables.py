@@ -16,12 +16,14 @@ import tdag
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import DType
-from tdag.ops.ml import tree_sum
+from tdag.ops.ml import normalize, tree_sum
 from tdag.ops.quantize import (
     conv_integer,
     dequantize_linear,
     dynamic_quantize_linear,
     matmul_integer,
+    qlinear_conv,
+    qlinear_matmul,
     quantize_linear,
 )
 
@@ -245,6 +247,24 @@ def _dynamic_conv(x):
     return ops.mul(ops.cast(acc, DType.f32), scale)
 
 
+def _qlinear(x):
+    """qlinear_conv, an 8-bit max_pool and qlinear_matmul, as the ONNX importer writes
+    QLinearConv, MaxPool and QLinearMatMul."""
+    p = ops.param
+    xs, xz = p("xs", torch.tensor(0.05)), p("xz", torch.tensor(3).byte())
+    ys, yz = p("ys", torch.tensor(0.4)), p("yz", torch.tensor(5).byte())
+    q = quantize_linear(x, xs, xz, DType.u8)
+    conv = qlinear_conv(q, xs, xz, p("w", torch.randint(-128, 128, (4, 3, 3, 3)).char()),
+                        p("ws", torch.rand(4) / 50), p("wz", torch.tensor(0).char()), ys, yz,
+                        p("b", torch.randint(-500, 500, (4,)).int()), padding=1)
+    mm = qlinear_matmul(q, xs, xz, p("m", torch.randint(-128, 128, (6, 5)).char()),
+                        p("ms", torch.tensor(0.01)), p("mz", torch.tensor(2).char()),
+                        p("ns", torch.tensor(0.2)), p("nz", torch.tensor(7).byte()), DType.u8)
+    pooled = ops.max_pool(conv, 3, 2, 1)  # an 8-bit max_pool, padded with 0 (u8's least)
+    return ops.concat([ops.flatten(dequantize_linear(pooled, ys, yz), 1),
+                       ops.flatten(ops.cast(mm, DType.f32), 1)], 1)
+
+
 def _forest(x):
     """tree_sum, as the ONNX importer writes a tree ensemble: two trees (nodes 0-4: 0 and 1
     branch; nodes 5-7: 5 branches) of three comparison modes, node 0 sending NaN true."""
@@ -278,13 +298,21 @@ def _kernel_programs():
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("quantized", _quantized, [S(("b", 8))]))
     tables.append(("quantized-conv", _dynamic_conv, [S((2, 3, 6, 6))]))
+    tables.append(("qlinear", _qlinear, [S((2, 3, 6, 6))]))
     tables.append(("forest", _forest, [S(("b", 3))]))
+    tables.append(("normalizer", lambda x: ops.concat(
+        [normalize(x, n) for n in ("MAX", "L1", "L2")], -1), [S(("b", 5))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
     tables.append(("order", lambda x: ops.concat(
         [ops.topk(x, 2, -1)[0], ops.sort(x, -1)[0],
          ops.cast(ops.topk(x, 3, -1, False)[1], DType.f32),
          ops.cast(ops.unsqueeze(ops.argmax(x, 1), 1), DType.f32),
          ops.cast(ops.unsqueeze(ops.argmin(x, 1), 1), DType.f32)], -1), [S(("b", 6))]))
+    tables.append(("running-extremes", lambda x: ops.concat(
+        [ops.cummax(x, 1)[0], ops.cast(ops.cummax(x, 1)[1], DType.f32), ops.cummin(x, 1)[0],
+         ops.cast(ops.cummin(x, 1)[1], DType.f32)], -1), [S(("b", 6))]))
+    tables.append(("counts", lambda x: ops.scatter(
+        ops.zeros((6,), DType.i64, like=x), ops.argmax(x, 1), 1, 0, "add"), [S(("b", 6))]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
     return {name: (fn, specs) for name, fn, specs in tables}

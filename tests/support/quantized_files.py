@@ -64,8 +64,9 @@ class _Random(CalibrationDataReader):
         return next(self.feeds, None)
 
 
-def cnn_qdq(tmp_path, channels: int = 8, size: int = 16):
-    """(path of the QDQ-quantized CNN, a feed of one image)."""
+def cnn_qdq(tmp_path, channels: int = 8, size: int = 16, fmt: str = "QDQ",
+            per_channel: bool = False):
+    """(path of the CNN quantized in ``fmt``, QDQ or QOperator, a feed of one image)."""
     torch.manual_seed(0)
     cnn = torch.nn.Sequential(
         torch.nn.Conv2d(3, channels, 3, padding=1), torch.nn.ReLU(),
@@ -73,8 +74,8 @@ def cnn_qdq(tmp_path, channels: int = 8, size: int = 16):
         torch.nn.Linear(channels * ((size - 3) // 2 + 1) ** 2, 10)).eval()
     shape = (1, 3, size, size)
     _export(cnn, (torch.randn(shape),), tmp_path / "cnn.onnx", ["x"], ["y"])
-    out = tmp_path / "cnn_q.onnx"
+    out = tmp_path / f"cnn_q{'' if fmt == 'QDQ' else '_' + fmt}{'_pc' if per_channel else ''}.onnx"
     logging.getLogger().setLevel(logging.ERROR)
     quantize_static(str(tmp_path / "cnn.onnx"), str(out), _Random(shape),
-                    quant_format=QuantFormat.QDQ)
+                    quant_format=getattr(QuantFormat, fmt), per_channel=per_channel)
     return out, {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}

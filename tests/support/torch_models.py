@@ -10,6 +10,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+class Fn(nn.Module):
+    """A module whose forward is ``fn``: a plain function as torch.export, from_torch and
+    torch.onnx.export take it."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
 class MLP(nn.Module):
     def __init__(self, sizes=(16, 32, 32, 4)):
         super().__init__()

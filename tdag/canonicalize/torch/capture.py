@@ -21,6 +21,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.export import Dim, ExportedProgram
 
+from tdag.canonicalize.torch.experts import experts_traceable
 from tdag.canonicalize.torch.pt2.archive import Pt2Layout, check_pt2
 from tdag.canonicalize.torch.pt2.pytrees import neutral_spec
 from tdag.canonicalize.torch.recurrent import has_recurrence, recurrent_as_ops
@@ -47,7 +48,8 @@ def capture(source, example_args=(), example_kwargs=None, dynamic_batch: bool = 
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     kwargs = dict(example_kwargs or {})
     # recurrent modules as one node each, so their sequence length may stay symbolic
-    with recurrent_as_ops(source) if has_recurrence(source) else contextlib.nullcontext():
+    with recurrent_as_ops(source) if has_recurrence(source) else contextlib.nullcontext(), \
+            experts_traceable(source):
         if dynamic_batch and dynamic_shapes is None:
             return _export_dynamic_batch(source, args, kwargs)
         return torch.export.export(source, args, kwargs, dynamic_shapes=dynamic_shapes,
@@ -78,11 +80,10 @@ def _batch_of_two(x: torch.Tensor) -> torch.Tensor:
 
 
 def _batch_shapes(module, args, kwargs, batch: Dim):
-    """dynamic_shapes naming dim 0 of every tensor; keyed by forward's argument names."""
+    """dynamic_shapes naming dim 0 of every tensor; keyed by forward's argument names (a
+    ``*args`` parameter is one entry, the tuple of its values, as torch.export reads it)."""
     spec = lambda x: {0: batch} if isinstance(x, torch.Tensor) and x.dim() else None  # noqa: E731
     shapes = lambda tree: torch.utils._pytree.tree_map(spec, tree)  # noqa: E731
-    if not kwargs:
-        return tuple(shapes(a) for a in args)
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
     return {name: shapes(value) for name, value in bound.arguments.items()}
 

@@ -17,8 +17,11 @@ from tdag.lower.kernels import (  # noqa: F401
     layout,
     ml,
     norms,
+    qlinear,
     quant,
+    scans,
     sequence,
     sorting,
     windows,
+    writes,
 )

@@ -1,5 +1,6 @@
 """Classic machine-learning kernels: the tree ensemble's walk, written back as ai.onnx.ml's
-TreeEnsembleRegressor, which onnxruntime runs as its native tree kernel.
+TreeEnsembleRegressor, which onnxruntime runs as its native tree kernel, and rows scaled by
+their norm, written back as ai.onnx.ml's Normalizer (one op where its composition is ten).
 
 ``tree_sum`` (``tdag.ops.ml.tree_sum``) reads its forest from operands, flat tables over the
 M nodes: the ONNX emitter writes them as the op's attributes, so it needs them constant (as
@@ -24,7 +25,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import dims_equal
 from tdag.ir.types import DType, TensorType
-from tdag.ops.ml import COMPARE, tree_sum
+from tdag.ops.ml import COMPARE, NORMS, normalize, tree_sum
 
 _TORCH_COMPARE = {"BRANCH_LEQ": "<=", "BRANCH_LT": "<", "BRANCH_GTE": ">=", "BRANCH_GT": ">",
                   "BRANCH_EQ": "==", "BRANCH_NEQ": "!="}
@@ -197,3 +198,71 @@ primitive(Op.tree_sum, TreeSum, range(7, 16), _tree_shape, _tree_eval, _tree_cos
           torch=_tree_torch, onnx=_tree_onnx, jax=_tree_jax,
           decompose=lambda s, *xs: tree_sum(*xs[:7], *xs[7:], depth=s.depth, modes=s.modes,
                                             missing=s.missing))
+
+
+# -- normalize_rows -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Normalize:
+    """``norm``: MAX, L1 or L2 (``tdag.ops.ml.normalize``)."""
+
+    norm: str
+
+
+def _norm_shape(spec: Normalize, ins):
+    (x,) = ins
+    if spec.norm not in NORMS or x.rank != 2 or x.dtype is not DType.f32:
+        raise ShapeError(f"normalize_rows: {spec.norm} over {x} (f32 [N, C] read, as "
+                         "ai.onnx.ml's Normalizer)")
+    return x
+
+
+def _norm_eval(spec: Normalize, xs, resolve):
+    x = xs[0]
+    if spec.norm == "L2":
+        square = x * x
+        scale = square.sum(-1, keepdim=True)
+        root = (square / scale).sqrt()
+        out = torch.where(x < 0, -root, root)
+    else:
+        scale = x.amax(-1, keepdim=True) if spec.norm == "MAX" else x.abs().sum(-1, keepdim=True)
+        out = x / scale
+    return torch.where(scale != 0, out, x)
+
+
+_TORCH_SCALE = {"MAX": "x.amax(-1, keepdim=True)", "L1": "x.abs().sum(-1, keepdim=True)",
+                "L2": "(x * x).sum(-1, keepdim=True)"}
+_TORCH_OUT = {"MAX": "x / s", "L1": "x / s",
+              "L2": "torch.where(x < 0, -(x * x / s).sqrt(), (x * x / s).sqrt())"}
+
+
+def _norm_torch(node, a, code):
+    n = node.spec.norm
+    return (f"(lambda x: (lambda s: torch.where(s != 0, {_TORCH_OUT[n]}, x))"
+            f"({_TORCH_SCALE[n]}))({a[0]})")
+
+
+def _norm_jax(node, a, cx):
+    jnp, x, n = cx.jnp, a[0], node.spec.norm
+    if n == "L2":
+        square = x * x
+        scale = square.sum(-1, keepdims=True)
+        root = jnp.sqrt(square / scale)
+        out = jnp.where(x < 0, -root, root)
+    else:
+        scale = x.max(-1, keepdims=True) if n == "MAX" else jnp.abs(x).sum(-1, keepdims=True)
+        out = x / scale
+    return jnp.where(scale != 0, out, x)
+
+
+primitive(Op.normalize_rows, Normalize, 1, _norm_shape, _norm_eval,
+          lambda s, ins, out: traffic(ins, out, 4 * ins[0].numel),
+          "the norm, the division and the zero-norm guard are ten ops over the rows; "
+          "ai.onnx.ml's Normalizer is one",
+          traits=Trait.KERNEL,
+          batch=Refuse("scales [N, C] rows as ai.onnx.ml's Normalizer: strip the batch first"),
+          torch=_norm_torch, jax=_norm_jax,
+          onnx=lambda node, ins, g, cx: g.node("Normalizer", [ins[0]], domain="ai.onnx.ml",
+                                               norm=node.spec.norm),
+          decompose=lambda s, x: normalize(x, s.norm))

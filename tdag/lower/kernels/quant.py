@@ -41,14 +41,14 @@ QUANTIZED = frozenset({DType.u8, DType.i8})
 _BATCH = Refuse("reads its scale along a fixed axis: strip the batch before lowering")
 
 
-def _one(t: TensorType) -> bool:
+def one_value(t: TensorType) -> bool:
     """A scalar or a single value given as [1]."""
     return t.rank == 0 or (t.rank == 1 and is_static(t.shape[0]) and t.shape[0] == 1)
 
 
 def _check_scale(op: str, x: TensorType, scale: TensorType, axis: int | None) -> None:
     """One scale for the tensor (rank 0 or [1]), or one per entry of ``axis``."""
-    if axis is None and _one(scale):
+    if axis is None and one_value(scale):
         return
     if axis is None or scale.rank != 1 or not 0 <= axis < x.rank or \
             not dims_equal(scale.shape[0], x.shape[axis]):
@@ -57,7 +57,8 @@ def _check_scale(op: str, x: TensorType, scale: TensorType, axis: int | None) ->
 
 def _zero_fits(op: str, zero: TensorType, scale: TensorType, dtype: DType) -> None:
     """Shaped as the scale, or (for one scale) one value too."""
-    if zero.dtype is not dtype or not (zero.shape == scale.shape or _one(zero) and _one(scale)):
+    if zero.dtype is not dtype or \
+            not (zero.shape == scale.shape or one_value(zero) and one_value(scale)):
         raise ShapeError(f"{op}: zero point {zero} should be {dtype.value} shaped as {scale}")
 
 
@@ -318,9 +319,9 @@ def _ci_shape(spec: ConvInteger, ins):
     x, w, xz, wz = _mm_parts(MatMulInteger(spec.x_zero, spec.w_zero), ins)
     if x.dtype not in QUANTIZED or w.dtype not in QUANTIZED:
         raise ShapeError(f"conv_integer: 8-bit input and weight, got {x} and {w}")
-    if xz is not None and (xz.dtype is not x.dtype or not (_one(xz) or xz.rank == 0)):
+    if xz is not None and (xz.dtype is not x.dtype or not (one_value(xz) or xz.rank == 0)):
         raise ShapeError(f"conv_integer: x's zero point {xz} should be one {x.dtype.value}")
-    if wz is not None and (wz.dtype is not w.dtype or not _one(wz)):
+    if wz is not None and (wz.dtype is not w.dtype or not one_value(wz)):
         raise ShapeError(f"conv_integer: w's zero point {wz} should be one {w.dtype.value}")
     f32 = (x.with_dtype(DType.f32), w.with_dtype(DType.f32))
     return record(Op.conv).shape(_conv_float(spec), f32).with_dtype(DType.i32)

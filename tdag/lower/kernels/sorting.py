@@ -2,8 +2,10 @@
 
 ``topk`` is the first k values of a stable sort along an axis (k the axis length: the
 sorted values); values do not depend on how ties are ordered, so any framework's top-k
-gives them. ``argmax``/``argmin`` give the first position of the extreme, NaN counting as
-both the max and the min (torch's rule), one pass where the composition makes three.
+gives them. Its positions do: torch's top-k gives them where its first k + 1 values hold no
+tie (``topk_positions``), a top-k of unique packed keys where they do. ``argmax``/``argmin``
+give the first position of the extreme, NaN counting as both the max and the min (torch's
+rule), one pass where the composition makes three.
 """
 from __future__ import annotations
 
@@ -72,28 +74,37 @@ PACKED = frozenset({DType.f32, DType.f16, DType.bf16, DType.i32, DType.i16, DTyp
                     DType.bool})
 
 
-def _packed_key(x: str, dtype: DType, axis: int, rank: int, largest: bool) -> str:
-    """An i64 expression: (the value's order in 32 bits) << 32 | the position's rank, where
-    a float's order is its bits with the negatives' magnitude bits flipped, after -0.0 is
-    made 0.0 and every NaN the one positive NaN (larger than inf), as torch orders them."""
-    if dtype.is_float:
-        f = x if dtype is DType.f32 else f"{x}.float()"
-        bits = f"torch.where({f}.isnan(), torch.nan, {f} + 0.0).view(torch.int32)"
-        order = f"(_b := {bits}) ^ ((_b >> 31) & 0x7FFFFFFF)"
-    else:
-        order = x
-    n = f"{x}.shape[{axis}]"
-    pos = f"torch.arange({n}, device={x}.device).view({n}{', 1' * (rank - 1 - axis)})"
-    rank_of = f"({n} - 1 - {pos})" if largest else pos
-    return f"((({order}).long() << 32) | {rank_of})"
+def topk_positions(x: torch.Tensor, k: int, dim: int, largest: bool) -> torch.Tensor:
+    """The positions of the stable sort's first k along ``dim`` (ties by the lower position,
+    NaN largest, as torch's ``sort(stable=True)``). ``torch.topk`` does not say how it orders
+    ties; without equal values (or NaN) among its first k + 1 there are none to order and its
+    positions are the answer. Otherwise, a top-k over ``_packed_key`` (unique keys)."""
+    m = min(k + 1, x.shape[dim])
+    if x.dtype != torch.bool and m > 0:
+        top = torch.topk(x, m, dim, largest)
+        v = top.values.movedim(dim, -1)
+        if not bool((v[..., 1:] == v[..., :-1]).any() | v.isnan().any()):
+            return top.indices.narrow(dim, 0, k)
+    return torch.topk(_packed_key(x, dim, largest), k, dim, largest).indices
+
+
+def _packed_key(x: torch.Tensor, dim: int, largest: bool) -> torch.Tensor:
+    """(the value's order in 32 bits) << 32 | the position's rank, where a float's order is
+    its bits with the negatives' magnitude bits flipped, after -0.0 is made 0.0 and every NaN
+    the one positive NaN (larger than inf), as torch orders them."""
+    order = x
+    if x.is_floating_point():
+        bits = torch.where(x.isnan(), torch.nan, x.float() + 0.0).view(torch.int32)
+        order = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    n = x.shape[dim]
+    pos = torch.arange(n, device=x.device).view(n, *[1] * (x.dim() - 1 - dim))
+    return (order.long() << 32) | (n - 1 - pos if largest else pos)
 
 
 def _topk_torch(node, a, code):
     s, x = node.spec, a[0]
     if s.indices:
-        dtype = code.ctx.type(node.inputs[0]).dtype
-        key = _packed_key(x, dtype, s.axis, node.type.rank, s.largest)
-        return f"torch.topk({key}, {code.dim(s.k)}, dim={s.axis}, largest={s.largest}).indices"
+        return f"_rt.topk_positions({x}, {code.dim(s.k)}, {s.axis}, {s.largest})"
     if _full(s, code.shape_of(node.inputs[0])):
         return f"torch.sort({x}, dim={s.axis}, descending={s.largest}).values"
     return f"torch.topk({x}, {code.dim(s.k)}, dim={s.axis}, largest={s.largest}).values"

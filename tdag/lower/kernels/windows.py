@@ -40,8 +40,8 @@ def _pool_shape_rule(op: str):
         n = len(spec.kernel)
         if x.rank != n + 2 or not n == len(spec.stride) == len(spec.padding) == len(spec.dilation):
             raise ShapeError(f"{op}: {n}-d spec for input {x}")
-        if not x.dtype.is_float:
-            raise ShapeError(f"{op}: needs a float input, got {x}")
+        if not (x.dtype.is_float or op == "max_pool" and x.dtype in (DType.u8, DType.i8)):
+            raise ShapeError(f"{op}: needs a float input (max_pool: or 8-bit), got {x}")
         if any(2 * p > k for p, k in zip(spec.padding, spec.kernel)):
             raise ShapeError(f"{op}: padding {spec.padding} over half the kernel {spec.kernel}")
         if op == "avg_pool" and any(d != 1 for d in spec.dilation):
@@ -103,7 +103,10 @@ def _window_jax(cx, x, spec: Pool, init, combine):
 
 
 def _max_pool_jax(node, a, cx):
-    return _window_jax(cx, a[0], node.spec, -cx.jnp.inf, cx.lax.max)
+    x = a[0]
+    low = -cx.jnp.inf if cx.jnp.issubdtype(x.dtype, cx.jnp.floating) else \
+        cx.jnp.array(cx.jnp.iinfo(x.dtype).min, x.dtype)  # an 8-bit max_pool's
+    return _window_jax(cx, x, node.spec, low, cx.lax.max)
 
 
 def _avg_pool_jax(node, a, cx):

@@ -40,14 +40,15 @@ class SampleFacts:
         if fact != UNKNOWN:
             self.known[name] = fact
 
-    def derive(self, node: Node, facts: list[Affine], strided: bool) -> Affine | Pick | None:
-        """The node's ``Affine`` (or ``Pick``) by its rule's hook; None where a strided
-        operand has no hook to read it."""
+    def derive(self, node: Node, facts: list[Affine], strided: bool,
+               types) -> Affine | Pick | None:
+        """The node's ``Affine`` (or ``Pick``) by its rule's hook (``types``: the operands'
+        full-size types); None where a strided operand has no hook to read it."""
         rule = record(node.op).batch
         hook = rule.values if isinstance(rule, (AxisRule, Aligned, OperandRule)) else None
         if hook is not None and (strided or node.type.dtype in INTEGRAL
                                  or any(f != UNKNOWN for f in facts)):
-            return hook(node.spec, facts, self.batch)
+            return hook(node.spec, facts, self.batch, types)
         return None if strided else UNKNOWN
 
 

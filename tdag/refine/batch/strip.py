@@ -56,16 +56,18 @@ from tdag.ir.batching import (
     Pick,
     SampleCount,
     divide,
+    same_values,
 )
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.op import Op
 from tdag.ir.passes import gc_paused
-from tdag.ir.program import Program
+from tdag.ir.program import Call, Loop, Program
 from tdag.ir.record import record
 from tdag.ir.symbols import Dim, dims_equal, format_dim, free_symbols, is_static
 from tdag.ir.types import TensorKind, TensorType
+from tdag.ir.verify import block_types
 from tdag.refine.batch.affine import INTEGRAL, SampleFacts
-from tdag.refine.batch.program import rewrite_program
+from tdag.refine.batch.program import ProgramRewrite, rewrite_program
 from tdag.refine.batch.rewriter import BatchError, Rewriter, describe, fits, is_broadcast
 
 
@@ -95,7 +97,36 @@ def strip_batch(prog: Program, axis: int = 0) -> Program:
 def _strip(prog: Program, axis: int, batch: Dim) -> Program:
     states = [Batched(axis)] * len(prog.inputs)
     return rewrite_program(prog, states, lambda g, s: _Strip(g, s, batch).run(),
-                           lambda t, s: _strip_type(t, s, batch), "strip_batch")
+                           lambda t, s: _strip_type(t, s, batch), "strip_batch",
+                           _loop)
+
+
+def _loop(rewrite: ProgramRewrite, step: Loop, given) -> tuple:
+    """strip_batch through a loop: ``(steps before, loop, [], output states)``.
+
+    A carried value that starts free but that the body makes batched (the zero first state
+    of an ONNX LSTM exported at batch 1, ``[1, 1, h]``) is the same for every sample only
+    at a batch of one, where the body reads it so (``single_sample``): its batch axis of
+    size 1 goes before the loop. At another batch the body refuses it, naming the node
+    (the samples would start from different rows of it)."""
+    args, offset = list(given), 1 if step.cond is not None else 0
+    while True:  # each round makes at least one carried value batched, so it ends
+        _, outs = rewrite.block(step.body, [None, *args])
+        found = {k: c for k, (a, c) in enumerate(zip(args, outs[offset:offset + len(args)]))
+                 if a is None and c is not None}
+        if not found:
+            break
+        args = [found.get(k, a) for k, a in enumerate(args)]
+    before, inputs = [], list(step.inputs)
+    types = block_types(rewrite.prog, step.body)
+    for k, (a, g) in enumerate(zip(args, given)):
+        if g is None and isinstance(a, Batched):  # a Folded axis of a batch of one: as it is
+            graph = rewrite.adapter("one_sample", types[offset + k],
+                                    ((Op.squeeze, Squeeze((a.axis,))),))
+            inputs[k] = rewrite.names.fresh(f"{step.inputs[k]}.sample")
+            before.append(Call(graph, (step.inputs[k],), (inputs[k],)))
+    loop, outs = rewrite.step(replace(step, inputs=tuple(inputs)), args)
+    return before, loop, [], outs
 
 
 def _batch_size(inputs, axis: int) -> Dim:
@@ -144,7 +175,7 @@ class _Strip(Rewriter):
             return super().visit(node, states)  # nothing known, nothing to learn
         facts = [UNKNOWN if f is None else f for f in known]
         strided = any(f.stride for f in facts)
-        fact = self.facts.derive(node, facts, strided)
+        fact = self.facts.derive(node, facts, strided, self.in_types(node))
         if isinstance(fact, Pick):
             k = fact.operand
             self.env[node.name] = self.env[node.inputs[k]]
@@ -159,6 +190,9 @@ class _Strip(Rewriter):
                 state = replace(state, broadcast=True) if isinstance(state, Batched) else state
         self.facts.learn(node.name, fact)
         return state
+
+    def in_types(self, node: Node) -> list[TensorType]:
+        return [self.old_types[n] for n in node.inputs]
 
     def constant(self, origin: Node, value, state) -> str:
         """A per-sample value known to be ``value`` everywhere: a scalar const, broadcast."""
@@ -186,7 +220,8 @@ class _Strip(Rewriter):
                 x = self.per_sample(node, Batched(a)) if dims_equal(size, self.batch) else None
                 if x is not None:
                     self.env[node.name] = x
-                    stride = self.facts.derive(node, self.facts.of(node.inputs), False).stride
+                    stride = self.facts.derive(node, self.facts.of(node.inputs), False,
+                                               self.in_types(node)).stride
                     return Batched(a, broadcast=not stride)
         return super().free(node)
 
@@ -198,9 +233,26 @@ class _Strip(Rewriter):
             rule = record(node.op).batch
             hook = rule.broadcast if isinstance(rule, (AxisRule, Aligned)) else None
             steps = self.call(node, hook, node.spec, target, self.batch)
-            self.cache[key] = None if steps is None else \
-                self.emit_steps(node, steps, [self.env[n] for n in node.inputs], None)
+            if steps is not None:
+                self.cache[key] = self.emit_steps(node, steps,
+                                                  [self.env[n] for n in node.inputs], None)
+            else:
+                self.cache[key] = self.elementwise_of_broadcasts(node, rule, target)
         return self.cache[key]
+
+    def elementwise_of_broadcasts(self, node: Node, rule, target) -> str | None:
+        """An elementwise op of broadcasts over the batch is one (batch norm's ``-mean``
+        repeated to a batch-merged axis): the op on its operands read per sample."""
+        if not isinstance(rule, Aligned) or not node.inputs:
+            return None
+        inputs = []
+        for name in node.inputs:
+            producer = self.producer.get(name)
+            x = None if producer is None else self.per_sample(producer, target)
+            if x is None:
+                return None
+            inputs.append(x)
+        return self.emit(node, node.op, node.spec, inputs)
 
     def call(self, node: Node, hook, *args):
         """A rule's hook on ``node`` (None where the rule has none); its ``Mixes`` become
@@ -217,7 +269,8 @@ class _Strip(Rewriter):
             respec = rule.drop if isinstance(state, Batched) else rule.folded
             self.emit(node, node.op, respec(node.spec, in_type, p), [self.env[x]], node.name)
             return replace(state, axis=rule.out_axis(node.spec, in_type, p))
-        if self.facts.get(x).stride:
+        if self.facts.get(x).stride and rule.values is not same_values:
+            # an op that only moves values keeps each sample's ``r`` where it was
             raise self.error(node, "works along the batch axis of a value computed from the "
                                    "sample index (an arange over the batch)")
         done = self.call(node, rule.along, node.spec, in_type, state, self.batch)
@@ -315,7 +368,7 @@ class _Strip(Rewriter):
         """The rule's spec and output state; with no batched operand, the node as it is."""
         if all(s is None for s in states):
             return node.spec, None
-        return rule.strip(node.spec, [self.old_types[n] for n in node.inputs], states,
+        return rule.strip(node.spec, self.in_types(node), states,
                           self.facts.of(node.inputs))
 
     def check(self, graph: TDAG) -> None:

@@ -24,6 +24,8 @@ passes in. Conventions:
   views are free and elementwise chains fuse into their producer (see ``fusion``). For one
   large matmul or convolution it is exactly inputs + weights + output.
 - **intensity** is flops per byte moved (lowered, unfused and fused).
+- **int_macs** (integer multiply-accumulates), **float_flops** and **bytes_by_dtype**: a
+  quantized model's work and traffic by element type (``tdag.refine.cost.dtypes``).
 
 Source figures are attributed to the lowered node of the same provenance (source op, module
 scope, line): the kernel that replaced them. A source node with no lowered counterpart (a
@@ -66,6 +68,7 @@ from tdag.ir.types import Origin
 from tdag.ir.verify import trips_name
 from tdag.refine.cost import table as cost_table
 from tdag.refine.cost.causal import CausalMasks
+from tdag.refine.cost.dtypes import bytes_by_dtype, int_macs
 from tdag.refine.cost.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
 
 
@@ -82,6 +85,7 @@ class Figures:
     unfused_written: Dim = 0
     fused_read: Dim = 0        # a fusing compiler over the source program
     fused_written: Dim = 0
+    int_macs: Dim = 0          # multiply-accumulates of contractions over integer operands
 
     @property
     def bytes(self) -> Dim:
@@ -99,6 +103,11 @@ class Figures:
     def useful_flops(self) -> Dim:
         """Flops a causal (masked) attention kernel does: the dense flops less the skipped."""
         return as_dim(self.flops - self.masked_flops)
+
+    @property
+    def float_flops(self) -> Dim:
+        """Flops of everything but the integer contractions (see ``int_macs``)."""
+        return as_dim(self.flops - 2 * self.int_macs)
 
     @property
     def useful_matmul_flops(self) -> Dim:
@@ -139,7 +148,8 @@ class Figures:
 
 _FIELDS = tuple(f.name for f in fields(Figures))
 # what the lowered program decides, and what the source program does
-LOWERED = frozenset(("flops", "matmul_flops", "masked_flops", "bytes_read", "bytes_written"))
+LOWERED = frozenset(("flops", "matmul_flops", "masked_flops", "bytes_read", "bytes_written",
+                     "int_macs"))
 SOURCE = frozenset(_FIELDS) - LOWERED
 
 
@@ -270,9 +280,12 @@ class CostReport:
     # (graph name, node name) -> (op name, module scope, dtype name) of each per_node row
     node_info: dict = field(default_factory=dict)
     lowered: bool = False  # bytes are a lowered program's (else the source's, op by op)
+    bytes_by_dtype: dict = field(default_factory=dict)  # dtype name -> its share of bytes
 
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
+    int_macs = property(lambda self: self.total.int_macs)
+    float_flops = property(lambda self: self.total.float_flops)
     masked_flops = property(lambda self: self.total.masked_flops)
     useful_flops = property(lambda self: self.total.useful_flops)
     useful_matmul_flops = property(lambda self: self.total.useful_matmul_flops)
@@ -318,7 +331,8 @@ class CostReport:
                           {k: f.subs(sizes) for k, f in self.per_graph.items()},
                           tree(self.scopes), tuple(s.subs(sizes) for s in self.steps),
                           {k: _subs(v, sizes) for k, v in self.bounds.items() if k not in sizes},
-                          self.node_info, self.lowered)
+                          self.node_info, self.lowered,
+                          {k: _subs(v, sizes) for k, v in self.bytes_by_dtype.items()})
 
     def upper_bound(self) -> "CostReport":
         """The report with each bounded fresh size at its bound (``nonzero`` of an n-element
@@ -383,7 +397,9 @@ def cost(prog: Program | TDAG, lowered: Program | TDAG | None = None) -> CostRep
     return CostReport(total, rows.per_node(), rows.sum_by(lambda key: rows.info[key][0]),
                       {k: a.value() for k, a in rows.graphs.items()},
                       _scope_tree(rows.sum_by(lambda key: rows.info[key][1])), steps, bounds,
-                      dict(rows.info), lowered=lowered is not None)
+                      dict(rows.info), lowered=lowered is not None,
+                      bytes_by_dtype=bytes_by_dtype(
+                          run, {g: c.value() for g, c in run_calls.items()}))
 
 
 def _as_program(prog: Program | TDAG) -> Program:
@@ -503,7 +519,8 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         # run op by op, a view (reshape, expand, permute) is a strided view: no data moves
         moved = (0, 0) if node.op in views else (c.bytes_read, c.bytes_written)
         result[node.name] = Figures(c.flops, mm, masked, *moved, c.bytes_read, c.bytes_written,
-                                    reads.get(node.name, 0), writes.get(node.name, 0))
+                                    reads.get(node.name, 0), writes.get(node.name, 0),
+                                    int_macs(mm, node, in_types))
     return result
 
 

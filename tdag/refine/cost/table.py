@@ -12,10 +12,12 @@ scope, flat), "node", "graph" or "step". The data of ``report.to_dict()`` (``tda
      "device": null | {"name", "peak_flops": {dtype: flops/s}, "bandwidth": bytes/s,
                        "launch": s per kernel, "source"},
      "rows": [ROW, ...],               # in table order
-     "total": ROW}                     # name "total", depth 0
+     "total": ROW,                     # name "total", depth 0
+     "bytes_by_dtype": {"i8": ..., "f32": ...}}  # the lowered bytes by element type
     ROW = {"name", "path", "depth",    # path: the scope path (layer, scope), the op, the node
            "op", "scope",              # a node row's op and scope (else null)
            "flops", "matmul_flops", "useful_flops", "masked_flops",
+           "int_macs", "float_flops",  # integer MACs, and flops - 2 * int_macs (cost/dtypes.py)
            "bytes_read", "bytes_written", "bytes", "unfused_bytes", "fused_bytes",
            "intensity",                # flops per (lowered) byte; null when nothing moves
            "flops_share", "bytes_share",  # percent of the total
@@ -40,8 +42,9 @@ from tdag.refine.cost import roofline
 SCHEMA = "tdag.cost/1"
 BY = ("layer", "op", "scope", "node", "graph", "step")
 ROW_KEYS = ("name", "path", "depth", "op", "scope", "flops", "matmul_flops", "useful_flops",
-            "masked_flops", "bytes_read", "bytes_written", "bytes", "unfused_bytes",
-            "fused_bytes", "intensity", "flops_share", "bytes_share", "time_s", "bound")
+            "masked_flops", "int_macs", "float_flops", "bytes_read", "bytes_written", "bytes",
+            "unfused_bytes", "fused_bytes", "intensity", "flops_share", "bytes_share", "time_s",
+            "bound")
 
 
 def to_dict(report, by: str = "layer", depth: int | None = None, sizes: dict | None = None,
@@ -58,7 +61,8 @@ def to_dict(report, by: str = "layer", depth: int | None = None, sizes: dict | N
         row["bytes_share"] = _share(row["bytes"], total["bytes"])
     return {"schema": SCHEMA, "by": by, "depth": depth, "sort": sort, "sizes": sizes,
             "lowered": report.lowered, "device": device.to_dict() if device else None,
-            "rows": rows, "total": total}
+            "rows": rows, "total": total,
+            "bytes_by_dtype": {k: _value(v) for k, v in bound.bytes_by_dtype.items()}}
 
 
 def to_csv(data: dict) -> str:
@@ -74,13 +78,15 @@ def to_csv(data: dict) -> str:
 def format_table(report, by: str = "layer", depth: int | None = None, sizes: dict | None = None,
                  device: roofline.Device | None = None, sort: str | None = None) -> str:
     """``to_dict``'s data as an aligned text table under a line with the unfused and fused
-    totals (and the device); the total is the last line."""
+    totals and the bytes by dtype (and the device); the total is the last line."""
     data = to_dict(report, by, depth, sizes, device, sort)
     if by in ("op", "node") or not report.scopes.children:  # views, folded primitives: idle
         data["rows"] = [r for r in data["rows"] if r["flops"] != 0 or r["bytes"] != 0]
     columns = [("flops", "flops"), ("matmul_flops", "matmul flops")]
     if data["total"]["masked_flops"] not in (0, "0"):
         columns.append(("useful_flops", "useful flops"))  # a causal kernel's
+    if data["total"]["int_macs"] not in (0, "0"):  # a quantized model's integer products
+        columns += [("int_macs", "int MACs"), ("float_flops", "float flops")]
     columns += [("bytes_read", "bytes read"), ("bytes_written", "bytes written"),
                 ("intensity", "flops/byte"), ("flops_share", "% flops")]
     if sort == "bytes":
@@ -97,6 +103,9 @@ def format_table(report, by: str = "layer", depth: int | None = None, sizes: dic
     how = "as the lowered program moves them" if report.lowered else "op by op (not lowered)"
     lines = [f"bytes: {how}; unfused {_cell(total, 'unfused_bytes')}, "
              f"fused model {_cell(total, 'fused_bytes')}"]
+    if data["bytes_by_dtype"]:
+        lines[0] += "; by dtype " + ", ".join(
+            f"{k} {_cell(data['bytes_by_dtype'], k)}" for k in data["bytes_by_dtype"])
     if device is not None:
         lines.append(f"device: {device.name} ({device.source})")
         if total["time_s"] is None:
@@ -185,6 +194,7 @@ def _row(report, row: _Row, device) -> dict:
     out = {"name": row.name, "path": row.path, "depth": row.depth, "op": row.op,
            "scope": row.scope, "flops": _value(fig.flops), "matmul_flops": _value(fig.matmul_flops),
            "useful_flops": _value(fig.useful_flops), "masked_flops": _value(fig.masked_flops),
+           "int_macs": _value(fig.int_macs), "float_flops": _value(fig.float_flops),
            "bytes_read": _value(fig.bytes_read), "bytes_written": _value(fig.bytes_written),
            "bytes": _value(fig.bytes), "unfused_bytes": _value(fig.unfused_bytes),
            "fused_bytes": _value(fig.fused_bytes), "intensity": _value(fig.intensity),

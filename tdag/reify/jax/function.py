@@ -32,6 +32,7 @@ from tdag.ir.interpreter import bind
 from tdag.ir.program import Loop, Program, all_steps
 from tdag.ir.types import DType, TensorKind
 from tdag.lower.pipeline import lower as lower_program
+from tdag.lower.kernels.qlinear import F64_WORK
 from tdag.reify.jax.context import jax_dtype, needs_x64, tdag_dtype
 from tdag.reify.jax.control import Runner, staging_problem
 
@@ -117,22 +118,37 @@ class JaxFunction:
     def _guard(self, inputs) -> list:
         """The inputs as arrays, checked against the Program's input types (rank, dtype,
         static sizes, one value per symbol) once per signature: the interpreter's check,
-        on meta tensors of the same shapes and dtypes, words a mismatch."""
+        on meta tensors of the same shapes and dtypes, words a mismatch. An i64 (f64) input
+        given in 32 bits, as JAX holds it without x64, is widened."""
         try:  # arrays (numpy's or JAX's): a few attribute reads, the common case
             signature = tuple((tuple(x.shape), x.dtype) for x in inputs)
         except AttributeError:  # Python scalars and lists
             signature = tuple((np.shape(x), np.asarray(x).dtype) for x in inputs)
+        values = self.program.main.inputs
+        wide = [_widened(v.type.dtype, dtype) for v, (_, dtype) in zip(values, signature)]
         if signature not in self._accepted:
-            values = self.program.main.inputs
-            metas = [torch.empty(shape, dtype=tdag_dtype(dtype, f"to_jax: input %{v.name}").torch,
-                                 device="meta")
-                     for v, (shape, dtype) in zip(values, signature)]
+            metas = [torch.empty(shape, device="meta", dtype=(
+                         w or tdag_dtype(dtype, f"to_jax: input %{v.name}")).torch)
+                     for v, (shape, dtype), w in zip(values, signature, wide)]
             if len(metas) == len(values):
                 bind(values, metas, {}, "to_jax")
             else:
                 bind(values, list(inputs), {}, "to_jax")  # says how many were expected
             self._accepted.add(signature)
-        return [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in inputs]
+        return [jnp.asarray(x, dtype=jax_dtype(w)) if w is not None
+                else x if isinstance(x, jax.Array) else jnp.asarray(x)
+                for x, w in zip(inputs, wide)]  # bind has checked the count
+
+
+# what JAX makes of a 64-bit value without x64 (its default): widened back, exactly
+_NARROWED = {DType.i64: np.dtype(np.int32), DType.f64: np.dtype(np.float32)}
+
+
+def _widened(expected: DType, given) -> DType | None:
+    """``expected`` where ``given`` is its 32-bit form as JAX holds it without x64 (an i64
+    index as int32), else None: the input is taken as it is."""
+    narrow = _NARROWED.get(expected)  # (np.dtype(None) is float64: no == against None)
+    return expected if narrow is not None and narrow == np.dtype(given) else None
 
 
 def _const_key(gname: str, name: str) -> str:
@@ -169,4 +185,5 @@ def _dtypes(prog: Program):
         yield from (v.type.dtype for v in graph.inputs)
         yield from (w.type.dtype for w in graph.weights.values())
         yield from (n.type.dtype for n in graph.nodes)
+        yield from (DType.f64 for n in graph.nodes if n.op in F64_WORK)
     yield from (w.type.dtype for w in prog.state.values())

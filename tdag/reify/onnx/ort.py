@@ -8,6 +8,8 @@ lowered kernel that one of them computes:
     rms_norm(a + b [+ bias])                               -> SkipSimplifiedLayerNormalization
     rms_norm(x)                                            -> SimplifiedLayerNormalization
     gelu(x)                                                -> com.microsoft Gelu (tanh: FastGelu)
+    layer_norm(word[ids] + position[iota] + segment[seg])  -> EmbedLayerNormalization
+    where(key < length[b], 0, c) as attention's mask       -> Attention's mask_index [B]
 
 ``heads(t)`` is ``permute(reshape(t, [B, S, N, H]), (0, 2, 1, 3))``, how every exporter
 splits a [B, S, N*H] projection into heads. These are the kernels onnxruntime's transformers
@@ -17,18 +19,30 @@ match keeps its standard emission.
 
 onnxruntime's Attention softmaxes a row whose every key is masked to a uniform average, where
 tdag's attention (torch's safe softmax) gives zeros: only a mask that is finite everywhere (the
-exporters' ``finfo.min``), or none, goes to it. ``SimplifiedLayerNormalization`` is in the
-default domain, as onnxruntime registers it.
+exporters' ``finfo.min``), or none, goes to it. A key-padding mask goes to it as lengths (an
+ONNX Attention's mask_index, imported) with its finite ``c`` as ``mask_filter_value``: a row of
+length 0 is then the same softmax of scores shifted by ``c`` in both. No raw [B, S] mask is
+written: onnxruntime reads it as ``m > 0`` where an exporter's ``(1 - m) * c`` differs for a
+value other than 0 and 1. EmbedLayerNormalization takes int32 ids only where the program
+widens int32 ones (a narrowing cast could bring an index into range) and refuses a negative
+id where the program wraps it: an error, not another answer. ``SimplifiedLayerNormalization``
+is in the default domain, as onnxruntime registers it.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
+from tdag.deinops.elementwise import CompareKind
+from tdag.deinops.reduce import ReduceKind
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import DType
 from tdag.lower.kernels.einsum_plan import parse_equation
+from tdag.lower.match import scalar
+from tdag.reify.onnx.shortcuts import unwrapped_index
 
 DOMAIN = "com.microsoft"
 
@@ -49,7 +63,10 @@ def _attention(node, ins, g, cx):
     if node.op is not Op.attention:
         return None
     heads = [_heads(cx.ctx, name) for name in node.inputs[:3]]
-    if None in heads or not _finite_mask(cx.ctx, node) or node.type.dtype is not DType.f32:
+    if None in heads or node.type.dtype is not DType.f32:
+        return None
+    masked = _mask_inputs(node, ins, g, cx)
+    if masked is None:
         return None
     sizes = {(n, h) for _, n, h in heads}
     if len(sizes) != 1 or not all(is_static(d) for d in next(iter(sizes))):
@@ -58,11 +75,9 @@ def _attention(node, ins, g, cx):
     packed = _packed(cx, g, [src for src, _, _ in heads])
     if packed is None:
         return None
-    inputs = list(packed)
-    if len(node.inputs) == 4:
-        inputs += ["", "", _attention_bias(node, ins[3], g, cx)]
-    out = g.node("Attention", inputs, domain=DOMAIN, num_heads=int(count),
-                 scale=float(node.spec.scale), unidirectional=int(node.spec.causal))
+    mask, attrs = masked
+    out = g.node("Attention", list(packed) + mask, domain=DOMAIN, num_heads=int(count),
+                 scale=float(node.spec.scale), unidirectional=int(node.spec.causal), **attrs)
     # [B, S, N*H] -> tdag's [B, N, S, H]; a reader's permute back reads the [B, S, N, H]
     split = g.node("Reshape", [out, g.const([0, 0, int(count), int(size)])])
     cx.views[node.name, (0, 2, 1, 3)] = split
@@ -145,6 +160,21 @@ def _packed(cx, g, sources: list) -> tuple | None:
     return cx.env[projections[0].inputs[0]], packed, g.initializer("qkv_bias", bias)
 
 
+def _mask_inputs(node, ins, g, cx) -> tuple[list, dict] | None:
+    """Attention's inputs after the bias, and its attributes, for ``node``'s mask: none; a
+    key-padding length per row (mask_index, the filter value as ``mask_filter_value``); or an
+    additive attention_bias finite everywhere. None for another mask."""
+    if len(node.inputs) < 4:
+        return [], {}
+    padding = _padding(node, g, cx)
+    if padding is not None:
+        index, fill = padding
+        return [index], {"mask_filter_value": fill}
+    if not _finite_mask(cx.ctx, node):
+        return None
+    return ["", "", _attention_bias(node, ins[3], g, cx)], {}
+
+
 def _attention_bias(node, mask: str, g, cx) -> str:
     """The additive mask as Attention's attention_bias [B or 1, N or 1, L, S]."""
     rank = cx.type(node.inputs[3]).rank
@@ -173,6 +203,186 @@ def _finite(ctx, name: str) -> bool:
     if has(node.op, Trait.KEEPS_VALUES):
         return _finite(ctx, node.inputs[0])
     return False
+
+
+# -- embeddings and key padding (BERT's prologue) --------------------------------------------
+
+def _embed_norm(node, ins, g, cx):
+    """layer_norm(word[ids] + position[iota(S)] + segment[segment_ids]) over [B, S, D]:
+    EmbedLayerNormalization. Its second output, the count of ones of each row of a [B, S]
+    int32 mask, stands for the program's count of that mask (``_padding`` reads it)."""
+    if node.op is not Op.layer_norm or node.spec.count != 1 or node.type.rank != 3 or \
+            node.type.dtype is not DType.f32:
+        return None
+    ctx = cx.ctx
+    terms = _addends(ctx, node.inputs[0], top=True)
+    if len(terms) != 3:
+        return None
+    gathers = [_table_lookup(ctx, t, node.type.shape) for t in terms]
+    if None in gathers:
+        return None
+    positions = [i for i, (_, index) in enumerate(gathers) if ctx.type(index).rank == 1]
+    if len(positions) != 1:
+        return None
+    position = gathers.pop(positions[0])
+    ids = [_int32(ctx, index) for _, index in gathers]
+    if None in ids or not _is_iota(ctx, position[1], node.type.shape[1]):
+        return None
+    width = node.type.shape[-1:]
+    gamma = ins[1] if len(ins) > 1 else g.filled(width, 1.0, DType.f32)
+    beta = ins[2] if len(ins) > 2 else g.filled(width, 0.0, DType.f32)
+    counted = _counted_mask(ctx, ctx.type(ids[0]).shape)
+    (word, _), (segment, _) = gathers
+    inputs = [cx.env[ids[0]], cx.env[ids[1]], cx.env[word], cx.env[position[0]],
+              cx.env[segment], gamma, beta] + ([cx.env[counted[1]]] if counted else [])
+    out, lengths = g.node("EmbedLayerNormalization", inputs, outputs=2, domain=DOMAIN,
+                          epsilon=float(node.spec.eps))
+    if counted:
+        cx.views[counted[0], "lengths"] = lengths
+    return out
+
+
+def _addends(ctx, name: str, top: bool = False) -> list:
+    """The terms of ``name`` = a + b + ..., the inner sums read by nothing else."""
+    node = ctx.made(name, Op.add)
+    if node is None or not ctx.single_use(name) or (not top and node.type.rank != 3):
+        return [name]
+    return [t for n in node.inputs for t in _addends(ctx, n)]
+
+
+def _table_lookup(ctx, name: str, shape) -> tuple | None:
+    """(table[V, D], index) where ``name`` is gather(table, index, axis=0), broadcast to
+    ``shape`` (index [B, S], or [S] for a lookup shared by the batch), the index as given
+    before the importer's wrap of negative ones (onnxruntime refuses those: an error)."""
+    node = ctx.made(name, Op.expand) or ctx.made(name, Op.gather)
+    gather = ctx.made(node.inputs[0], Op.gather) if node is not None and \
+        node.op is Op.expand else node
+    if gather is None or gather.spec.axis != 0 or ctx.type(gather.inputs[0]).rank != 2 or \
+            not dims_equal(ctx.type(gather.inputs[0]).shape[1], shape[-1]):
+        return None
+    index = unwrapped_index(ctx, gather) or gather.inputs[1]
+    wanted = shape[:2] if gather.type.rank == 3 else shape[1:2]
+    got = ctx.type(index).shape
+    if len(got) != len(wanted) or not all(dims_equal(a, b) for a, b in zip(got, wanted)):
+        return None
+    return gather.inputs[0], index
+
+
+def _int32(ctx, name: str) -> str | None:
+    """The int32 tensor ``name`` widens (the kernels read int32 ids), else None: a cast of
+    int64 to int32 could turn an index out of range into one in range."""
+    while ctx.type(name).dtype is not DType.i32:
+        node = ctx.made(name, Op.cast)
+        if node is None or not _widens(ctx, node):
+            return None
+        name = node.inputs[0]
+    return name
+
+
+def _widens(ctx, cast) -> bool:
+    source = ctx.type(cast.inputs[0]).dtype
+    return source.is_integer and cast.type.dtype.is_integer and \
+        source.itemsize <= cast.type.dtype.itemsize and \
+        source.is_unsigned <= cast.type.dtype.is_unsigned or source is DType.bool
+
+
+def _is_iota(ctx, name: str, length) -> bool:
+    node = ctx.made(name, Op.iota)
+    return node is not None and dims_equal(node.spec.length, length)
+
+
+def _ones(ctx, name: str) -> str | None:
+    """m where ``name`` is the number of ones in each row of the int32 mask m [B, S]
+    (``reduce[sum](m == 1, axes=(1,))``, as EmbedLayerNormalization counts)."""
+    node = ctx.made(name, Op.reduce)
+    if node is None or node.spec.kind is not ReduceKind.sum or node.spec.axes != (1,) or \
+            ctx.type(node.inputs[0]).rank != 2:
+        return None
+    source = node.inputs[0]
+    while ctx.made(source, Op.cast) is not None and _widens(ctx, ctx.producer(source)):
+        source = ctx.producer(source).inputs[0]
+    test = ctx.made(source, Op.compare)
+    if test is None or test.spec.kind is not CompareKind.eq or scalar(ctx, test.inputs[1]) != 1:
+        return None
+    return _int32(ctx, test.inputs[0])
+
+
+def _counted_mask(ctx, shape) -> tuple | None:
+    """(the count node, its mask) for a count of ones of an int32 [B, S] mask of ``shape``."""
+    for node in ctx.graph.nodes:
+        mask = _ones(ctx, node.name) if node.op is Op.reduce else None
+        if mask is not None and all(dims_equal(a, b)
+                                    for a, b in zip(ctx.type(mask).shape, shape)):
+            return node.name, mask
+    return None
+
+
+def _padding(node, g, cx) -> tuple | None:
+    """(mask_index, c) where ``node``'s mask is where(key < length[b], 0, c) over [B, 1, 1, S]
+    (an ONNX Attention's mask_index, imported), S the keys and queries, c finite: the lengths
+    as int32, the count of an EmbedLayerNormalization where one computes them."""
+    ctx = cx.ctx
+    batch, keys = node.type.shape[0], node.type.shape[2]
+    choice = ctx.made(_rows(ctx, node.inputs[3], batch, keys) or "", Op.where)
+    if choice is None or scalar(ctx, choice.inputs[1]) != 0 or \
+            not dims_equal(ctx.type(node.inputs[1]).shape[2], keys):
+        return None
+    fill = scalar(ctx, choice.inputs[2])
+    test = ctx.made(_rows(ctx, choice.inputs[0], batch, keys) or "", Op.compare)
+    if fill is None or not math.isfinite(fill) or test is None or \
+            test.spec.kind is not CompareKind.lt or test.type.rank != 2:
+        return None
+    position = ctx.made(test.inputs[0], Op.expand)
+    if not _is_iota(ctx, position.inputs[0] if position else test.inputs[0], keys):
+        return None
+    lengths = _lengths(ctx, test.inputs[1], batch)
+    if lengths is None:
+        return None
+    counted = cx.views.get((lengths, "lengths"))
+    if counted is not None:
+        return counted, fill
+    return (cx.env[lengths] if ctx.type(lengths).dtype is DType.i32 else
+            g.cast(cx.env[lengths], DType.i32)), fill
+
+
+def _rows(ctx, name: str, batch, keys) -> str | None:
+    """The [B, 1..., S] tensor that ``name`` is (or broadcasts over its middle axes), read
+    through reshapes between such shapes (each keeps [b, ..., s] where it was), else None."""
+    node = ctx.made(name, Op.expand)
+    if node is not None and ctx.type(node.inputs[0]).rank == node.type.rank:
+        name = node.inputs[0]
+    if not _is_rows(ctx.type(name).shape, batch, keys):
+        return None
+    while (node := ctx.made(name, Op.reshape)) is not None and \
+            _is_rows(ctx.type(node.inputs[0]).shape, batch, keys):
+        name = node.inputs[0]
+    return name
+
+
+def _is_rows(shape, batch, keys) -> bool:
+    return len(shape) >= 2 and dims_equal(shape[0], batch) and dims_equal(shape[-1], keys) \
+        and all(is_static(d) and d == 1 for d in shape[1:-1])
+
+
+def _lengths(ctx, name: str, batch) -> str | None:
+    """The integer lengths [B] that ``name``, [B, S], holds as [B, 1] broadcast along its
+    rows, through exact casts: a widening, or a narrowing of a count of mask ones (<= S)."""
+    node = ctx.made(name, Op.expand)
+    if node is not None and ctx.type(node.inputs[0]).rank == 2:
+        name = node.inputs[0]
+    shape = ctx.type(name).shape
+    if len(shape) != 2 or shape[1] != 1 or not dims_equal(shape[0], batch) or \
+            not ctx.type(name).dtype.is_integer:
+        return None
+    while True:
+        node = ctx.producer(name)
+        if node is not None and node.op is Op.reshape and ctx.type(node.inputs[0]).rank == 1:
+            name = node.inputs[0]
+        elif node is not None and node.op is Op.cast and \
+                (_widens(ctx, node) or _ones(ctx, node.inputs[0]) is not None):
+            name = node.inputs[0]
+        else:
+            return name if ctx.type(name).rank == 1 else None
 
 
 # -- normalisation ----------------------------------------------------------------------------
@@ -237,4 +447,4 @@ def _gelu(node, ins, g, cx):
 
 
 # each rule answers None for a node it does not fuse (another op included)
-_RULES = (_attention, _merged_heads, _skip_norm, _gelu)
+_RULES = (_attention, _merged_heads, _embed_norm, _skip_norm, _gelu)

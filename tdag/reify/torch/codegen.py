@@ -91,6 +91,16 @@ class Code:
     def __init__(self, ctx: Context, device: str):
         self.ctx, self.device = ctx, device
         self.symbols: set[str] = set()
+        self._once: dict = {}
+
+    def once(self, key, expr: str) -> str:
+        """``expr`` evaluated once per graph: the first ask binds it to a local in place
+        (``(_once0 := expr)``), later asks with an equal ``key`` read the local. Kernels that
+        are outputs of one framework call (cummax's values and indices) run it once."""
+        if key in self._once:
+            return self._once[key]
+        self._once[key] = f"_once{len(self._once)}"
+        return f"({self._once[key]} := {expr})"
 
     def dim(self, d: Dim) -> str:
         return dim_expr(d, self.symbols)

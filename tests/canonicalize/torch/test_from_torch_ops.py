@@ -12,14 +12,7 @@ import torch.nn.functional as F
 import tdag
 from tdag.canonicalize import from_torch
 
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from support.torch_models import Fn
 
 
 def check(fn, *args):
@@ -183,3 +176,13 @@ def test_kv_cache_write_costs_the_cache_not_its_square():
     cache, pos, v = torch.randn(1, 2, 512, 16), torch.tensor([3]), torch.randn(1, 2, 1, 16)
     prog = from_torch(Fn(_put).eval(), (cache, pos, v))
     assert tdag.cost(prog).flops < 10 * cache.numel()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.diff(x),
+    lambda x: torch.diff(x, n=2, dim=0, prepend=x[:1], append=x[-2:]),
+    lambda x: torch.diff(x > 0, dim=1),
+    lambda x: torch.diff(x.long(), n=3),
+], ids=["first", "second_joined", "bool", "third_i64"])
+def test_diff(fn):
+    check(fn, torch.randn(5, 6) * 4)

@@ -28,6 +28,7 @@ from tdag.canonicalize.onnx.ops.table import register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
 from tdag.ir.types import DType
+from tdag.ops.ml import NORMS, normalize
 
 FEATURE_OPS = ("FeatureVectorizer", "Imputer", "Normalizer", "OneHotEncoder", "Scaler",
                "ZipMap")
@@ -68,20 +69,8 @@ def _scaler(ctx, x):
 
 @register("Normalizer")
 def _normalizer(ctx, x):
-    x = ops.cast(_numeric(ctx, x), DType.f32)
-    norm = ctx.choice("norm", "MAX", ("MAX", "L1", "L2"))
-    if norm == "MAX":
-        scale = ops.amax(x, -1, keepdim=True)
-        out = ops.div(x, scale)
-    elif norm == "L1":
-        scale = ops.sum(ops.abs(x), -1, keepdim=True)
-        out = ops.div(x, scale)
-    else:
-        square = ops.mul(x, x)
-        scale = ops.sum(square, -1, keepdim=True)
-        root = ops.sqrt(ops.div(square, scale))
-        out = ops.where(ops.lt(x, 0.0), ops.neg(root), root)
-    return ops.where(ops.ne(scale, 0.0), out, x)
+    """``tdag.ops.ml.normalize``: one composition for the importer and the ML kernels."""
+    return normalize(ops.cast(_numeric(ctx, x), DType.f32), ctx.choice("norm", "MAX", NORMS))
 
 
 @register("OneHotEncoder")

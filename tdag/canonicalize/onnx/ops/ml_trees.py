@@ -12,7 +12,8 @@ to_onnx writes back as a TreeEnsembleRegressor.
 
 What comes after the sum is onnxruntime's (tree_ensemble_aggregator.h), quirks included: a
 class or target that no reached leaf scores reads 0 in the output; SUM/AVERAGE/MIN/MAX, and
-one target transformed only by PROBIT; base_values added per class; for two classes the
+one target transformed only by PROBIT; base_values added per class (under SUM, or more
+than two classes, inside the walk: on the first tree's leaves); for two classes the
 binary rules (one scored class: label[1] where its score > 0, or > 0.5 when every weight is
 >= 0; the scores [1-s, s] or [-s, s], s through LOGISTIC first: ml_scores.two_columns).
 String labels and a binary model whose classes are scored on some leaves only are refused.
@@ -257,13 +258,18 @@ class _Forest:
             has[c] = True
         return table
 
-    def walk(self, table: dict, classes: int, what: int = 0, roots=None):
+    def walk(self, table: dict, classes: int, what: int = 0, roots=None, base=None):
         """The sum over the trees (``roots``: all) of the [N, C] rows of their reached leaves
-        (what=0: the leaf's weights; 1: whether it has one)."""
+        (what=0: the leaf's weights; 1: whether it has one). ``base`` [C] is added to every
+        leaf of the first tree: each row reaches one of them, so it is added once per row,
+        inside the tree kernel (as TreeEnsembleRegressor's base_values) and not after it."""
         rows = np.zeros((len(self.modes), classes), np.float32)
         for k, entry in table.items():
             if self.modes[k] == "LEAF":
                 rows[k] = entry[what]
+        if base is not None and self.roots:
+            first = self._leaves(self.roots[0])
+            rows[first] = rows[first] + base.astype(np.float32)
         t = self.tables
         return tree_sum(self.x, t["features"], t["thresholds"], t["true"], t["false"],
                         const(self.x, np.array(self.roots if roots is None else roots,
@@ -320,9 +326,17 @@ def _masked(score, has, fill: float = 0.0):
     return ops.where(has, score, fill)
 
 
-def _scores(forest: _Forest, table: dict, classes: int):
-    scores = forest.walk(table, classes)
+def _scores(forest: _Forest, table: dict, classes: int, base=None):
+    scores = forest.walk(table, classes, base=base)
     return ops.cast(scores, DType.f32), forest.has(table, classes)
+
+
+def _columns(total, has, fill: float = 0.0):
+    """[N, C] scores with ``fill`` where no reached leaf scored the class (``total`` itself
+    where every class is scored)."""
+    if all(h is True for h in has):
+        return total
+    return ops.stack([_masked(ops.select(total, 1, c), h, fill) for c, h in enumerate(has)], 1)
 
 
 @register("TreeEnsembleRegressor")
@@ -333,7 +347,11 @@ def _tree_regressor(ctx, x):
     base = array(ctx, "base_values", np.zeros(0)).astype(np.float32)
     if aggregate in ("SUM", "AVERAGE"):
         table = forest.weights("target", targets)
-        total, has = _scores(forest, table, targets)
+        origin = base if targets > 1 and len(base) == targets else base[:1] \
+            if targets == 1 and len(base) == 1 else None
+        folded = aggregate == "SUM" and origin is not None
+        total, has = _scores(forest, table, targets, origin if folded else None)
+        base = np.zeros(0, np.float32) if folded else base
         if aggregate == "AVERAGE":
             total = ops.div(total, float(len(forest.roots)))
     else:
@@ -346,13 +364,11 @@ def _tree_regressor(ctx, x):
         has = forest.has(table, targets)
         total = ops.stack([_masked(ops.select(total, 1, c), has[c]) for c in range(targets)], 1)
     if targets == 1:  # onnxruntime's one-target path: base_values[0] if one, PROBIT only
-        origin = float(base[0]) if len(base) == 1 else 0.0
-        total = ops.add(total, origin)
+        total = ops.add(total, float(base[0])) if len(base) == 1 else total
         return probit(total) if kind == "PROBIT" else total
     if len(base) == targets:
         total = ops.add(total, _const(total, base))
-    columns = [_masked(ops.select(total, 1, c), has[c]) for c in range(targets)]
-    return transform(ctx, ops.stack(columns, 1), kind)
+    return transform(ctx, _columns(total, has), kind)
 
 
 def _const(like, values: np.ndarray):
@@ -367,16 +383,16 @@ def _tree_classifier(ctx, x):
         raise UnsupportedOpError(f"TreeEnsembleClassifier with {classes} class label(s)")
     forest = _Forest(ctx, x)
     table = forest.weights("class", classes)
-    total, has = _scores(forest, table, classes)
     base = array(ctx, "base_values", np.zeros(0)).astype(np.float32)
+    if classes > 2:  # base_values[k] added to class k's score, which then counts as scored
+        origin = np.zeros(classes, np.float32)
+        origin[:len(base)] = base[:classes]
+        total, has = _scores(forest, table, classes, origin if len(base) else None)
+        has[:len(base)] = [True] * min(len(base), classes)
+        label = pick_labels(labels, ops.argmax(_columns(total, has, float("-inf")), 1), ctx)
+        return label, transform(ctx, _columns(total, has), kind)
+    total, has = _scores(forest, table, classes)
     columns = [ops.select(total, 1, c) for c in range(classes)]
-    if classes > 2:
-        for k in range(min(len(base), classes)):
-            columns[k], has[k] = ops.add(columns[k], float(base[k])), True
-        ranked = [_masked(c, h, float("-inf")) for c, h in zip(columns, has)]
-        label = pick_labels(labels, ops.argmax(ops.stack(ranked, 1), 1), ctx)
-        values = [_masked(c, h) for c, h in zip(columns, has)]
-        return label, transform(ctx, ops.stack(values, 1), kind)
     return _binary(ctx, labels, columns, has, base, kind)
 
 

@@ -20,7 +20,6 @@ from tdag.canonicalize.onnx.ops.table import (
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
 from tdag.ops.quantize import (
-    RANGE,
     centered,
     centered_conv,
     conv_integer,
@@ -29,12 +28,10 @@ from tdag.ops.quantize import (
     matmul_integer,
     per_axis,
     per_channel,
+    qlinear_conv_output,
+    qlinear_matmul,
     quantize_linear,
-    saturate,
 )
-
-_RANGE = RANGE  # the name contrib_quant.py reads
-
 
 def _axis(ctx, value, x):
     """The ``axis`` a scale or zero point runs along: None for one value."""
@@ -51,10 +48,6 @@ def _per_axis(ctx, value, x):
     """A scale or zero point broadcastable to x: a scalar, one per ``axis`` entry, or one per
     block of ``block_size`` along it."""
     return per_axis(value, x, _axis(ctx, value, x), ctx.attr("block_size", 0))
-
-
-def _saturate(q, dtype: DType):
-    return saturate(q, dtype)
 
 
 @register("QuantizeLinear")
@@ -90,12 +83,6 @@ def _dynamic_quantize(ctx, x):
     return dynamic_quantize_linear(ctx.tensor(x))
 
 
-def _centered(ctx, x, zero_point, row_axis=None):
-    """x - zero_point in i32; a 1-D zero point of a matrix is one per row (``row_axis``)."""
-    return centered(ctx.tensor(x), None if zero_point is None else ctx.tensor(zero_point),
-                    row_axis)
-
-
 @register("MatMulInteger")
 def _matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
     def opt(t):
@@ -105,13 +92,12 @@ def _matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
 
 @register("QLinearMatMul")
 def _qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero=None):
-    product = ops.matmul(_centered(ctx, a, a_zero, row_axis=-1), _centered(ctx, b, b_zero))
-    scale = ops.div(ops.mul(ctx.tensor(a_scale), ctx.tensor(b_scale)), ctx.tensor(y_scale))
-    d = ops.mul(ops.cast(product, DType.f64), ops.cast(scale, DType.f64))
+    def opt(t):
+        return None if t is None else ctx.tensor(t)
     dtype = ctx.tensor(y_zero).dtype if y_zero is not None else ctx.tensor(a).dtype
-    if y_zero is not None:
-        d = ops.add(d, ops.cast(ctx.tensor(y_zero), DType.f64))
-    return _saturate(ops.round(d), dtype)
+    return qlinear_matmul(ctx.tensor(a), ctx.tensor(a_scale), opt(a_zero), ctx.tensor(b),
+                          ctx.tensor(b_scale), opt(b_zero), ctx.tensor(y_scale), opt(y_zero),
+                          dtype)
 
 
 def _int_conv(ctx, x, w, x_zero, w_zero):
@@ -140,14 +126,7 @@ def _conv_integer(ctx, x, w, x_zero=None, w_zero=None):
 @register("QLinearConv")
 def _qlinear_conv(ctx, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero=None, b=None):
     acc = _int_conv(ctx, x, w, x_zero, w_zero)
-    if b is not None:  # the i32 bias, added exactly
-        acc = ops.add(acc, ops.reshape(ops.cast(ctx.tensor(b), DType.i32),
-                                       (-1,) + (1,) * (acc.ndim - 2)))
-    ws = ctx.tensor(w_scale)
-    ws = ops.reshape(ws, (-1,) + (1,) * (acc.ndim - 2)) if ws.ndim else ws
-    scale = ops.div(ops.mul(ctx.tensor(x_scale), ws), ctx.tensor(y_scale))
-    d = ops.mul(ops.cast(acc, DType.f64), ops.cast(scale, DType.f64))
     dtype = ctx.tensor(y_zero).dtype if y_zero is not None else ctx.tensor(x).dtype
-    if y_zero is not None:
-        d = ops.add(d, ops.cast(ctx.tensor(y_zero), DType.f64))
-    return _saturate(ops.round(d), dtype)
+    return qlinear_conv_output(acc, ctx.tensor(x_scale), ctx.tensor(w_scale),
+                               ctx.tensor(y_scale), None if y_zero is None else
+                               ctx.tensor(y_zero), dtype, None if b is None else ctx.tensor(b))

@@ -3,6 +3,7 @@ from tdag.canonicalize.torch.aten import (  # noqa: F401
                                     contraction,
                                     creation,
                                     elementwise,
+                                    experts,
                                     indexing,
                                     losses,
                                     masking,

@@ -156,3 +156,14 @@ def cumprod(x, dim, dtype=None):
 aten("cummax")(ops.cummax)
 aten("cummin")(ops.cummin)
 aten("logcumsumexp")(ops.logcumsumexp)
+
+
+@aten("diff")
+def diff(x, n=1, dim=-1, prepend=None, append=None):
+    """The n-th forward difference along ``dim`` (a bool's is xor), after joining ``prepend``
+    and ``append``; transformers' mask functions call it on position ids."""
+    x = ops.concat([p for p in (prepend, x, append) if p is not None], dim)
+    for _ in range(n):
+        after, before = ops.slice(x, dim, 1, None), ops.slice(x, dim, 0, -1)
+        x = ops.ne(after, before) if x.dtype is DType.bool else ops.sub(after, before)
+    return x

@@ -23,9 +23,10 @@ TABLE = Registry("the ATen op table")
 aten = TABLE.register  # ``@aten("add", "sub.Tensor")``: the decorated function maps those ops
 
 
-# torch's own custom-op namespaces that public functions call (F.linear_cross_entropy with
-# chunking options calls torch_nn ops); their keys carry the namespace: ``torch_nn::op.default``
-TORCH_NAMESPACES = frozenset({"torch_nn"})
+# custom-op namespaces that models call: torch's own (F.linear_cross_entropy with chunking
+# options calls torch_nn ops) and transformers' (its experts' grouped matmul); their keys
+# carry the namespace: ``torch_nn::op.default``
+TORCH_NAMESPACES = frozenset({"torch_nn", "transformers"})
 
 
 def key(target) -> str | None:
