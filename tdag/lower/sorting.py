@@ -5,8 +5,8 @@
     slice(sort(x, a), a, 0, k), its positions read     -> topk[indices](x, a, k)
     gather(flat(permute?(x)), rows * n + permute?([slice(] sort(x, a) [)]))
                                                  -> permute?(topk(x, a, k))
-    min(where(x == bcast(max(x, a)) | isnan(x), positions, >= n), a) -> argmax(x, a)
-    (min for max: argmin)
+    min(where(x == bcast(max(x, a)) | isnan(x), positions, >= n - 1), a) -> argmax(x, a)
+    (min for max: argmin; every row has a hit, at most n - 1, so a miss of n - 1 never wins)
 
 The gather form is ``tdag.ops.sorting.take_sorted``: the rows' offsets ``row * n`` are a
 constant (static sizes) or ``iota(rows) * n``; both are checked, value by value.
@@ -162,7 +162,7 @@ def positions_along(ctx: Context, name: str, axis: int) -> bool:
 
 
 def arg_rule(node: Node, ctx: Context):
-    """min(where(x == bcast(max(x, a)) | isnan(x), positions, n), a) -> argmax(x, a)"""
+    """min(where(x == bcast(max(x, a)) | isnan(x), positions, n - 1), a) -> argmax(x, a)"""
     if node.spec.kind is not ReduceKind.min or len(node.spec.axes) != 1:
         return NoMatch("not a min over one axis")
     where = ctx.made(node.inputs[0], Op.where)
@@ -174,7 +174,7 @@ def arg_rule(node: Node, ctx: Context):
     if not positions_along(ctx, positions, axis):
         return NoMatch("not positions along the axis")
     missed = scalar(ctx, miss)
-    if missed is None or not is_static(n) or missed < int(n):
+    if missed is None or not is_static(n) or missed < int(n) - 1:
         return NoMatch("a miss that could be the min")
     for kind, op in ((ReduceKind.max, Op.argmax), (ReduceKind.min, Op.argmin)):
         for x in _candidates(ctx, hits):
@@ -225,5 +225,5 @@ def _only_gathered(ctx: Context, name: str) -> bool:
 RULES = (
     Rule(Op.gather, topk_rule),   # gather(x, slice(sort(x), k)) -> topk(x, k)
     Rule(Op.slice, topk_indices_rule),  # slice(sort(x), k) -> topk[indices](x, k)
-    Rule(Op.reduce, arg_rule),    # min(where(x == max(x) | isnan, pos, n)) -> argmax(x)
+    Rule(Op.reduce, arg_rule),    # min(where(x == max(x) | isnan, pos, n-1)) -> argmax(x)
 )

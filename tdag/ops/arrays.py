@@ -203,14 +203,18 @@ def argmin(x: Tensor, axis: int, keepdim: bool = False) -> Tensor:
 
 
 def _arg_extreme(x: Tensor, axis: int, keepdim: bool, extreme) -> Tensor:
+    """The first position where x is the extreme or NaN (torch's rule: the first NaN wins).
+    Every row has such a position (a NaN, else the extreme is one of its values), so the
+    positions that miss read as n - 1 rather than n: the result, and its bounds as
+    strip_batch reads them, stay in [0, n - 1] (an index into the row, as GPT-2's pooler
+    uses it)."""
     axis = norm_axis(axis, x.ndim)
-    # nan is both the max and the min (torch.argmax/argmin), so the first nan wins
     hit = logical_or(eq(x, extreme(x, axis, keepdim=True)), isnan(x))
     positions = arange(0, x.shape[axis], like=x)
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     positions = broadcast_to(reshape(positions, shape), x.shape)
-    miss = full(x.shape, 0, DType.i64, like=x)
+    miss = full(x.shape, -1, DType.i64, like=x)
     miss = add(miss, axis_length(x, axis, DType.i64))
     return amin(where(hit, positions, miss), axis, keepdim)
 

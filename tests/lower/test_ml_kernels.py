@@ -173,3 +173,22 @@ def test_the_walk_costs_depth_not_leaves():
     assert kernel.spec.depth == 9
     _compare([tdag.to_torch(prog)(torch.from_numpy(x[:50])).numpy()], _ort(model, x[:50]),
              "to_torch, depth 9")
+
+
+@pytest.mark.parametrize("name", ["RandomForestClassifier", "GradientBoostingClassifier-3"])
+def test_forest_labels_skip_the_argmax_nan_guard(name):
+    """A forest's scores are sums of finite constant leaves: never NaN, whatever the rows, so
+    the re-emitted label is a bare ArgMax (no IsNaN guard), and still what onnxruntime
+    answers on the original, rows with NaN included."""
+    model = _convert(MODELS[name])
+    emitted = tdag.to_onnx(tdag.from_onnx(model))
+    kinds = [n.op_type for n in emitted.graph.node]
+    assert "ArgMax" in kinds and "IsNaN" not in kinds, kinds
+    _compare(_ort(emitted, _rows()), _ort(model, _rows()), name)
+
+
+def test_linear_scores_keep_the_argmax_nan_guard():
+    """A linear model's scores are NaN where a row holds a NaN: its argmax keeps the guard."""
+    model = _convert(OTHERS["LogisticRegression-normalizer"][0])
+    kinds = [n.op_type for n in tdag.to_onnx(tdag.from_onnx(model)).graph.node]
+    assert "ArgMax" in kinds and "IsNaN" in kinds, kinds

@@ -3,11 +3,13 @@ lowered kernel matches one, never by default; the outputs are onnxruntime's on t
 
 The BERT files are the real-file corpus's (tests/support/real_files.py): torch.onnx's export
 and onnxruntime's transformers optimizer's (EmbedLayerNormalization, Attention with
-mask_index, SkipLayerNormalization, BiasGelu).
+mask_index, SkipLayerNormalization, BiasGelu), and the latter after quantize_dynamic
+(QAttention, QEmbedLayerNormalization).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import numpy as np
 import onnxruntime as ort
@@ -17,7 +19,7 @@ import torch
 import tdag
 from tdag import ops
 
-from support.real_files import bert, quiet, transformers_optimised
+from support.real_files import bert, dynamic_quantized, quiet, transformers_optimised
 
 FUSED = {"Attention", "SkipLayerNormalization", "Gelu"}
 
@@ -80,6 +82,39 @@ def test_bert_prologue_becomes_embed_layer_normalization_with_lengths(bert_files
     feeds["attention_mask"] = mask
     want = _session(str(file.path)).run(None, feeds)[0]
     assert _relative(_session(model).run(None, feeds)[0], want) < 1e-4
+
+
+@pytest.fixture(scope="module")
+def quantized_bert(bert_files):
+    with contextlib.chdir(bert_files[1].path.parent):  # the quantizer writes <uuid>.data here
+        file = dynamic_quantized(bert_files[1])
+    assert not file.failed, file.failed
+    return file
+
+
+def test_quantized_bert_keeps_its_integer_attention_and_embedding(quantized_bert):
+    """quantize_dynamic's QAttention (an integer q/k/v projection of the dynamically
+    quantized input by int8 weights) and QEmbedLayerNormalization (int8 tables) are written
+    back when asked, never by default; both match the original, a row with no key kept and
+    a mask value of 2 included."""
+    file = quantized_bert
+    with quiet():
+        prog = tdag.from_onnx(str(file.path))
+    fused, plain = tdag.to_onnx(prog, runtime="onnxruntime"), tdag.to_onnx(prog)
+    kinds = _ops(fused)
+    assert kinds["com.microsoft", "QAttention"] == 2
+    assert kinds["com.microsoft", "QEmbedLayerNormalization"] == 1
+    assert not {"Attention", "EmbedLayerNormalization", "Gather"} & {op for _, op in kinds}
+    assert not any(domain for domain, _ in _ops(plain))
+    feeds = dict(file.feeds[0])
+    mask = feeds["attention_mask"].copy()
+    mask[0], mask[1, 1] = 0, 2
+    feeds["attention_mask"] = mask
+    original = _session(str(file.path))
+    for feed in (*file.feeds, feeds):
+        want = original.run(None, feed)[0]
+        for model in (fused, plain):
+            assert _relative(_session(model).run(None, feed)[0], want) < 1e-4
 
 
 class Block(torch.nn.Module):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import onnx
 import torch
 
 from tdag import ops
@@ -166,17 +167,45 @@ def _arg_cost(spec, ins, out: TensorType) -> Cost:
 
 def _arg_onnx(kind: str):
     def emit(node, ins, g, cx):
-        """ArgMax/ArgMin (first index) ignore NaN where torch returns the first NaN: where a
-        row holds one, the first NaN's position (the ArgMax of isnan) is taken instead."""
+        """ArgMax/ArgMin (first index) ignore NaN where torch returns the first NaN. The
+        guard (each row's first NaN where it holds one) costs more than the ArgMax itself,
+        so it runs under an If on the whole tensor's sum being NaN: one cheap pass where no
+        NaN is present (an inf - inf sum only sends an exact input down the guarded path)."""
         axis, x = node.spec.axis, ins[0]
         found = g.node(kind, [x], axis=axis, keepdims=0, select_last_index=0)
-        if not cx.type(node.inputs[0]).dtype.is_float:
+        if not cx.type(node.inputs[0]).dtype.is_float or _never_nan(node.inputs[0], cx):
             return found
-        nan = g.cast(g.node("IsNaN", [x]), DType.u8)
-        first_nan = g.node("ArgMax", [nan], axis=axis, keepdims=0, select_last_index=0)
-        any_nan = g.node("ReduceMax", [nan, g.const([axis])], keepdims=0)
-        return g.node("Where", [g.cast(any_nan, DType.bool), first_nan, found])
+        guarded, plain = g.child(), g.child()
+        outs = (guarded.node("Where", _nan_guard(guarded, x, axis, found)),
+                plain.node("Identity", [found]))
+        infos = [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.INT64, None)
+                 for o in outs]
+        any_nan = g.node("IsNaN", [g.node("ReduceSum", [x], keepdims=0)])
+        return g.node("If", [any_nan], then_branch=guarded.graph(g.names("nan"), [], infos[:1]),
+                      else_branch=plain.graph(g.names("no_nan"), [], infos[1:]))
     return emit
+
+
+def _nan_guard(g, x: str, axis: int, found: str) -> list[str]:
+    """Where's operands: each row's first NaN position where the row holds one, else
+    ``found``."""
+    nan = g.cast(g.node("IsNaN", [x]), DType.u8)
+    first_nan = g.node("ArgMax", [nan], axis=axis, keepdims=0, select_last_index=0)
+    any_nan = g.node("ReduceMax", [nan, g.const([axis])], keepdims=0)
+    return [g.cast(any_nan, DType.bool), first_nan, found]
+
+
+def _never_nan(name: str, cx) -> bool:
+    """Whether ``name`` is a tree_sum whose constant leaves are finite and whose sum over
+    its trees cannot overflow to an infinity (so never reach inf - inf): a forest's scores,
+    which hold no NaN whatever the rows, so the argmax needs no NaN guard."""
+    forest = cx.ctx.made(name, Op.tree_sum)
+    leaves = None if forest is None else cx.ctx.weight(forest.inputs[6])
+    trees = None if forest is None else cx.type(forest.inputs[5]).shape[0]
+    if leaves is None or leaves.value is None or not isinstance(trees, int):
+        return False
+    bound = leaves.value.double().abs().amax() * trees
+    return bool(bound.isfinite()) and float(bound) < float(torch.finfo(torch.float32).max)
 
 
 _ARG_BATCH = AxisRule(

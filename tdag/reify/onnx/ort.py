@@ -9,6 +9,8 @@ lowered kernel that one of them computes:
     rms_norm(x)                                            -> SimplifiedLayerNormalization
     gelu(x)                                                -> com.microsoft Gelu (tanh: FastGelu)
     layer_norm(word[ids] + position[iota] + segment[seg])  -> EmbedLayerNormalization
+    either, its weights or tables dequantized 8-bit constants -> QAttention (x's dequantized
+      u8 integers in), QEmbedLayerNormalization (quantize_dynamic's kernels)
     where(key < length[b], 0, c) as attention's mask       -> Attention's mask_index [B]
 
 ``heads(t)`` is ``permute(reshape(t, [B, S, N, H]), (0, 2, 1, 3))``, how every exporter
@@ -76,8 +78,15 @@ def _attention(node, ins, g, cx):
     if packed is None:
         return None
     mask, attrs = masked
-    out = g.node("Attention", list(packed) + mask, domain=DOMAIN, num_heads=int(count),
-                 scale=float(node.spec.scale), unidirectional=int(node.spec.causal), **attrs)
+    attrs.update(num_heads=int(count), scale=float(node.spec.scale),
+                 unidirectional=int(node.spec.causal))
+    packed, whole = packed
+    quantized = _quantized(cx, g, whole) if whole is not None and len(mask) < 2 else None
+    if quantized is not None:
+        out = g.node("QAttention", quantized[:5] + (mask or [""]) + quantized[5:],
+                     domain=DOMAIN, **attrs)
+    else:
+        out = g.node("Attention", list(packed) + mask, domain=DOMAIN, **attrs)
     # [B, S, N*H] -> tdag's [B, N, S, H]; a reader's permute back reads the [B, S, N, H]
     split = g.node("Reshape", [out, g.const([0, 0, int(count), int(size)])])
     cx.views[node.name, (0, 2, 1, 3)] = split
@@ -125,8 +134,9 @@ def _projection(ctx, name: str):
 
 
 def _packed(cx, g, sources: list) -> tuple | None:
-    """(x, W[C, 3D], bias) for com.microsoft Attention, when q, k, v are the thirds of one
-    projection, or three projections of one x by weights tdag holds (packed here)."""
+    """((x, W[C, 3D], bias) for com.microsoft Attention, the projection einsum or None),
+    when q, k, v are the thirds of one projection (that einsum), or three projections of one
+    x by weights tdag holds (packed here)."""
     ctx = cx.ctx
     slices = [ctx.made(s, Op.slice) for s in sources]
     if all(slices) and len({s.inputs[0] for s in slices}) == 1:
@@ -140,7 +150,7 @@ def _packed(cx, g, sources: list) -> tuple | None:
                 expected or ctx.type(whole.name).shape[last] != 3 * width:
             return None
         return tuple(cx.env[n] for n in whole.inputs[:2]) + \
-            ((cx.env[whole.inputs[2]],) if len(whole.inputs) == 3 else ())
+            ((cx.env[whole.inputs[2]],) if len(whole.inputs) == 3 else ()), whole
     found = [_projection(ctx, s) for s in sources]
     if None in found or len({p.inputs[0] for p, _ in found}) != 1:
         return None
@@ -157,7 +167,26 @@ def _packed(cx, g, sources: list) -> tuple | None:
     packed = g.initializer("qkv_weight", torch.cat(values, 1).contiguous())
     bias = torch.cat([b.value if b is not None else torch.zeros(width, dtype=torch.float32)
                       for b in biases])
-    return cx.env[projections[0].inputs[0]], packed, g.initializer("qkv_bias", bias)
+    return (cx.env[projections[0].inputs[0]], packed, g.initializer("qkv_bias", bias)), None
+
+
+def _quantized(cx, g, whole) -> list | None:
+    """QAttention's inputs but the mask (x, W, bias, x's scale, W's, x's zero point, W's)
+    where the projection ``whole`` is dequantized u8 x (one scale) by a dequantized 8-bit
+    constant W[C, 3D] (one scale or one per column), as quantize_dynamic writes it: the
+    integer product onnxruntime's QAttention computes, scaled, instead of a float one."""
+    ctx = cx.ctx
+    x, w = (ctx.made(n, Op.dequantize) for n in whole.inputs[:2])
+    if x is None or w is None or ctx.type(x.inputs[0]).dtype is not DType.u8 or \
+            x.spec.axis is not None or w.spec.axis not in (None, 1) or \
+            ctx.type(w.inputs[0]).dtype not in (DType.i8, DType.u8) or \
+            ctx.weight(w.inputs[0]) is None:
+        return None
+    bias = cx.env[whole.inputs[2]] if len(whole.inputs) == 3 else \
+        g.filled(ctx.type(whole.name).shape[-1:], 0.0, DType.f32)
+    (xq, xs, xz), (wq, ws, wz) = ([cx.env[n] for n in dq.inputs] + [""] * (3 - len(dq.inputs))
+                                  for dq in (x, w))
+    return [xq, wq, bias, xs, ws, xz, wz]
 
 
 def _mask_inputs(node, ins, g, cx) -> tuple[list, dict] | None:
@@ -228,14 +257,26 @@ def _embed_norm(node, ins, g, cx):
     ids = [_int32(ctx, index) for _, index in gathers]
     if None in ids or not _is_iota(ctx, position[1], node.type.shape[1]):
         return None
-    width = node.type.shape[-1:]
-    gamma = ins[1] if len(ins) > 1 else g.filled(width, 1.0, DType.f32)
-    beta = ins[2] if len(ins) > 2 else g.filled(width, 0.0, DType.f32)
     counted = _counted_mask(ctx, ctx.type(ids[0]).shape)
     (word, _), (segment, _) = gathers
-    inputs = [cx.env[ids[0]], cx.env[ids[1]], cx.env[word], cx.env[position[0]],
-              cx.env[segment], gamma, beta] + ([cx.env[counted[1]]] if counted else [])
-    out, lengths = g.node("EmbedLayerNormalization", inputs, outputs=2, domain=DOMAIN,
+    tables = [word, position[0], segment]
+    mask = [cx.env[counted[1]]] if counted else []
+    if all(len(t) == 1 for t in tables):
+        width = node.type.shape[-1:]
+        gamma = ins[1] if len(ins) > 1 else g.filled(width, 1.0, DType.f32)
+        beta = ins[2] if len(ins) > 2 else g.filled(width, 0.0, DType.f32)
+        inputs = [cx.env[ids[0]], cx.env[ids[1]]] + [cx.env[t] for t, in tables] + \
+            [gamma, beta] + mask
+        kernel = "EmbedLayerNormalization"
+    else:
+        tables += [_quantized_table(ctx, n) for n in node.inputs[1:3]]
+        if len(tables) != 5 or not all(t and len(t) == 3 for t in tables):
+            return None
+        inputs = [cx.env[ids[0]], cx.env[ids[1]]] + [cx.env[q] for q, _, _ in tables] + \
+            (mask or [""]) + [cx.env[s] for _, s, _ in tables] + \
+            [cx.env[z] if z else "" for _, _, z in tables]
+        kernel = "QEmbedLayerNormalization"
+    out, lengths = g.node(kernel, inputs, outputs=2, domain=DOMAIN,
                           epsilon=float(node.spec.eps))
     if counted:
         cx.views[counted[0], "lengths"] = lengths
@@ -251,12 +292,15 @@ def _addends(ctx, name: str, top: bool = False) -> list:
 
 
 def _table_lookup(ctx, name: str, shape) -> tuple | None:
-    """(table[V, D], index) where ``name`` is gather(table, index, axis=0), broadcast to
+    """(table, index) where ``name`` is gather(table[V, D], index, axis=0), broadcast to
     ``shape`` (index [B, S], or [S] for a lookup shared by the batch), the index as given
-    before the importer's wrap of negative ones (onnxruntime refuses those: an error)."""
-    node = ctx.made(name, Op.expand) or ctx.made(name, Op.gather)
-    gather = ctx.made(node.inputs[0], Op.gather) if node is not None and \
-        node.op is Op.expand else node
+    before the importer's wrap of negative ones (onnxruntime refuses those: an error). The
+    table is (t,), or (t, scale, zero point or "") for rows of an 8-bit table dequantized
+    (QEmbedLayerNormalization's tables)."""
+    node = ctx.made(name, Op.expand)
+    name = node.inputs[0] if node is not None else name
+    dequantized = ctx.made(name, Op.dequantize)
+    gather = ctx.made(dequantized.inputs[0] if dequantized else name, Op.gather)
     if gather is None or gather.spec.axis != 0 or ctx.type(gather.inputs[0]).rank != 2 or \
             not dims_equal(ctx.type(gather.inputs[0]).shape[1], shape[-1]):
         return None
@@ -265,7 +309,22 @@ def _table_lookup(ctx, name: str, shape) -> tuple | None:
     got = ctx.type(index).shape
     if len(got) != len(wanted) or not all(dims_equal(a, b) for a, b in zip(got, wanted)):
         return None
-    return gather.inputs[0], index
+    if dequantized is None:
+        return (gather.inputs[0],), index
+    table = _quantized_table(ctx, dequantized.name, gather.inputs[0])
+    return (table, index) if table is not None else None
+
+
+def _quantized_table(ctx, name: str, source: str | None = None) -> tuple | None:
+    """(q, scale, zero point or "") where ``name`` dequantizes ``source`` (by default its
+    own input), a constant 8-bit tensor, with one scale."""
+    node = ctx.made(name, Op.dequantize)
+    if node is None or node.spec.axis is not None:
+        return None
+    q = source or node.inputs[0]
+    if ctx.type(q).dtype not in (DType.i8, DType.u8) or ctx.weight(q) is None:
+        return None
+    return q, node.inputs[1], node.inputs[2] if len(node.inputs) == 3 else ""
 
 
 def _int32(ctx, name: str) -> str | None:

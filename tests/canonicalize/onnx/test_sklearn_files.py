@@ -424,3 +424,29 @@ def test_string_inputs_and_unmapped_ml_ops_are_refused_by_name():
                         [("x", np.array([1, 2], np.int64))], [("y", TensorProto.INT64)])
     with pytest.raises(UnsupportedOpError, match="LabelEncoder .*my_LabelEncoder.*ai.onnx.ml"):
         tdag.from_onnx(model)
+
+
+def test_a_linear_classifier_labels_nan_scores_as_onnxruntime():
+    """An infinite input makes some scores NaN (inf - inf): onnxruntime scans for a strictly
+    higher score left to right, so a NaN is never picked after the first column and a NaN in
+    the first column keeps label 0 (torch's argmax would pick the first NaN)."""
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                            coefficients=[1e-3, 1.0, 1.0, -1.0, 1.0, 1.0, -1.0, -1.0],
+                            intercepts=[0.5, 0.0, 0.0, 0.0], classlabels_ints=[10, 11, 12, 13])
+    graph = helper.make_graph(
+        [node], "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.ml", 1)])
+    inf = np.inf
+    x = np.array([[inf, inf], [-inf, inf], [1.0, 2.0], [inf, 1.0], [np.nan, 1.0]], np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    label, scores = session.run(None, {"x": x})
+    # [inf, nan, inf, -inf] (torch's argmax: 1) and [nan, -inf, nan, nan] (a NaN first)
+    assert np.isnan(scores[0, 1]) and not np.isnan(scores[0, 0]) and np.isnan(scores[1, 0])
+    prog = tdag.from_onnx(model)
+    for got in (tdag.run(prog, torch.from_numpy(x)), run_onnx(tdag.to_onnx(prog),
+                                                             torch.from_numpy(x))):
+        np.testing.assert_array_equal(np.asarray(got[0]), label)
+        np.testing.assert_array_equal(np.asarray(got[1]), scores)

@@ -6,8 +6,8 @@ computes them (ml_scores.py; LinearRegressor transforms one target only by PROBI
 LinearClassifier: one score column (and two labels) is binary: label[1] where the score is
 > 0, and the probabilities [1-s, s] (s through LOGISTIC, if that is the transform; SOFTMAX
 leaves one score as it is). skl2onnx writes two columns, +w and -w, for a binary
-LogisticRegression. Otherwise the label of the first highest score. String labels are
-refused.
+LogisticRegression. Otherwise the label of the first highest score, NaN scores skipped as
+onnxruntime scans them (ml_scores.first_highest). String labels are refused.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tdag import ops
 from tdag.canonicalize.onnx.ops.ml_scores import (
     array,
     const,
+    first_highest,
     int_labels,
     pick_labels,
     post_transform,
@@ -66,7 +67,7 @@ def _linear_classifier(ctx, x):
         return label, two_columns(ctx, s, "complement", kind)
     if len(labels) < count:
         raise InvalidModelError(f"LinearClassifier: {len(labels)} labels for {count} classes")
-    return pick_labels(labels, ops.argmax(scores, 1), ctx), transform(ctx, scores, kind)
+    return pick_labels(labels, first_highest(scores), ctx), transform(ctx, scores, kind)
 
 
 @register("LinearRegressor")

@@ -127,6 +127,17 @@ def two_columns(ctx, s, mode: str, kind: str):
     return ops.stack([ops.neg(s), s], 1)
 
 
+def first_highest(scores):
+    """The column of each row's first highest score as onnxruntime's classifiers pick it:
+    scanning left to right for a strictly higher score, so a NaN is never picked after the
+    first column, and a NaN in the first column keeps column 0 (torch's argmax picks the
+    first NaN instead)."""
+    nan = ops.isnan(scores)
+    index = ops.argmax(ops.where(nan, -math.inf, scores), 1)
+    first_nan = ops.select(nan, 1, 0)
+    return ops.where(first_nan, ops.zeros((), index.dtype, like=index), index)
+
+
 def pick_labels(labels: np.ndarray, index, ctx):
     """labels[index] for an i64 index tensor, labels a static int64 array."""
     if len(labels) == 0:
