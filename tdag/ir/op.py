@@ -101,3 +101,4 @@ class Op(enum.Enum):
     qlinear_matmul = "qlinear_matmul"  # matmul_integer, requantized to 8 bits
     tree_sum = "tree_sum"  # a forest's walk, summed over its trees (ai.onnx.ml trees)
     normalize_rows = "normalize_rows"  # rows by their MAX, L1 or L2 norm (ai.onnx.ml)
+    svm_scores = "svm_scores"  # support vector machine scores (ai.onnx.ml SVMs)

@@ -11,15 +11,30 @@ node replaced, so a near miss stays the exact composition it was.
 
     sum_T(leaves[walk^depth(roots)])      -> tree_sum(x, tables..., leaves)
     where(norm(x) != 0, x / norm(x), x)   -> normalize_rows(x)   (MAX, L1; L2 signed sqrt)
+    f32(sum_S(f32(k(x, V) * W)) + rho)    -> svm_scores(x, V, W, rho)   (and row @ W + rho)
+
+An imported SVM's V, W and rho are constants that simplify has folded (x - V became x + c,
+c = -V of shape [1, S, F]): its rule proposes them unfolded and matches the decomposition of
+those constants, folded the same way.
 """
 from __future__ import annotations
 
+import numpy as np
+import torch
+
+from tdag.deinops.elementwise import Cast
+from tdag.deinops.movement import Squeeze
+from tdag.deinops.primitive import NoSpec
+from tdag.ir.program import Program
+from tdag.ir.record import record
+from tdag.ir.types import TensorKind
+from tdag.ops.builder import Builder
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.types import DType
-from tdag.lower.kernels.ml import Normalize, TreeSum
-from tdag.lower.match import matches_kernel
+from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
+from tdag.lower.match import matches_kernel, simplified
 from tdag.ops.ml import COMPARE, NORMS
 
 _VIEWS = frozenset({Op.unsqueeze, Op.repeat})
@@ -135,7 +150,155 @@ def normalize_rule(node: Node, ctx: Context):
     return NoMatch("not a row scaled by its MAX, L1 or L2 norm")
 
 
+# -- svm_scores ---------------------------------------------------------------------------------
+
+_SVM_VIEWS = frozenset({Op.unsqueeze, Op.repeat, Op.permute, Op.cast})
+_SVM_CONE = 40  # nodes of a kernel row: a dozen
+
+
+def _behind(ctx: Context, name: str) -> str:
+    """``name`` with the views and casts over it stripped."""
+    while (node := ctx.producer(name)) is not None and node.op in _SVM_VIEWS:
+        name = node.inputs[0]
+    return name
+
+
+def _value(ctx: Context, name: str) -> np.ndarray | None:
+    """The constant behind ``name``'s views, as float64."""
+    weight = ctx.weight(_behind(ctx, name))
+    if weight is None or weight.kind is not TensorKind.const or weight.value is None or \
+            weight.value.is_meta:
+        return None
+    return weight.value.double().numpy()
+
+
+def _rows_of(ctx: Context, name: str) -> str:
+    """The rows [N, F] that ``name`` broadcasts."""
+    while (node := ctx.producer(name)) is not None and node.op in (Op.unsqueeze, Op.repeat):
+        name = node.inputs[0]
+    return name
+
+
+def _row_leaves(ctx: Context, row: str):
+    """(rows, {rank: [constant name]}, {reader op: [scalar]}) under the kernel row: the rows
+    are what the support vectors' constant meets (its cone is not the kernel's), else the
+    inputs the walk reaches."""
+    xs, consts, scalars, seen, frontier = set(), {}, {}, {row}, [row]
+    while frontier and len(seen) < _SVM_CONE:
+        node = ctx.producer(frontier.pop())
+        if node is None:
+            continue
+        values = [_value(ctx, name) for name in node.inputs]
+        table = any(v is not None and v.ndim > 1 for v in values)
+        for name, value in zip(node.inputs, values):
+            if value is not None and value.ndim == 0:
+                scalars.setdefault(node.op, []).append(float(value))
+            elif value is not None:
+                consts.setdefault(value.ndim, []).append(_behind(ctx, name))
+            elif table or ctx.producer(_rows_of(ctx, name)) is None:
+                xs.add(_rows_of(ctx, name))
+            elif ctx.producer(leaf := _behind(ctx, name)) is None:
+                xs.add(leaf)
+            elif leaf not in seen:
+                seen.add(leaf)
+                frontier.append(leaf)
+    return xs, consts, scalars
+
+
+def _svm_spec(ctx: Context, row: str, wide: bool):
+    """The kernel row's spec and its (x, vectors) candidates: a constant's (RBF: -V
+    [1, S, F], folded) with the one input, or, of two inputs, either order; or None."""
+    xs, consts, scalars = _row_leaves(ctx, row)
+    top = ctx.producer(row)
+    kind = {Op.exp: "RBF", Op.tanh: "SIGMOID", Op.reduce: "LINEAR"}.get(top.op, "POLY") \
+        if top is not None else None
+    rank = 3 if kind == "RBF" else 2
+    if kind is None or len(scalars.get(Op.multiply, [0.0])) != 1 or \
+            kind == "POLY" and top.op not in (Op.multiply, Op.pow):
+        return None
+    xs = sorted(xs)
+    if len(xs) == 1 and len(consts.get(rank, [])) == 1:
+        pairs = [(xs[0], consts[rank][0])]
+    elif len(xs) == 2 and not consts:
+        pairs = [tuple(xs), tuple(reversed(xs))]
+    else:
+        return None
+    gamma, coef0 = scalars.get(Op.multiply, [0.0])[0], scalars.get(Op.add, [0.0])[0]
+    if kind == "RBF":
+        return SvmScores(kind, -gamma, 0.0, 0.0, wide), pairs
+    if kind == "LINEAR":
+        return SvmScores(kind, 0.0, 0.0, 0.0, wide), pairs
+    degree = 0.0 if kind == "SIGMOID" else scalars[Op.pow][0] if Op.pow in scalars else \
+        3.0 if ctx.made(top.inputs[0], Op.multiply) is not None else 2.0
+    return SvmScores(kind, gamma, coef0, degree, wide), pairs
+
+
+def _svm_template(values):
+    """The decomposition of x and the proposed constants, simplified: folded as lowering
+    folded the graph's."""
+    def template(op, spec, types):
+        builder = Builder()
+        with builder.active():
+            args = [builder.input("t0", types[0])] + \
+                [builder.const(torch.from_numpy(np.ascontiguousarray(v, np.float32)))
+                 for v in values]
+            out = record(op).decompose(spec, *args)
+        return simplified(Program.from_tdag(builder.build([out])))
+    return template
+
+
+def _f32(emit, ctx: Context, name: str) -> str:
+    return name if ctx.type(name).dtype is DType.f32 else emit(Op.cast, Cast(DType.f32), name)
+
+
+def svm_rule(node: Node, ctx: Context):
+    """f32(sum_S(f32(row * W)) + rho) (SVMClassifier) or sum_S(row * W) + rho
+    (SVMRegressor) -> svm_scores(x, V, W, rho): x, V and the kernel read off the row, W and
+    rho behind their views. With constant V, W and rho (an imported SVM), it matches if
+    their decomposition, folded as the graph was, is the subgraph."""
+    wide = node.op is Op.cast
+    add = ctx.made(node.inputs[0], Op.add) if wide else node
+    if add is None or node.type.rank != 2 or node.type.dtype is not DType.f32 or \
+            (wide and ctx.type(add.name).dtype is not DType.f64):
+        return NoMatch("not an SVM's scores plus rho")
+    for total, offset in (add.inputs, add.inputs[::-1]):
+        reduce, rho = ctx.made(_behind(ctx, total), Op.reduce), _behind(ctx, offset)
+        if reduce is not None and ctx.producer(rho) is None and ctx.type(rho).rank == 1:
+            break
+    else:
+        return NoMatch("no sum over the support vectors plus rho")
+    product = ctx.made(_behind(ctx, reduce.inputs[0]), Op.multiply)
+    found = [(_behind(ctx, a), _behind(ctx, b)) for a, b in (product.inputs,
+                                                             product.inputs[::-1])
+             if ctx.producer(_behind(ctx, a)) is None and ctx.type(_behind(ctx, a)).rank == 2] \
+        if product else []
+    proposal = _svm_spec(ctx, found[0][1], wide) if len(found) == 1 else None
+    if proposal is None:
+        return NoMatch("no kernel row of the rows and support vectors times a weight")
+    (spec, pairs), weight = proposal, found[0][0]
+    if spec.kernel == "LINEAR" and not wide:  # x @ (V^T W) + rho: any linear layer looks so
+        return NoMatch("a linear regressor's scores are a matmul: kept as one")
+    for x, vectors in pairs:
+        emit, weight_of = ctx.emitter(node), ctx.weight(vectors)
+        if weight_of is None or weight_of.kind is not TensorKind.const:  # traced operands
+            operands = (x, vectors, weight, rho)
+            if matches_kernel(ctx, node, Op.svm_scores, spec, operands):
+                return emit.finish(emit(Op.svm_scores, spec, *operands))
+            continue
+        values = (-_value(ctx, vectors)[0] if spec.kernel == "RBF" else _value(ctx, vectors),
+                  _value(ctx, weight), _value(ctx, rho))
+        if spec.kernel == "RBF":
+            vectors = emit(Op.squeeze, Squeeze((0,)), emit(Op.neg, NoSpec(), vectors))
+        operands = (x, *(_f32(emit, ctx, n) for n in (vectors, weight, rho)))
+        if matches_kernel(ctx, node, Op.svm_scores, spec, operands,
+                          template=_svm_template(values)):
+            return emit.finish(emit(Op.svm_scores, spec, *operands))
+    return NoMatch("not the scores svm_scores decomposes to")
+
+
 RULES = (
     Rule(Op.reduce, tree_sum_rule),  # sum_T(leaves[walk^depth(roots)]) -> tree_sum
     Rule(Op.where, normalize_rule),  # where(norm != 0, x / norm, x) -> normalize_rows
+    Rule(Op.cast, svm_rule),  # f32(sum_S(row * W) + rho) -> svm_scores (SVMClassifier)
+    Rule(Op.add, svm_rule),  # sum_S(row * W) + rho -> svm_scores (SVMRegressor)
 )

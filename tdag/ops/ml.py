@@ -12,7 +12,10 @@ where a where() per leaf would be O(leaves).
 """
 from __future__ import annotations
 
-from tdag.ops import core, creation
+import numpy as np
+
+from tdag.ir.types import DType
+from tdag.ops import arrays, core, creation
 from tdag.ops.tensor import Tensor
 
 # a branch node's comparison of the row's value with its threshold (ai.onnx.ml's modes)
@@ -73,3 +76,58 @@ def normalize(x: Tensor, norm: str) -> Tensor:
         out = core.where(core.lt(x, 0.0), core.neg(root), root)
     return core.where(core.ne(scale, 0.0), out, x)
 
+
+
+SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+
+def svm_kernel(x: Tensor, vectors: Tensor, kernel: str, gamma: float, coef0: float,
+               degree: float) -> Tensor:
+    """ai.onnx.ml's kernel of the rows ``x`` [N, F] with the support ``vectors`` [S, F]:
+    [N, S]. LINEAR X V^T; POLY (gamma X V^T + coef0)^degree; RBF exp(-gamma |x - v|^2);
+    SIGMOID tanh(gamma X V^T + coef0)."""
+    if kernel == "RBF":
+        diff = core.sub(core.unsqueeze(x, 1), core.unsqueeze(vectors, 0))
+        return core.exp(core.mul(core.sum(core.mul(diff, diff), 2), -gamma))
+    dot = arrays.matmul(x, core.transpose(vectors, 0, 1))
+    if kernel == "LINEAR":
+        return dot
+    dot = core.add(core.mul(dot, gamma), coef0)
+    if kernel == "SIGMOID":
+        return core.tanh(dot)
+    if degree == 2:
+        return core.mul(dot, dot)
+    if degree == 3:
+        return core.mul(core.mul(dot, dot), dot)
+    return core.pow(dot, degree)
+
+
+def svm_scores(x: Tensor, vectors: Tensor, weight: Tensor, rho: Tensor, *, kernel: str,
+               gamma: float, coef0: float, degree: float, wide: bool) -> Tensor:
+    """The kernel row [N, S] of ``x`` times ``weight`` [S, P] plus ``rho`` [P]: [N, P] f32.
+    ``wide`` (SVMClassifier's pair scores): each product in float32, summed in float64 with
+    rho, as onnxruntime sums; else (SVMRegressor) one float32 matmul."""
+    row = svm_kernel(x, vectors, kernel, gamma, coef0, degree)
+    if not wide:
+        return core.add(arrays.matmul(row, weight), rho)
+    terms = core.cast(core.unsqueeze(row, 2), DType.f64)
+    products = core.cast(core.cast(core.mul(terms, core.cast(weight, DType.f64)), DType.f32),
+                         DType.f64)
+    return core.cast(core.add(core.sum(products, 1), core.cast(rho, DType.f64)), DType.f32)
+
+
+def svm_pairs(classes: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+
+
+def svm_pair_weight(coefficients: np.ndarray, per_class) -> np.ndarray:
+    """SVMClassifier's [S, pairs] weight from its dual ``coefficients`` [C-1, S]: for pair
+    (i, j), i's vectors weighted by their coefficients for j (row j-1), j's by theirs for i
+    (row i)."""
+    starts = np.cumsum([0] + list(per_class))
+    pairs = svm_pairs(len(per_class))
+    weight = np.zeros((int(starts[-1]), len(pairs)))
+    for p, (i, j) in enumerate(pairs):
+        weight[starts[i]:starts[i + 1], p] = coefficients[j - 1, starts[i]:starts[i + 1]]
+        weight[starts[j]:starts[j + 1], p] = coefficients[i, starts[j]:starts[j + 1]]
+    return weight

@@ -30,7 +30,7 @@ from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.ir.types import DType
-from tdag.lower.kernels.ml import Normalize, TreeSum
+from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
     ConvInteger,
@@ -165,6 +165,13 @@ CASES = [
                  9: "bool"}, id="modes and NaN"),
     *[Case(Op.normalize_rows, Normalize(norm), ((4, 5),), id=norm)
       for norm in ("MAX", "L1", "L2")],
+    *[Case(Op.svm_scores, SvmScores(kernel, *params, wide),
+           ((4, 3), (5, 3), (5, 2 if wide else 1), (2 if wide else 1,)),
+           id=f"{kernel} {'pairs' if wide else 'target'}")
+      for kernel, params, wide in (("RBF", (0.5, 0.0, 0.0), True),
+                                   ("POLY", (0.5, 0.25, 3.0), False),
+                                   ("SIGMOID", (0.5, 0.25, 0.0), True),
+                                   ("LINEAR", (0.0, 0.0, 0.0), True))],
     Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),

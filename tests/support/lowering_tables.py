@@ -16,7 +16,7 @@ import tdag
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import DType
-from tdag.ops.ml import normalize, tree_sum
+from tdag.ops.ml import normalize, svm_pair_weight, svm_scores, tree_sum
 from tdag.ops.quantize import (
     conv_integer,
     dequantize_linear,
@@ -280,6 +280,18 @@ def _forest(x):
                     depth=2, modes=("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT"), missing=True)
 
 
+def _svms(x):
+    """svm_scores as the ONNX importer writes an RBF SVMClassifier's three pair scores (a
+    one-vs-one weight: classes of 2, 2 and 1 vectors) and a cubic SVMRegressor."""
+    vectors, rho = ops.const(torch.randn(5, 3)), ops.const(torch.randn(3))
+    weight = svm_pair_weight(torch.randn(2, 5).numpy(), (2, 2, 1))
+    pairs = svm_scores(x, vectors, ops.const(torch.from_numpy(weight).float()), rho,
+                       kernel="RBF", gamma=0.5, coef0=0.0, degree=0.0, wide=True)
+    target = svm_scores(x, vectors, ops.const(torch.randn(5, 1)), ops.const(torch.randn(1)),
+                        kernel="POLY", gamma=0.25, coef0=1.0, degree=3.0, wide=False)
+    return ops.concat([pairs, target], -1)
+
+
 def _kernel_programs():
     tables = [(k, v[0], v[1]) for k, v in CONTRACTIONS.items()]
     tables += [(k, v[0], [v[1]]) for k, v in CONVS.items()]
@@ -300,6 +312,7 @@ def _kernel_programs():
     tables.append(("quantized-conv", _dynamic_conv, [S((2, 3, 6, 6))]))
     tables.append(("qlinear", _qlinear, [S((2, 3, 6, 6))]))
     tables.append(("forest", _forest, [S(("b", 3))]))
+    tables.append(("svm", _svms, [S(("b", 3))]))
     tables.append(("normalizer", lambda x: ops.concat(
         [normalize(x, n) for n in ("MAX", "L1", "L2")], -1), [S(("b", 5))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))

@@ -1,6 +1,7 @@
 """Classic machine-learning kernels: the tree ensemble's walk, written back as ai.onnx.ml's
 TreeEnsembleRegressor, which onnxruntime runs as its native tree kernel, and rows scaled by
-their norm, written back as ai.onnx.ml's Normalizer (one op where its composition is ten).
+their norm, written back as ai.onnx.ml's Normalizer (one op where its composition is ten),
+and an SVM's scores, written back as SVMClassifier (its scores output) or SVMRegressor.
 
 ``tree_sum`` (``tdag.ops.ml.tree_sum``) reads its forest from operands, flat tables over the
 M nodes: the ONNX emitter writes them as the op's attributes, so it needs them constant (as
@@ -25,7 +26,16 @@ from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import dims_equal
 from tdag.ir.types import DType, TensorType
-from tdag.ops.ml import COMPARE, NORMS, normalize, tree_sum
+from tdag.ops.ml import (
+    COMPARE,
+    NORMS,
+    SVM_KERNELS,
+    normalize,
+    svm_pair_weight,
+    svm_pairs,
+    svm_scores,
+    tree_sum,
+)
 
 _TORCH_COMPARE = {"BRANCH_LEQ": "<=", "BRANCH_LT": "<", "BRANCH_GTE": ">=", "BRANCH_GT": ">",
                   "BRANCH_EQ": "==", "BRANCH_NEQ": "!="}
@@ -266,3 +276,174 @@ primitive(Op.normalize_rows, Normalize, 1, _norm_shape, _norm_eval,
           onnx=lambda node, ins, g, cx: g.node("Normalizer", [ins[0]], domain="ai.onnx.ml",
                                                norm=node.spec.norm),
           decompose=lambda s, x: normalize(x, s.norm))
+
+
+# -- svm_scores ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SvmScores:
+    """``tdag.ops.ml.svm_scores``'s kernel (LINEAR, POLY, RBF, SIGMOID) and its parameters;
+    ``wide``: SVMClassifier's pair scores (float64 sums), else SVMRegressor's."""
+
+    kernel: str
+    gamma: float
+    coef0: float
+    degree: float
+    wide: bool
+
+
+def _svm_shape(spec: SvmScores, ins):
+    x, vectors, weight, rho = ins
+    if spec.kernel not in SVM_KERNELS or any(t.dtype is not DType.f32 for t in ins) or \
+            x.rank != 2 or vectors.rank != 2 or weight.rank != 2 or rho.rank != 1 or \
+            not dims_equal(x.shape[1], vectors.shape[1]) or \
+            not dims_equal(vectors.shape[0], weight.shape[0]) or \
+            not dims_equal(weight.shape[1], rho.shape[0]) or \
+            not spec.wide and not dims_equal(weight.shape[1], 1):
+        raise ShapeError(f"svm_scores: rows {x}, vectors {vectors}, weight {weight}, rho {rho} "
+                         "(f32 [N, F], [S, F], [S, P], [P]; SVMRegressor's P is 1)")
+    return TensorType((x.shape[0], weight.shape[1]), DType.f32)
+
+
+def _svm_row(spec: SvmScores, x, vectors, exp, tanh):
+    """The kernel row [N, S], in torch or jax.numpy (``exp``, ``tanh`` of the library)."""
+    if spec.kernel == "RBF":
+        diff = x[:, None, :] - vectors[None]
+        return exp((diff * diff).sum(2) * -spec.gamma)
+    dot = x @ vectors.T
+    if spec.kernel == "LINEAR":
+        return dot
+    dot = dot * spec.gamma + spec.coef0
+    if spec.kernel == "SIGMOID":
+        return tanh(dot)
+    if spec.degree in (2, 3):
+        return dot * dot if spec.degree == 2 else dot * dot * dot
+    return dot ** spec.degree
+
+
+def _svm_eval(spec: SvmScores, xs, resolve):
+    x, vectors, weight, rho = xs
+    row = _svm_row(spec, x, vectors, torch.exp, torch.tanh)
+    if not spec.wide:
+        return row @ weight + rho
+    products = (row[:, :, None].double() * weight.double()).float().double()
+    return (products.sum(1) + rho.double()).float()
+
+
+def _svm_torch(node, a, code):
+    s = node.spec
+    x, vectors, weight, rho = a
+    if s.kernel == "RBF":
+        row = (f"(lambda d: torch.exp((d * d).sum(2) * {-s.gamma!r}))"
+               f"({x}[:, None, :] - {vectors}[None])")
+    else:
+        row = f"({x} @ {vectors}.T)"
+        power = "d * d" if s.degree == 2 else "d * d * d" if s.degree == 3 else \
+            f"d ** {s.degree!r}"
+        outer = {"LINEAR": None, "SIGMOID": "torch.tanh(d)", "POLY": power}[s.kernel]
+        if outer:
+            row = f"(lambda d: {outer})({row} * {s.gamma!r} + {s.coef0!r})"
+    if not s.wide:
+        return f"({row} @ {weight} + {rho})"
+    return (f"(({row}[:, :, None].double() * {weight}.double()).float().double().sum(1) "
+            f"+ {rho}.double()).float()")
+
+
+def _svm_jax(node, a, cx):
+    s, jnp = node.spec, cx.jnp
+    x, vectors, weight, rho = a
+    row = _svm_row(s, x, vectors, jnp.exp, jnp.tanh)
+    if not s.wide:
+        return row @ weight + rho
+    f32, f64 = jnp.float32, jnp.float64
+    products = (row[:, :, None].astype(f64) * weight.astype(f64)).astype(f32).astype(f64)
+    return (products.sum(1) + rho.astype(f64)).astype(f32)
+
+
+def _svm_cost(spec: SvmScores, ins, out: TensorType) -> Cost:
+    rows, features = ins[0].shape
+    count, pairs = ins[2].shape
+    return traffic(ins, out, rows * count * (3 * features + 2 * pairs))
+
+
+def one_vs_one(weight: np.ndarray) -> tuple[list[int], np.ndarray] | None:
+    """SVMClassifier's (vectors_per_class, coefficients [C-1, S]) whose pair weight is
+    ``weight`` [S, pairs], or None. Each vector's class is the first one, at or after the
+    previous vector's, in every pair its nonzero coefficients name."""
+    count, pairs = weight.shape
+    classes = int(round((1 + (1 + 8 * pairs) ** 0.5) / 2))
+    order = svm_pairs(classes)
+    if len(order) != pairs:
+        return None
+    owners, at = [], 0
+    for s in range(count):
+        options = set(range(classes))
+        for p in np.flatnonzero(weight[s]):
+            options &= set(order[p])
+        later = [c for c in sorted(options) if c >= at]
+        if not later:
+            return None
+        at = later[0]
+        owners.append(at)
+    per_class = [owners.count(c) for c in range(classes)]
+    coefficients = np.zeros((classes - 1, count))
+    for s, k in enumerate(owners):
+        for m in range(classes):
+            if m != k:
+                coefficients[m - 1 if m > k else m, s] = weight[s, order.index((min(k, m),
+                                                                                max(k, m)))]
+    if not np.array_equal(svm_pair_weight(coefficients, per_class), weight):
+        return None
+    return per_class, coefficients
+
+
+def _svm_constant(node, k: int, cx) -> np.ndarray:
+    """Operand ``k``'s constant; a reshape of one (the rule's support vectors) reshaped."""
+    name = node.inputs[k]
+    view = cx.ctx.producer(name)
+    if view is not None and view.op in (Op.reshape, Op.squeeze):
+        name = view.inputs[0]
+    weight = cx.ctx.weight(name)
+    if weight is None or weight.value is None:
+        raise UnsupportedOpError("svm_scores: ONNX's SVM ops take their vectors, weights and "
+                                 "rho as attributes; this one reads them from a computed tensor",
+                                 node=node.name, origin=node.origin)
+    return weight.value.numpy().astype(np.float64).reshape(cx.ctx.type(node.inputs[k]).shape)
+
+
+def _svm_onnx(node, ins, g, cx):
+    """SVMClassifier's scores (two classes: column 1 of [-s, s]) or SVMRegressor."""
+    s = node.spec
+    vectors, weight, rho = (_svm_constant(node, k, cx) for k in (1, 2, 3))
+    attrs = dict(domain="ai.onnx.ml", kernel_type=s.kernel,
+                 kernel_params=[s.gamma, s.coef0, float(s.degree)],
+                 support_vectors=vectors.ravel().tolist(), rho=rho.tolist())
+    if not s.wide:
+        return g.node("SVMRegressor", [ins[0]], n_supports=int(weight.shape[0]),
+                      coefficients=weight[:, 0].tolist(), **attrs)
+    layout = one_vs_one(weight)
+    if layout is None:
+        raise UnsupportedOpError("svm_scores: the pair weight is no one-vs-one layout of "
+                                 "SVMClassifier's coefficients", node=node.name,
+                                 origin=node.origin)
+    per_class, coefficients = layout
+    _, scores = g.node("SVMClassifier", [ins[0]], outputs=2,
+                       classlabels_ints=list(range(len(per_class))),
+                       vectors_per_class=per_class, coefficients=coefficients.ravel().tolist(),
+                       **attrs)
+    if len(per_class) > 2:
+        return scores
+    one = g.initializer("one", torch.tensor([1]))
+    two = g.initializer("two", torch.tensor([2]))
+    return g.node("Slice", [scores, one, two, one])
+
+
+primitive(Op.svm_scores, SvmScores, 4, _svm_shape, _svm_eval, _svm_cost,
+          "the kernel row, its float64 pair sums and their casts are a dozen ops over [N, S, P]; "
+          "onnxruntime runs an SVM as one native op",
+          traits=Trait.KERNEL,
+          batch=Refuse("scores [N, F] rows as ai.onnx.ml's SVMs: strip the batch first"),
+          torch=_svm_torch, jax=_svm_jax, onnx=_svm_onnx,
+          decompose=lambda s, *xs: svm_scores(*xs, kernel=s.kernel, gamma=s.gamma,
+                                              coef0=s.coef0, degree=s.degree, wide=s.wide))

@@ -8,8 +8,10 @@ X W^T + rho[0].
 
 SVMClassifier, one-vs-one: the score of each class pair (i < j, in order) is one matmul of
 the kernel row with a static [S, pairs] matrix (the dual coefficients of i's vectors for j
-and of j's for i) plus rho, summed in float64 as onnxruntime sums; each pair votes for i if
-its score is > 0, else for j; the label is the first class with the most votes. The scores
+and of j's for i) plus rho, summed in float64 as onnxruntime sums, then float32
+(``tdag.ops.ml.svm_scores``, the svm_scores kernel's composition); each pair votes for i if
+its float32 score is > 0 (a positive float64 score below 1e-45 rounds to 0 and votes for
+j), else for j; the label is the first class with the most votes. The scores
 output is the pair scores (two columns [-s, s], or [1-s, s] under a post_transform, for two
 classes), or, with ``prob_a``/``prob_b``, the class probabilities of libsvm's pairwise
 coupling: each pair's Platt probability, clipped to [1e-7, 1 - 1e-7], then onnxruntime's
@@ -35,31 +37,20 @@ from tdag.canonicalize.onnx.ops.ml_scores import (
 from tdag.canonicalize.onnx.ops.table import register
 from tdag.errors import InvalidModelError
 from tdag.ir.types import DType
+from tdag.ops.ml import SVM_KERNELS, svm_pair_weight, svm_pairs, svm_scores
 
 SVM_OPS = ("SVMClassifier", "SVMRegressor")
-KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
 _SWEEPS = 100  # multiclass_probability's iteration limit
 
 
-def _kernel(ctx, x, vectors: np.ndarray, kind: str):
-    """The kernel of each row with each support vector: [N, S]."""
+def _svm(ctx, x, vectors: np.ndarray, weight: np.ndarray, rho: np.ndarray, wide: bool):
+    """``svm_scores`` of the rows with the support vectors, the [S, P] weight and rho [P]."""
     params = list(array(ctx, "kernel_params", np.zeros(3))[:3])
     gamma, coef0, degree = (float(np.float32(p)) for p in params + [0] * (3 - len(params)))
-    table = const(x, vectors.astype(np.float32))
-    if kind == "RBF":
-        diff = ops.sub(ops.unsqueeze(x, 1), ops.unsqueeze(table, 0))
-        return ops.exp(ops.mul(ops.sum(ops.mul(diff, diff), 2), -gamma))
-    dot = ops.matmul(x, ops.transpose(table, 0, 1))
-    if kind == "LINEAR":
-        return dot
-    dot = ops.add(ops.mul(dot, gamma), coef0)
-    if kind == "SIGMOID":
-        return ops.tanh(dot)
-    if degree == 2:
-        return ops.mul(dot, dot)
-    if degree == 3:
-        return ops.mul(ops.mul(dot, dot), dot)
-    return ops.pow(dot, degree)
+    return svm_scores(x, const(x, vectors.astype(np.float32)),
+                      const(x, weight.astype(np.float32)), const(x, rho.astype(np.float32)),
+                      kernel=ctx.choice("kernel_type", "LINEAR", SVM_KERNELS), gamma=gamma,
+                      coef0=coef0, degree=degree, wide=wide)
 
 
 def _vectors(ctx, count: int, features: int) -> np.ndarray:
@@ -90,13 +81,11 @@ def _svm_regressor(ctx, x):
         raise InvalidModelError("SVMRegressor: coefficients and rho are required")
     count = ctx.attr("n_supports", 0)
     if count > 0:
-        kernel = _kernel(ctx, x, _vectors(ctx, count, x.shape[1]),
-                         ctx.choice("kernel_type", "LINEAR", KERNELS))
         if len(coefficients) != count:
             raise InvalidModelError(f"SVMRegressor: {len(coefficients)} coefficients for "
                                     f"{count} support vectors")
-        weight = const(x, coefficients.astype(np.float32).reshape(count, 1))
-        y = ops.add(ops.matmul(kernel, weight), float(rho[0]))
+        y = _svm(ctx, x, _vectors(ctx, count, x.shape[1]), coefficients.reshape(count, 1),
+                 rho[:1], False)
     else:
         y = _linear(ctx, x, coefficients, 1, float(rho[0]))
     if ctx.attr("one_class", 0):
@@ -127,17 +116,15 @@ def _svm_classifier(ctx, x):
         raise InvalidModelError(f"SVMClassifier: vectors_per_class names {len(per_class)} "
                                 f"classes, the labels {classes}")
     count = sum(per_class)
-    pairs = [(i, j) for i in range(classes) for j in range(i + 1, classes)]
+    pairs = svm_pairs(classes)
     if len(coefficients) < (classes - 1) * count or len(rho) < len(pairs) or \
             (len(prob_a) and len(prob_a) < len(pairs)):
         raise InvalidModelError("SVMClassifier: coefficients, rho or prob_a/prob_b are too "
                                 "short for the classes and vectors")
-    kernel = _kernel(ctx, x, _vectors(ctx, count, x.shape[1]),
-                     ctx.choice("kernel_type", "LINEAR", KERNELS))
-    scores = _pair_scores(x, kernel, coefficients.reshape(-1)[:(classes - 1) * count]
-                          .reshape(classes - 1, count), per_class, pairs, rho)
+    weight = svm_pair_weight(coefficients.reshape(-1)[:(classes - 1) * count]
+                         .reshape(classes - 1, count), per_class)
+    scores = _svm(ctx, x, _vectors(ctx, count, x.shape[1]), weight, rho[:len(pairs)], True)
     label = pick_labels(labels, ops.argmax(_votes(scores, pairs, classes), 1), ctx)
-    scores = ops.cast(scores, DType.f32)
     if len(prob_a):
         probabilities = _coupling(scores, pairs, classes, prob_a, prob_b)
         return label, transform(ctx, probabilities, kind)
@@ -153,23 +140,6 @@ def _linear_binary_label(coefficients, scores, label):
     top = ops.amax(scores, 1)
     high = ops.ge(top, 0.5) if (coefficients >= 0).all() else ops.gt(top, 0.0)
     return ops.where(high, 1, label)
-
-
-def _pair_scores(x, kernel, coefficients: np.ndarray, per_class, pairs, rho):
-    """[N, pairs] float64: for pair (i, j), i's vectors weighted by their coefficients for j
-    (row j-1), j's by theirs for i (row i), plus rho."""
-    starts = np.cumsum([0] + per_class)
-    weight = np.zeros((int(starts[-1]), len(pairs)))
-    for p, (i, j) in enumerate(pairs):
-        weight[starts[i]:starts[i + 1], p] = coefficients[j - 1, starts[i]:starts[i + 1]]
-        weight[starts[j]:starts[j + 1], p] = coefficients[i, starts[j]:starts[j + 1]]
-    # onnxruntime multiplies in float32 and sums in float64
-    terms = ops.cast(ops.unsqueeze(kernel, 2), DType.f64)
-    weight32 = weight.astype(np.float32).astype(np.float64)
-    products = ops.cast(ops.cast(ops.mul(terms, const(x, weight32)), DType.f32), DType.f64)
-    total = ops.sum(products, 1)
-    return ops.add(total, x.builder.const(rho[:len(pairs)].astype("float32")
-                                          .astype("float64").tolist(), DType.f64))
 
 
 def _votes(scores, pairs, classes: int):
