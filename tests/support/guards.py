@@ -11,6 +11,8 @@ import onnx
 import onnxruntime as ort
 import torch
 
+import tdag
+
 
 class Hang(Exception):
     pass
@@ -48,6 +50,20 @@ def run_onnx(model: onnx.ModelProto, *args: torch.Tensor):
 
 
 _TOL = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float64: 1e-7}
+
+
+def reproduces(model: onnx.ModelProto, args, expected, compare) -> None:
+    """``from_onnx(model)`` through tdag.run and through to_onnx on onnxruntime gives
+    ``expected`` (the original's outputs on ``args``, numpy arrays): ``compare(got,
+    expected_one, what)`` on each output."""
+    prog = tdag.from_onnx(model)
+    tensors = [torch.from_numpy(a) for a in args]
+    for what, got in (("tdag.run", tdag.run(prog, *tensors)),
+                      ("to_onnx", run_onnx(tdag.to_onnx(prog), *tensors))):
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        assert len(got) == len(expected), what
+        for g, e in zip(got, expected):
+            compare(g, e, what)
 
 
 def assert_close(got, ref, what=""):

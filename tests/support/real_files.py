@@ -156,25 +156,6 @@ def nbits_quantized(base: File) -> File:
 
 # -- torch models -----------------------------------------------------------------------------
 
-class CachedStep(torch.nn.Module):
-    """A decoder step taking its past as flat tensors and returning the logits and the present
-    ones (transformers 5 keeps its cache in an object the legacy exporter cannot take)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, *past):
-        from transformers import DynamicCache
-        cache = DynamicCache()
-        for i in range(LAYERS):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         past_key_values=cache, use_cache=True)
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-        return (out.logits, *present)
-
-
 class Field(torch.nn.Module):
     """A transformers model with one tensor out: the named field of its output."""
 
@@ -201,6 +182,8 @@ def _decoder_feeds(heads: int, size: int, seed: int) -> tuple:
 def decoder(folder: Path, name: str, make, heads: int, size: int, dynamo=False) -> File:
     """A decoder step with its KV cache, exported with dynamic batch and lengths."""
     torch.manual_seed(0)
+    from support.cached_decoders import CachedStep  # transformers: only where a decoder is made
+
     step = CachedStep(make().eval())
     args = (torch.randint(0, 100, (2, 3)), torch.ones(2, 7, dtype=torch.long),
             *[torch.randn(2, heads, 4, size) for _ in PAST])

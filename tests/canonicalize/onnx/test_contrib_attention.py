@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 import tdag
 from tdag.errors import UnsupportedOpError
 
-from support.guards import run_onnx
+from support.guards import reproduces, run_onnx
 
 RNG = np.random.default_rng(20)
 MS = "com.microsoft"
@@ -50,14 +50,8 @@ def _check(model, args, rtol=1e-4):
     """tdag.run and tdag.to_onnx (on onnxruntime) give onnxruntime's outputs."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), args)})
-    prog = tdag.from_onnx(model)
-    tensors = [torch.from_numpy(a) for a in args]
-    for what, got in (("tdag.run", tdag.run(prog, *tensors)),
-                      ("to_onnx", run_onnx(tdag.to_onnx(prog), *tensors))):
-        got = got if isinstance(got, (tuple, list)) else (got,)
-        assert len(got) == len(expected), what
-        for g, e in zip(got, expected):
-            np.testing.assert_allclose(np.asarray(g), e, rtol=rtol, atol=rtol, err_msg=what)
+    reproduces(model, args, expected, lambda g, e, what: np.testing.assert_allclose(
+        np.asarray(g), e, rtol=rtol, atol=rtol, err_msg=what))
 
 
 def _lengths_mask(lengths, total):

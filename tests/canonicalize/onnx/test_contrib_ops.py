@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-import torch
 from onnx import TensorProto, helper
 
 import tdag
@@ -15,7 +14,7 @@ from tdag.canonicalize.onnx.load import ORT_DEFAULT_OPS
 from tdag.canonicalize.onnx.ops import OPS
 from tdag.errors import InvalidModelError, UnsupportedOpError
 
-from support.guards import run_onnx
+from support.guards import reproduces
 
 RNG = np.random.default_rng(20)
 MS = "com.microsoft"
@@ -50,14 +49,8 @@ def _onnxruntime(model, args):
 def _check(model, args, expected=None, rtol=1e-5):
     """tdag.run and tdag.to_onnx (on onnxruntime) give onnxruntime's outputs."""
     expected = _onnxruntime(model, args) if expected is None else expected
-    prog = tdag.from_onnx(model)
-    tensors = [torch.from_numpy(a) for a in args]
-    for what, got in (("tdag.run", tdag.run(prog, *tensors)),
-                      ("to_onnx", run_onnx(tdag.to_onnx(prog), *tensors))):
-        got = got if isinstance(got, (tuple, list)) else (got,)
-        assert len(got) == len(expected), what
-        for g, e in zip(got, expected):
-            np.testing.assert_allclose(np.asarray(g), e, rtol=rtol, atol=rtol, err_msg=what)
+    reproduces(model, args, expected, lambda g, e, what: np.testing.assert_allclose(
+        np.asarray(g), e, rtol=rtol, atol=rtol, err_msg=what))
 
 
 @pytest.mark.parametrize("beta,bias,outputs,skip_shape", [
@@ -156,26 +149,13 @@ def test_optimised_tiny_bert(tmp_path):
     """A one-layer BERT exported by torch.onnx (legacy, opset 17) and optimised by
     onnxruntime's transformers optimizer (SkipLayerNormalization, com.microsoft Gelu; no
     Attention is fused from this export) imports and matches onnxruntime."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from onnxruntime.transformers.optimizer import optimize_model
 
-    torch.manual_seed(20)
-    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=64,
-                                     max_position_embeddings=16)
-    bert = transformers.BertModel(config).eval()
+    from support.hf_encoders import one_layer_bert_file
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids, mask):
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    ids, mask = torch.randint(0, 64, (1, 8)), torch.tensor([[1] * 6 + [0] * 2])
-    torch.onnx.export(Hidden(), (ids, mask), tmp_path / "bert.onnx", dynamo=False,
-                      input_names=["input_ids", "attention_mask"], opset_version=17)
+    feeds = one_layer_bert_file(tmp_path / "bert.onnx")
+    ids, mask = feeds["input_ids"], feeds["attention_mask"]
     optimised = optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=2,
                                hidden_size=32)
     assert {n.op_type for n in optimised.model.graph.node if n.domain == MS} >= {

@@ -19,7 +19,7 @@ from onnx import TensorProto, ValueInfoProto, helper, numpy_helper
 import tdag
 from tdag.errors import UnsupportedOpError
 
-from support.guards import run_onnx
+from support.guards import reproduces, run_onnx
 
 RNG = np.random.default_rng(20)
 MS = "com.microsoft"
@@ -100,14 +100,7 @@ def assert_quantized_close(got, expected, what=""):
 def _check(model, args):
     """tdag.run and tdag.to_onnx (on onnxruntime) give onnxruntime's outputs."""
     expected = _onnxruntime(model, args)
-    prog = tdag.from_onnx(model)
-    tensors = [torch.from_numpy(a) for a in args]
-    for what, got in (("tdag.run", tdag.run(prog, *tensors)),
-                      ("to_onnx", run_onnx(tdag.to_onnx(prog), *tensors))):
-        got = got if isinstance(got, (tuple, list)) else (got,)
-        assert len(got) == len(expected), what
-        for g, e in zip(got, expected):
-            assert_quantized_close(g, e, what)
+    reproduces(model, args, expected, assert_quantized_close)
 
 
 # -- elementwise, softmax, pooling, concat ---------------------------------------------------------
@@ -304,28 +297,12 @@ def _check_file(path, feeds, step):
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A one-layer BERT exported by torch.onnx (legacy, opset 17): its path and feeds."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(20)
-    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=64,
-                                     max_position_embeddings=16)
-    bert = transformers.BertModel(config).eval()
+    pytest.importorskip("transformers")
+    from support.hf_encoders import one_layer_bert_file
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids, mask):
-            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-    ids, mask = torch.randint(0, 64, (1, 8)), torch.tensor([[1] * 6 + [0] * 2])
     path = tmp_path_factory.mktemp("bert") / "bert.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Hidden(), (ids, mask), path, dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask"])
-    return path, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    feeds = one_layer_bert_file(path)
+    return path, {k: v.numpy() for k, v in feeds.items()}
 
 
 def test_dynamically_quantized_bert(tiny_bert, tmp_path):

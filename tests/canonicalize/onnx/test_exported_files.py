@@ -24,32 +24,13 @@ import onnxruntime as ort
 import pytest
 import torch
 import transformers
-from transformers import DynamicCache
 
 import tdag
 
+from support.cached_decoders import CachedStep
 from support.guards import assert_close
 
 LAYERS = 2
-
-
-class CachedStep(torch.nn.Module):
-    """A decoder step taking its past as flat tensors (``past_key_values.{i}.key`` ...) and
-    returning the logits and the present ones: transformers 5 keeps its cache in a
-    DynamicCache object, which the legacy exporter cannot take as an input."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, *past):
-        cache = DynamicCache()
-        for i in range(LAYERS):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         past_key_values=cache, use_cache=True)
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-        return (out.logits, *present)
 
 
 def _gpt2():
