@@ -37,11 +37,15 @@ from tdag.refine import (
                          CostReport,
                          add_batch,
                          compose,
+                         GradError,
                          decode_loop,
                          extract,
+                         grad,
+                         optim,
                          replace,
                          simplify,
                          strip_batch,
+                         train_step,
 )
 from tdag.reify import to_onnx, to_torch
 from tdag.lower.cost import cost  # tdag.refine.cost.report on the program and its lowered kernels
@@ -68,8 +72,8 @@ __all__ = [
     # run, check, read and write
     "load", "parse", "run", "save", "verify",
     # refine
-    "BatchError", "CostReport", "add_batch", "compose", "cost", "decode_loop", "extract",
-    "replace", "simplify", "strip_batch",
+    "BatchError", "CostReport", "GradError", "add_batch", "compose", "cost", "decode_loop",
+    "extract", "grad", "optim", "replace", "simplify", "strip_batch", "train_step",
     # reify
     "to_jax", "to_onnx", "to_torch",
     # view

@@ -15,7 +15,7 @@ from tdag.deinops.primitive import primitive, traffic
 from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.batching import Aligned
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
+from tdag.ir.record import Trait, no_gradient
 from tdag.ir.types import DType
 
 BITCAST_OPSET = 26  # the first ONNX opset with BitCast
@@ -63,4 +63,5 @@ primitive(Op.bitcast, BitCast, 1, _shape, lambda s, xs, r: xs[0].view(s.dtype.to
           traits=Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=lambda node, a, code: f"{a[0]}.view({dtype_expr(node.spec.dtype)})",
           onnx=_onnx,
-          jax=lambda node, a, cx: cx.lax.bitcast_convert_type(a[0], cx.dtype(node.spec.dtype)))
+          jax=lambda node, a, cx: cx.lax.bitcast_convert_type(a[0], cx.dtype(node.spec.dtype)),
+          vjp=no_gradient)

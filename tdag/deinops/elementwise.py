@@ -23,7 +23,7 @@ from tdag.ir.batching import (
     union,
 )
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
+from tdag.ir.record import Trait, no_gradient
 from tdag.ir.types import DType
 
 _UNARY = {
@@ -157,13 +157,44 @@ def _neg_values(spec, facts, batch, types) -> Affine:
     return times(facts[0], -1)  # -(s*i + r) = -s*i + (-r)
 
 
+# d/dx of each unary op as (x, y, dy, ops) -> dx; ``y`` is the op's output (torch's formulas)
+_UNARY_VJP = {
+    Op.neg: lambda x, y, dy, ops: -dy,
+    Op.reciprocal: lambda x, y, dy, ops: -dy * y * y,
+    Op.exp: lambda x, y, dy, ops: dy * y,
+    Op.log: lambda x, y, dy, ops: dy / x,
+    Op.sin: lambda x, y, dy, ops: dy * ops.cos(x),
+    Op.cos: lambda x, y, dy, ops: -dy * ops.sin(x),
+    Op.tan: lambda x, y, dy, ops: dy * (y * y + 1.0),
+    Op.asin: lambda x, y, dy, ops: dy * ops.rsqrt(1.0 - x * x),
+    Op.acos: lambda x, y, dy, ops: -dy * ops.rsqrt(1.0 - x * x),
+    Op.atan: lambda x, y, dy, ops: dy / (x * x + 1.0),
+    Op.sinh: lambda x, y, dy, ops: dy * ops.cosh(x),
+    Op.cosh: lambda x, y, dy, ops: dy * ops.sinh(x),
+    Op.tanh: lambda x, y, dy, ops: dy * (1.0 - y * y),
+    Op.asinh: lambda x, y, dy, ops: dy * ops.rsqrt(x * x + 1.0),
+    Op.acosh: lambda x, y, dy, ops: dy * ops.rsqrt((x - 1.0) * (x + 1.0)),
+    Op.atanh: lambda x, y, dy, ops: dy / (1.0 - x * x),
+    Op.erf: lambda x, y, dy, ops: dy * ops.exp(-x * x) * (2.0 / math.sqrt(math.pi)),
+    Op.erfinv: lambda x, y, dy, ops: dy * ops.exp(y * y) * (math.sqrt(math.pi) / 2.0),
+    Op.sign: None,  # piecewise constant: torch's gradient is zero
+}
+
+
+def _unary_vjp(op: Op):
+    rule = _UNARY_VJP[op]
+    if rule is None:
+        return no_gradient
+    return lambda spec, xs, y, dy, ops: (rule(xs[0], y, dy, ops),)
+
+
 for _op, (_fn, _float_only, _reason) in _UNARY.items():
     primitive(_op, NoSpec, 1, _unary_shape_rule(_op, _float_only), _unary_evaluator(_fn),
               elementwise_cost, _reason,
               traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
               batch=Aligned(values=_neg_values if _op is Op.neg else None),
               torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx,
-              jax=_unary_jax)
+              jax=_unary_jax, vjp=_unary_vjp(_op))
 
 
 def same_operands(op: str, ins) -> None:
@@ -225,7 +256,8 @@ primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] 
           traits=(Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.COMMUTATIVE
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_add_values),
-          torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1])
+          torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1],
+          vjp=lambda spec, xs, y, dy, ops: (dy, dy))
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
@@ -233,7 +265,8 @@ primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_multiply_values),
           torch=_multiply_torch, onnx=_multiply_onnx,
-          jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1])
+          jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1],
+          vjp=lambda spec, xs, y, dy, ops: (dy * xs[1], dy * xs[0]))
 
 
 class DivideMode(enum.Enum):
@@ -332,12 +365,26 @@ def _divide_jax(node, a, cx):
     return getattr(jnp, mode.value)(x, y)  # remainder (sign of b) or fmod (sign of a)
 
 
+def _divide_vjp(spec: Divide, xs, y, dy, ops):
+    """True division: (dy/b, -dy*a/b^2); a remainder moves with its dividend and against the
+    divisor times the rounded quotient (torch's rules); a rounded quotient is piecewise
+    constant, so no cotangent flows through it."""
+    a, b = xs
+    if spec.mode is DivideMode.true:
+        return dy / b, -dy * a / (b * b)
+    if spec.mode is DivideMode.remainder:
+        return dy, -dy * ops.floor_divide(a, b)
+    if spec.mode is DivideMode.fmod:
+        return dy, -dy * ops.trunc(a / b)
+    return None, None
+
+
 primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
           "a*(1/b) rounds twice in float32 and is wrong for integer floor division; "
           "a - b*floor(a/b) is not an exact remainder in floats",
           traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(),
-          torch=_divide_torch, onnx=_divide_onnx, jax=_divide_jax)
+          torch=_divide_torch, onnx=_divide_onnx, jax=_divide_jax, vjp=_divide_vjp)
 
 
 def _pow_torch(node, a, code):
@@ -348,11 +395,21 @@ def _pow_onnx(node, ins, g, cx):
     return g.node("Pow", ins)
 
 
+def _pow_vjp(spec, xs, y, dy, ops):
+    """torch's rules: the base's term is 0 where the exponent is 0 (0^0 has no slope), the
+    exponent's is 0 where the base is 0 and the exponent non-negative (log 0 would be -inf)."""
+    a, b = xs
+    da = ops.where(b == 0.0, 0.0, dy * b * ops.pow(a, b - 1.0))
+    db = ops.where(ops.logical_and(a == 0.0, b >= 0.0), 0.0, dy * y * ops.log(a))
+    return da, db
+
+
 primitive(Op.pow, NoSpec, 2, _binary_shape_rule(Op.pow), lambda s, xs, r: torch.pow(xs[0], xs[1]),
           elementwise_cost, "exp(y*log x) is inexact and fails for negative bases; sqrt = x^0.5",
           traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(),
-          torch=_pow_torch, onnx=_pow_onnx, jax=lambda node, a, cx: cx.jnp.power(a[0], a[1]))
+          torch=_pow_torch, onnx=_pow_onnx, jax=lambda node, a, cx: cx.jnp.power(a[0], a[1]),
+          vjp=_pow_vjp)
 
 
 # -- beyond exact compositions ----------------------------------------------------------------
@@ -394,7 +451,9 @@ primitive(Op.where, NoSpec, 3, _where_shape,
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_where_values),
           torch=_where_torch, onnx=_where_onnx,
-          jax=lambda node, a, cx: cx.jnp.where(a[0], a[1], a[2]))
+          jax=lambda node, a, cx: cx.jnp.where(a[0], a[1], a[2]),
+          vjp=lambda spec, xs, y, dy, ops: (None, ops.where(xs[0], dy, 0.0),
+                                            ops.where(xs[0], 0.0, dy)))
 
 
 class CompareKind(enum.Enum):
@@ -479,7 +538,7 @@ primitive(Op.compare, Compare, 2, _compare_shape,
           "comparisons make masks; no arithmetic composition yields a bool exactly",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_compare_values),
-          torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax)
+          torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax, vjp=no_gradient)
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,10 +568,18 @@ def _cast_values(spec: Cast, facts, batch, types) -> Affine | None:
     return UNKNOWN
 
 
+def _cast_vjp(spec: Cast, xs, y, dy, ops):
+    """Between float types the cotangent is cast back; to or from an integer, none flows."""
+    (x,) = xs
+    if x.dtype.is_float and spec.dtype.is_float:
+        return (ops.cast(dy, x.dtype),)
+    return (None,)
+
+
 primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           lambda s, xs, r: xs[0].to(s.dtype.torch), lambda s, ins, out: traffic(ins, out),
           "changes the element type; no arithmetic composition does",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE,
           batch=Aligned(values=_cast_values),
           torch=_cast_torch, onnx=_cast_onnx,
-          jax=lambda node, a, cx: a[0].astype(cx.dtype(node.spec.dtype)))
+          jax=lambda node, a, cx: a[0].astype(cx.dtype(node.spec.dtype)), vjp=_cast_vjp)

@@ -118,10 +118,27 @@ _SLICE_BATCH = AxisRule(
     values=same_values)
 
 
+def _slice_vjp(spec: Slice, xs, y, dy, ops):
+    """The mirror: the cotangent padded back to the input's extent. A strided slice first
+    interleaves step-1 zeros after each row (unsqueeze, pad, merge), then pads."""
+    (x,) = xs
+    for axis, start, step in zip(spec.axes, spec.starts, spec.steps):
+        count = dy.shape[axis]
+        if step > 1:
+            widths = [(0, 0)] * (dy.ndim + 1)
+            widths[axis + 1] = (0, step - 1)
+            dy = ops.group(ops.pad(ops.unsqueeze(dy, axis + 1), widths), axis, 2)
+        widths = [(0, 0)] * dy.ndim
+        widths[axis] = (start, as_dim(x.shape[axis] - start - count * step))
+        dy = ops.pad(dy, widths)
+    return (dy,)
+
+
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
           "takes a strided range of an axis; slice of pad recovers the input",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
-          batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx, jax=_slice_jax)
+          batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx, jax=_slice_jax,
+          vjp=_slice_vjp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,10 +209,18 @@ _PAD_BATCH = AxisRule(
     lambda s: replace(s, widths=((0, 0),) + tuple(s.widths)), mixing="pads the batch axis")
 
 
+def _pad_vjp(spec: Pad, xs, y, dy, ops):
+    """The mirror: the input's window of the cotangent (the border's constant has none)."""
+    (x,) = xs
+    for axis, (lo, _) in enumerate(spec.widths):
+        dy = ops.slice(dy, axis, lo, as_dim(lo + x.shape[axis]))
+    return (dy,)
+
+
 primitive(Op.pad, Pad, 1, _pad_shape, _pad_eval, movement_cost,
           "surrounds axes with a constant; mirror of slice (concat is pads + add)",
           traits=Trait.MOVEMENT | Trait.REMAP,
-          batch=_PAD_BATCH, torch=_pad_torch, onnx=_pad_onnx, jax=_pad_jax)
+          batch=_PAD_BATCH, torch=_pad_torch, onnx=_pad_onnx, jax=_pad_jax, vjp=_pad_vjp)
 
 
 # -- select / repeat --------------------------------------------------------------------------
@@ -234,11 +259,20 @@ _SELECT_BATCH = AxisRule(
     lambda s: Select(s.axis + 1, s.index), mixing="selects one sample", values=same_values)
 
 
+def _select_vjp(spec: Select, xs, y, dy, ops):
+    """The mirror: the cotangent as a size-1 axis, padded with zeros to the input's length."""
+    (x,) = xs
+    widths = [(0, 0)] * x.ndim
+    widths[spec.axis] = (spec.index, as_dim(x.shape[spec.axis] - spec.index - 1))
+    return (ops.pad(ops.unsqueeze(dy, spec.axis), widths),)
+
+
 primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
           "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
-          batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx, jax=_select_jax)
+          batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx, jax=_select_jax,
+          vjp=_select_vjp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,4 +353,5 @@ primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,
           "broadcasts size-1 axes (explicit broadcasting); select or reduce undoes it",
           traits=(Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING
                   | Trait.INSERTING),
-          batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx, jax=broadcast_jax)
+          batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx, jax=broadcast_jax,
+          vjp=lambda spec, xs, y, dy, ops: (ops.sum(dy, spec.axes, keepdim=True),))

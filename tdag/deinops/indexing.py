@@ -17,10 +17,11 @@ from tdag.ir.batching import (
     Mixes,
     OperandRule,
     SampleCount,
+    divide,
     nonnegative,
 )
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
+from tdag.ir.record import Trait, no_gradient
 from tdag.ir.symbols import Dim, as_dim, dims_equal, format_dim, is_static
 from tdag.ir.types import DType, TensorType, check_dim
 
@@ -76,18 +77,20 @@ def _gather_strip(spec: Gather, in_types, states, facts) -> tuple:
 def _own_rows(spec: Gather, table, index, fact: Affine) -> tuple:
     """A table with the batch folded into the gathered axis (``inner`` rows per sample, as
     torch flattens positions repeated over the batch), indexed by ``inner * i + j`` with
-    ``0 <= j < inner`` (i the sample index): each sample looks up ``j`` in its own rows."""
+    ``0 <= j < inner`` (i the sample index): each sample looks up ``j`` in its own rows.
+    The index may hold the batch folded too (DeBERTa's take-along over ``[batch * heads,
+    q, k]``): the output holds it as the index does."""
     own = (isinstance(table, Folded) and table.axis == spec.axis
            and dims_equal(fact.stride, table.inner) and fact.lo is not None
            and fact.hi is not None and nonnegative(fact.lo)
            and nonnegative(table.inner - 1 - fact.hi))
-    if not own or not isinstance(index, Batched):
+    if not own or index is None:
         rows = f"[0, {format_dim(table.inner)})" if isinstance(table, Folded) else "its rows"
         raise Mixes("looks up an index computed from the sample index (an arange over the "
                     "batch) outside the sample's own rows: "
                     f"{format_dim(fact.stride)} * sample + j with j in "
                     f"[{_bound(fact.lo)}, {_bound(fact.hi)}], not provably within {rows}")
-    return spec, Batched(spec.axis + index.axis)
+    return spec, replace(index, axis=spec.axis + index.axis)
 
 
 def _bound(x: Dim | None) -> str:
@@ -135,11 +138,18 @@ def _gather_jax(node, a, cx):
     return cx.jnp.take(table, index, axis=node.spec.axis, mode="clip")
 
 
+def _gather_vjp(spec: Gather, xs, y, dy, ops):
+    """The mirror: the cotangent's rows scatter-added back to where they were read."""
+    table, index = xs
+    zeros = ops.zeros(table.shape, table.dtype, like=table)
+    return ops.scatter(zeros, index, dy, spec.axis, "add"), None
+
+
 primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
           traits=Trait.PICKS,
           batch=OperandRule(_gather_strip, _gather_insert, values=_gather_values),
-          torch=_gather_torch, onnx=_gather_onnx, jax=_gather_jax)
+          torch=_gather_torch, onnx=_gather_onnx, jax=_gather_jax, vjp=_gather_vjp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,24 +173,33 @@ def _iota_onnx(node, ins, g, cx):
 
 
 def _iota_values(spec: Iota, facts, batch, types) -> Affine:
-    """0 .. length-1; an iota over a symbolic batch is the sample index (``_iota_sample``)."""
-    if _counts_samples(spec, batch):
-        return Affine(1, 0, 0)
+    """0 .. length-1; an iota over a symbolic batch is the sample index (``_iota_sample``),
+    one over ``k`` times it counts ``k`` positions per sample: ``k * i + j``."""
+    k = _per_sample(spec, batch)
+    if k is not None:
+        return Affine(k, 0, k - 1)
     return Affine(0, 0, as_dim(spec.length - 1))
 
 
 def _iota_sample(spec: Iota, target, batch: Dim) -> tuple | None:
-    """Per sample, ``arange(batch)`` is ``i = 1 * i + 0``: the per-sample part is a 0."""
-    if not _counts_samples(spec, batch):
-        return None
-    return ((Op.iota, Iota(1, spec.dtype)), (Op.squeeze, Squeeze((0,))))
+    """Per sample, ``arange(batch)`` is ``i = 1 * i + 0``: the per-sample part is a 0; the
+    flat row numbers ``arange(k * batch)`` of a take-along over ``[batch * heads, ...]``
+    are ``k * i + j``, folded (``k`` per sample): the per-sample part is ``arange(k)``."""
+    k = _per_sample(spec, batch)
+    if isinstance(target, Folded):
+        return ((Op.iota, Iota(k, spec.dtype)),) if k and dims_equal(target.inner, k) else None
+    return ((Op.iota, Iota(1, spec.dtype)), (Op.squeeze, Squeeze((0,)))) if k == 1 else None
 
 
-def _counts_samples(spec: Iota, batch: Dim) -> bool:
-    # a symbolic length says it counts samples; iota(3) at a static batch of 3 may be three
-    # positions, read as samples only where strip_batch says so (SampleCount)
-    return (not is_static(batch) or isinstance(batch, SampleCount)) and \
-        dims_equal(spec.length, batch)
+def _per_sample(spec: Iota, batch: Dim) -> int | None:
+    """``k`` where the iota counts ``k`` positions per sample (its length is ``k`` times the
+    batch), else None. A symbolic length says it counts samples; iota(3) at a static batch
+    of 3 may be three positions, read as samples only where strip_batch says so
+    (SampleCount), and iota(6) is read as positions (at a batch of 2, so may be arange(q))."""
+    if is_static(batch):
+        return 1 if isinstance(batch, SampleCount) and spec.length == batch else None
+    k = divide(spec.length, batch)
+    return k if k is not None and is_static(k) and k > 0 else None
 
 
 primitive(Op.iota, Iota, 0, _iota_shape,
@@ -192,4 +211,5 @@ primitive(Op.iota, Iota, 0, _iota_shape,
           traits=Trait.NONE, batch=Aligned(values=_iota_values, broadcast=_iota_sample),
           torch=_iota_torch, onnx=_iota_onnx,
           jax=lambda node, a, cx: cx.jnp.arange(cx.resolve(node.spec.length),
-                                                dtype=cx.dtype(node.spec.dtype)))
+                                                dtype=cx.dtype(node.spec.dtype)),
+          vjp=no_gradient)

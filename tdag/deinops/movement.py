@@ -86,7 +86,9 @@ primitive(Op.permute, Permute, 1, _permute_shape,
           lambda spec, xs, r: xs[0].permute(spec.perm), movement_cost,
           "reorders axes; the mirror of itself (inverse permutation)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx, jax=_permute_jax)
+          batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx, jax=_permute_jax,
+          vjp=lambda spec, xs, y, dy, ops: (
+              ops.permute(dy, tuple(spec.perm.index(i) for i in range(len(spec.perm)))),))
 
 
 # -- group / ungroup --------------------------------------------------------------------------
@@ -151,7 +153,9 @@ _GROUP_BATCH = AxisRule(
 primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
           "merges adjacent axes (einops parentheses on the right); mirror of ungroup",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx, jax=reshape_jax)
+          batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx, jax=reshape_jax,
+          vjp=lambda spec, xs, y, dy, ops: (
+              ops.ungroup(dy, spec.axis, xs[0].shape[spec.axis:spec.axis + spec.count]),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +264,8 @@ _UNGROUP_BATCH = AxisRule(
 primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
           "splits one axis into several (einops parentheses on the left); mirror of group",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx, jax=reshape_jax)
+          batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx, jax=reshape_jax,
+          vjp=lambda spec, xs, y, dy, ops: (ops.group(dy, spec.axis, len(spec.sizes)),))
 
 
 # -- squeeze / unsqueeze ----------------------------------------------------------------------
@@ -306,7 +311,8 @@ _SQUEEZE_BATCH = AxisRule(
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
           "drops size-1 axes; mirror of unsqueeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
-          batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx, jax=reshape_jax)
+          batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx, jax=reshape_jax,
+          vjp=lambda spec, xs, y, dy, ops: (ops.unsqueeze(dy, spec.axes),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,4 +366,4 @@ primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movemen
           "inserts size-1 axes; mirror of squeeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING,
           batch=_UNSQUEEZE_BATCH, torch=_unsqueeze_torch, onnx=_unsqueeze_onnx,
-          jax=_unsqueeze_jax)
+          jax=_unsqueeze_jax, vjp=lambda spec, xs, y, dy, ops: (ops.squeeze(dy, spec.axes),))

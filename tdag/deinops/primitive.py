@@ -21,6 +21,7 @@ from tdag.ir.record import (
     ShapeRule,
     TorchEmitter,
     Trait,
+    VjpRule,
     register,
 )
 from tdag.ir.symbols import Dim, as_dim
@@ -30,11 +31,13 @@ from tdag.ir.types import TensorType
 def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
               cost: CostRule, reason: str, *, traits: Trait, batch: BatchRule | None = None,
               torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
-              jax: JaxEmitter, decompose: Decomposer | None = None) -> OpRecord:
+              jax: JaxEmitter, decompose: Decomposer | None = None,
+              vjp: VjpRule | None = None) -> OpRecord:
     """Register the record of ``op``; called once per op by the module that defines it. A
-    kernel gives ``decompose``, the composition it stands for; a primitive has none."""
+    kernel gives ``decompose``, the composition it stands for; a primitive has none. Every
+    primitive gives ``vjp``; a kernel may leave it to its composition."""
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
-                             torch, onnx, jax, decompose))
+                             torch, onnx, jax, decompose, vjp))
 
 
 def traffic(in_types: Sequence[TensorType], out: TensorType, flops: Dim = 0,

@@ -128,7 +128,43 @@ def _reduce_jax(node, a, cx):
     return fn(x, axis=axes).astype(x.dtype)  # torch sums small ints in i64, then casts back
 
 
+def _reduce_vjp(spec: Reduce, xs, y, dy, ops):
+    """sum: the cotangent repeated back (the mirror); max/min: shared evenly by the elements
+    that attain the extreme (torch's amax rule); prod: the product of the others, from an
+    exclusive scan each way so zeros are exact."""
+    (x,) = xs
+    if not spec.axes:
+        return (dy,)
+    back = ops.broadcast_to(ops.unsqueeze(dy, spec.axes), x.shape)
+    if spec.kind is ReduceKind.sum:
+        return (back,)
+    if spec.kind is ReduceKind.prod:
+        return (back * _product_of_others(x, spec.axes, ops),)
+    hit = x == ops.broadcast_to(ops.unsqueeze(y, spec.axes), x.shape)
+    count = ops.sum(ops.cast(hit, x.dtype), spec.axes, keepdim=True)
+    return (ops.where(hit, back / count, 0.0),)
+
+
+def _product_of_others(x, axes: tuple, ops):
+    """For each element, the product of the other elements of its reduced group: the reduced
+    axes moved last and merged, then the exclusive running products from both ends."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    order = kept + list(axes)
+    flat = ops.group(ops.permute(x, order), len(kept), len(axes))
+    last, n = flat.ndim - 1, flat.shape[-1]
+
+    def exclusive(reverse: bool):
+        widths = [(0, 0)] * flat.ndim
+        widths[last] = (0, 1) if reverse else (1, 0)
+        shifted = ops.pad(ops.scan(flat, last, "mul", reverse), widths, 1.0)
+        return ops.slice(shifted, last, 1 if reverse else 0, n + 1 if reverse else n)
+
+    others = exclusive(False) * exclusive(True)
+    others = ops.ungroup(others, len(kept), [x.shape[a] for a in axes])
+    return ops.permute(others, tuple(order.index(a) for a in range(x.ndim)))
+
+
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
           "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
           traits=Trait.ACCUMULATES, batch=_REDUCE_BATCH,
-          torch=_reduce_torch, onnx=_reduce_onnx, jax=_reduce_jax)
+          torch=_reduce_torch, onnx=_reduce_onnx, jax=_reduce_jax, vjp=_reduce_vjp)

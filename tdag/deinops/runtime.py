@@ -34,7 +34,7 @@ from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
+from tdag.ir.record import Trait, no_gradient
 from tdag.ir.symbols import Dim, symbol
 from tdag.ir.types import DType, TensorType
 
@@ -81,7 +81,8 @@ primitive(Op.nonzero, NonZero, 1, _nonzero_shape, lambda s, xs, r: torch.nonzero
           traits=Trait.FRESH_SIZE,
           batch=Refuse("counts the nonzero elements of every sample together"),
           torch=lambda node, a, code: f"torch.nonzero({a[0]})", onnx=_nonzero_onnx,
-          jax=lambda node, a, cx: cx.jnp.argwhere(a[0]).astype(cx.dtype(DType.i64)))
+          jax=lambda node, a, cx: cx.jnp.argwhere(a[0]).astype(cx.dtype(DType.i64)),
+          vjp=no_gradient)
 
 
 # -- arange of a run-time scalar ----------------------------------------------------------------
@@ -142,5 +143,5 @@ primitive(Op.arange, Arange, 1, _arange_shape, _arange_eval,
           "size (.item(), ONNX shapes given at run time); iota's length is known before",
           traits=Trait.FRESH_SIZE,
           batch=Refuse("turns one value into a size shared by every sample"),
-          torch=_arange_torch, onnx=_arange_onnx, jax=_arange_jax)
+          torch=_arange_torch, onnx=_arange_onnx, jax=_arange_jax, vjp=no_gradient)
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import onnx
 import torch
 
 from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import Cost, primitive, traffic
-from tdag.errors import ShapeError, UnsupportedOpError
+from tdag.errors import ShapeError
 from tdag.ir.batching import UNKNOWN, Affine, AxisRule, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
@@ -114,14 +115,41 @@ def _scan_onnx(node, ins, g, cx):
     if combine == "add":
         y = g.node("CumSum", [x, g.const(s.axis)], reverse=int(s.reverse))
     elif not is_static(n):
-        raise UnsupportedOpError(f"scan[{s.combine}] of node {node.name} along the symbolic "
-                                 f"axis {n}: ONNX has no cumulative {s.combine} (only CumSum)")
+        y = _running(g, x, s.axis, combine, s.reverse, g.const(_identity(combine, wide), wide),
+                     wide)
     else:
         scan = _Blelloch(g, s.axis, combine, g.const(_identity(combine, wide), wide),
                          list(node.type.shape))
         y = _flip(g, scan(_flip(g, x, s.axis) if s.reverse else x, int(n)), s.axis) \
             if s.reverse else scan(x, int(n))
     return y if wide is dtype else g.cast(y, dtype)
+
+
+def _running(g, x: str, axis: int, combine: str, reverse: bool, identity: str,
+             dtype: DType) -> str:
+    """An ONNX ``Scan`` carrying the running value along an axis whose length is known only
+    at run time (the Blelloch levels are laid out per static length): one combine of a
+    slice per step, from the end where ``reverse`` (the scan's directions). onnxruntime's
+    Scan fails on no steps, so one identity step goes first (cut off after)."""
+    body = g.child()
+    state, item = body.names("running"), body.names("item")
+    new = body.node(combine.capitalize(), [state, item])
+    out = body.node("Identity", [new])
+    info = [onnx.helper.make_tensor_value_info(v, dtype.onnx, None)
+            for v in (state, item, new, out)]
+    shape = g.node("Shape", [x])
+    rest = g.node("Concat", [g.node("Slice", [shape, g.const([0]), g.const([axis])]),
+                             g.node("Slice", [shape, g.const([axis + 1]),
+                                              g.const([2 ** 62])])], axis=0)
+    start = g.node("Expand", [identity, rest])
+    first = [0, 1] if reverse else [1, 0]
+    x = g.node("Pad", [x, g.const(first), identity, g.const([axis])])
+    _, y = g.node("Scan", [start, x], outputs=2, num_scan_inputs=1,
+                  body=body.graph(g.names("scan_body"), info[:2], info[2:]),
+                  scan_input_axes=[axis], scan_output_axes=[axis],
+                  scan_input_directions=[int(reverse)], scan_output_directions=[int(reverse)])
+    stop = [-1] if reverse else [2 ** 62]
+    return g.node("Slice", [y, g.const([first[0]]), g.const(stop), g.const([axis])])
 
 
 def _flip(g, x: str, axis: int) -> str:
@@ -208,8 +236,45 @@ _SCAN_BATCH = AxisRule(lambda s, t: {s.axis}, same_axis, _axis_drop,
                        mixing="accumulates along the batch axis", values=_scan_values)
 
 
+def _scan_vjp(spec: Scan, xs, y, dy, ops):
+    """add: the reverse scan of the cotangent (the mirror); max/min: each output's cotangent
+    to the position holding its running extreme (the last one of a tie, or the NaN, as
+    torch's cummax picks); mul: ``_product_scan_vjp``."""
+    (x,) = xs
+    if spec.combine == "add":
+        return (ops.scan(dy, spec.axis, "add", not spec.reverse),)
+    if spec.combine == "mul":
+        return (_product_scan_vjp(spec, x, y, dy, ops),)
+    n = x.shape[spec.axis]
+    shape = [1] * x.ndim
+    shape[spec.axis] = n
+    where_ = ops.broadcast_to(ops.reshape(ops.iota(n, "i64", x.builder), shape), x.shape)
+    holds = ops.logical_or(x == y, ops.isnan(x))
+    if spec.reverse:  # from the end: the first position (in index order) of a tie
+        past_end = ops.size_tensor(x, (spec.axis,), "i64")
+        source = ops.scan(ops.where(holds, where_, past_end), spec.axis, "min", True)
+    else:
+        source = ops.scan(ops.where(holds, where_, -1), spec.axis, "max")
+    zeros = ops.zeros(x.shape, x.dtype, like=x)
+    return (ops.scatter_elements(zeros, spec.axis, source, dy, "sum"),)
+
+
+def _product_scan_vjp(spec: Scan, x, y, dy, ops):
+    """d cumprod: before the first zero of a row, the reverse sum of dy*y over x; at the
+    first zero, the reverse sum of dy times the running product with that zero read as 1;
+    after it, nothing (every product holds the zero). Linear, and exact with zeros."""
+    axis, reverse = spec.axis, spec.reverse
+    zero = ops.cast(x == 0.0, x.dtype)
+    seen = ops.scan(zero, axis, "add", reverse)
+    before, first = seen == 0.0, ops.logical_and(zero == 1.0, seen == 1.0)
+    after_sum = ops.scan(dy * y, axis, "add", not reverse) / ops.where(before, x, 1.0)
+    skipped = ops.scan(ops.where(first, 1.0, x), axis, "mul", reverse)
+    at_zero = ops.scan(dy * skipped, axis, "add", not reverse)
+    return ops.where(before, after_sum, ops.where(first, at_zero, 0.0))
+
+
 primitive(Op.scan, Scan, 1, _scan_shape, _scan_eval, _scan_cost,
           "cumulative sum/prod/max/min along an axis (cumsum, cummax, logcumsumexp) in n; "
           "pad + unfold + reduce over every prefix costs n^2",
           traits=Trait.NONE, batch=_SCAN_BATCH,
-          torch=_scan_torch, onnx=_scan_onnx, jax=_scan_jax)
+          torch=_scan_torch, onnx=_scan_onnx, jax=_scan_jax, vjp=_scan_vjp)

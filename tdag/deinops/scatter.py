@@ -257,10 +257,71 @@ def _scatter_jax(node, a, cx):
     return getattr(target.at[where], method)(values)
 
 
+def _scatter_vjp(spec: Scatter, xs, y, dy, ops):
+    """The mirror: each written row's cotangent gathered from where it landed. add: the
+    target keeps all of it; replace: the target's written positions and the rows a later
+    duplicate overwrote get none; max/min: shared evenly by the target and the rows that
+    attain the result (torch's scatter_reduce amax rule); mul: ``_product_scatter_vjp``."""
+    target, index, values = xs
+    axis = spec.axis
+    landed = ops.gather(dy, index, axis, wrap=False)
+    if spec.combine == "add":
+        return dy, None, landed
+    if spec.combine == "replace":
+        kept = _rows_of_values(_last_writes(index, target.shape[axis], ops), axis, values, ops)
+        return ops.scatter(dy, index, 0.0, axis), None, ops.where(kept, landed, 0.0)
+    if spec.combine == "mul":
+        return _product_scatter_vjp(spec, target, index, values, y, dy, ops)
+    hit_target = target == y
+    hit_values = values == ops.gather(y, index, axis, wrap=False)
+    count = ops.scatter(ops.cast(hit_target, y.dtype), index, ops.cast(hit_values, y.dtype),
+                        axis, "add")
+    share = dy / count
+    return (ops.where(hit_target, share, 0.0), None,
+            ops.where(hit_values, ops.gather(share, index, axis, wrap=False), 0.0))
+
+
+def _last_writes(index, length, ops):
+    """Whether each write is the last one at its position (row-major order), the one a
+    replace keeps: each position's winner is the scatter of the writes' numbers."""
+    flat = ops.reshape(index, (-1,))
+    number = ops.iota(flat.shape[0], "i64", index.builder)
+    winner = ops.scatter(ops.full((length,), -1, "i64", like=index), flat, number, 0)
+    return ops.reshape(ops.gather(winner, flat, 0, wrap=False) == number, index.shape)
+
+
+def _rows_of_values(mask, axis: int, values, ops):
+    """A mask over the index's shape broadcast to the values' (the target's other axes)."""
+    before, after = axis, values.ndim - axis - mask.ndim
+    mask = ops.unsqueeze(mask, tuple(range(before)) + tuple(
+        range(before + mask.ndim, before + mask.ndim + after)))
+    return ops.broadcast_to(mask, values.shape)
+
+
+def _product_scatter_vjp(spec: Scatter, target, index, values, y, dy, ops):
+    """Each factor's cotangent is dy times the product of the other factors at its position
+    (the target's and every row written there): the product of the nonzero factors over the
+    factor itself where no other factor is zero, else 0; exact with zeros."""
+    axis = spec.axis
+    zero_t, zero_v = target == 0.0, values == 0.0
+    zeros = ops.scatter(ops.cast(zero_t, y.dtype), index, ops.cast(zero_v, y.dtype), axis, "add")
+    nonzero = ops.scatter(ops.where(zero_t, 1.0, target), index, ops.where(zero_v, 1.0, values),
+                          axis, "mul")
+
+    def others(x, is_zero, zeros_here, nonzero_here):
+        alone = (zeros_here - ops.cast(is_zero, y.dtype)) == 0.0
+        return ops.where(alone, nonzero_here / ops.where(is_zero, 1.0, x), 0.0)
+
+    d_target = dy * others(target, zero_t, zeros, nonzero)
+    gathered = [ops.gather(t, index, axis, wrap=False) for t in (dy, zeros, nonzero)]
+    d_values = gathered[0] * others(values, zero_v, gathered[1], gathered[2])
+    return d_target, None, d_values
+
+
 primitive(Op.scatter, Scatter, 3, _scatter_shape, _scatter_eval, _scatter_cost,
           "writes rows at computed positions with a combine (index_add, scatter_reduce, "
           "index_put, bincount); comparing every write with every target element costs "
           "O(writes x target) where the kernel is O(writes + target)",
           traits=Trait.NONE,
           batch=OperandRule(_scatter_strip, _scatter_insert, mixing="writes along the batch axis"),
-          torch=_scatter_torch, onnx=_scatter_onnx, jax=_scatter_jax)
+          torch=_scatter_torch, onnx=_scatter_onnx, jax=_scatter_jax, vjp=_scatter_vjp)

@@ -20,7 +20,7 @@ from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
 from tdag.ir.batching import AxisRule, same_axis
 from tdag.ir.op import Op
-from tdag.ir.record import Trait
+from tdag.ir.record import Trait, no_gradient
 from tdag.ir.symbols import Dim, as_dim, is_static
 from tdag.ir.types import DType, TensorType
 
@@ -103,4 +103,4 @@ primitive(Op.sort, Sort, 1, _sort_shape, _sort_eval, _sort_cost,
           "the stable sorting permutation along an axis: n log n compares per row, where "
           "ranking every pair (the composition) costs n^2 time and memory",
           traits=Trait.NONE, batch=_SORT_BATCH,
-          torch=_sort_torch, onnx=_sort_onnx, jax=_sort_jax)
+          torch=_sort_torch, onnx=_sort_onnx, jax=_sort_jax, vjp=no_gradient)

@@ -104,7 +104,9 @@ _UNFOLD_BATCH = AxisRule(lambda s, t: {s.axis}, same_axis, _axis_drop, _axis_ins
 primitive(Op.unfold, Unfold, 1, _unfold_shape, _unfold_eval, movement_cost,
           "sliding windows of an axis, the window axis appended last (conv, pooling)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.EXPANDING | Trait.INSERTING,
-          batch=_UNFOLD_BATCH, torch=_unfold_torch, onnx=_unfold_onnx, jax=_unfold_jax)
+          batch=_UNFOLD_BATCH, torch=_unfold_torch, onnx=_unfold_onnx, jax=_unfold_jax,
+          vjp=lambda spec, xs, y, dy, ops: (ops.fold(dy, spec.axis, xs[0].shape[spec.axis],
+                                                     spec.step, spec.dilation),))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,18 @@ _FOLD_BATCH = AxisRule(lambda s, t: {s.axis, t.rank - 1}, same_axis, _axis_drop,
                        mixing="overlap-adds along the batch axis")
 
 
+def _fold_vjp(spec: Fold, xs, y, dy, ops):
+    """The mirror: the cotangent's windows (those the input had: a longer output holds more)."""
+    (x,) = xs
+    count = x.shape[spec.axis]
+    if is_static(count) and count == 0:
+        return (ops.zeros(x.shape, x.dtype, like=x),)
+    windows = ops.unfold(dy, spec.axis, x.shape[-1], spec.step, spec.dilation)
+    return (ops.slice(windows, spec.axis, 0, count),)
+
+
 primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
           "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
           traits=Trait.MOVEMENT | Trait.ACCUMULATES,
-          batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx, jax=_fold_jax)
+          batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx, jax=_fold_jax,
+          vjp=_fold_vjp)

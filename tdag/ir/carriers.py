@@ -36,7 +36,8 @@ CARRIER = {DType.u16: DType.i64, DType.u32: DType.i64, DType.u64: DType.i64,
 
 # ops two's complement int64 computes bit for bit as uint64 does
 _U64_EXACT = frozenset({Op.add, Op.multiply, Op.neg, Op.where, Op.gather, Op.concat,
-                        Op.reshape, Op.expand, Op.pad, Op.fold, Op.unfold})
+                        Op.reshape, Op.expand, Op.pad, Op.fold, Op.unfold, Op.take_along,
+                        Op.put_along})
 _U64_EXACT_KINDS = frozenset({"eq", "ne", "sum", "prod"})  # of compare and reduce
 _U64_ORDER_KINDS = frozenset({"lt", "le", "gt", "ge", "max", "min"})
 _U64_SORTS = frozenset({Op.sort, Op.topk})  # order, and move values or give positions

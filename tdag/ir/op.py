@@ -95,6 +95,11 @@ class Op(enum.Enum):
     argmin = "argmin"
     cum_extreme = "cum_extreme"  # cummax/cummin values or indices, one pass for both
     bincount = "bincount"  # an integer target plus the count of each index: one pass
+    searchsorted = "searchsorted"  # one call, where the binary search unrolled is ~13 passes
+    take_along = "take_along"  # a sort's permutation read row by row: no flat gather
+    put_along = "put_along"  # ... written back row by row: no dedupe of the writes
+    logcumsumexp = "logcumsumexp"  # one pass, where the f64 shifted form is ~15 passes
+    embedding_bag = "embedding_bag"  # rows gathered and reduced into bags: one pass
     conv_integer = "conv_integer"
     dynamic_quantize = "dynamic_quantize"  # one output of DynamicQuantizeLinear
     qlinear_conv = "qlinear_conv"  # conv_integer + bias, requantized to 8 bits
@@ -102,3 +107,6 @@ class Op(enum.Enum):
     tree_sum = "tree_sum"  # a forest's walk, summed over its trees (ai.onnx.ml trees)
     normalize_rows = "normalize_rows"  # rows by their MAX, L1 or L2 norm (ai.onnx.ml)
     svm_scores = "svm_scores"  # support vector machine scores (ai.onnx.ml SVMs)
+    linear_classifier = "linear_classifier"  # a label or scores of ai.onnx.ml LinearClassifier
+    svm_label = "svm_label"  # SVMClassifier's label: one-vs-one votes of its pair scores
+    grouped_mm = "grouped_mm"  # each expert's rows by its matrix (mixture of experts)

@@ -22,7 +22,13 @@ registers a primitive's rules beside it. One ``OpRecord`` per op holds:
 - ``decompose``: for a kernel, the composition it stands for, ``(spec, *operands) -> Tensor``
   (or a tuple of Tensors) written with ``tdag.ops``: it adapts the spec to the one ``tdag.ops``
   function that holds the composition (``ops.softmax``, ``ops.conv`` ...), which lowering
-  recognises back as this kernel (``tests/lower/test_decompose.py``); None for a primitive.
+  recognises back as this kernel (``tests/lower/test_decompose.py``); None for a primitive;
+- ``vjp``: the reverse-mode rule, ``(spec, operands, output, cotangent, ops) -> one cotangent
+  per operand`` (None where none flows: integer operands, a constant the output does not vary
+  with). The values are Tensors of the gradient graph under construction and ``ops`` is
+  ``tdag.ops``, handed in by ``tdag.refine.grad`` as JAX emitters get jax from ``ctx``, so the
+  records never import the compositions. A kernel without one is differentiated through its
+  ``decompose``.
 
 A new target or a new analysis is one new field here, filled in every record; a new op is
 one new record, written next to its spec in ``tdag/deinops``. ``tdag.ir`` reads the registry
@@ -101,6 +107,7 @@ TorchEmitter = Callable[..., str]   # (node, operand expressions, code generator
 OnnxEmitter = Callable[..., str]    # (node, operand names, GraphBuilder, context) -> name
 JaxEmitter = Callable[..., object]  # (node, operand arrays, JaxContext) -> jax.Array
 Decomposer = Callable[..., object]  # (spec, *operand Tensors) -> Tensor: a kernel's composition
+VjpRule = Callable[..., tuple]      # (spec, operands, output, cotangent, ops) -> cotangents
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ class OpRecord:
     onnx: OnnxEmitter
     jax: JaxEmitter
     decompose: Decomposer | None = None  # kernels only
+    vjp: VjpRule | None = None  # every primitive; a kernel may differentiate its decompose
 
     def takes(self, count: int) -> bool:
         """Whether ``count`` operands are accepted."""
@@ -129,6 +137,12 @@ class OpRecord:
 
 REGISTRY: dict[Op, OpRecord] = {}
 _WITH: dict[Trait, frozenset] = {}
+
+
+def no_gradient(spec, operands, output, cotangent, ops) -> tuple:
+    """The VJP of an op whose output does not vary smoothly with any operand (a comparison,
+    an index, a sort's permutation, a bit pattern): no cotangent flows back."""
+    return (None,) * len(operands)
 
 
 def register(record: OpRecord) -> OpRecord:
@@ -159,5 +173,5 @@ def has(op: Op, trait: Trait) -> bool:
     return op in ops_with(trait)
 
 
-__all__ = ["Cost", "NoSpec", "OpRecord", "REGISTRY", "Trait", "has", "ops_with", "record",
-           "register"]
+__all__ = ["Cost", "NoSpec", "OpRecord", "REGISTRY", "Trait", "has", "no_gradient", "ops_with",
+           "record", "register"]

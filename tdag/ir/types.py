@@ -155,6 +155,10 @@ class TensorType:
         return f"{self.dtype.value}[{','.join(format_dim(d) for d in self.shape)}]"
 
 
+BACKWARD = "vjp:"         # an origin op so prefixed: a node of a backward pass (tdag.grad)
+OPTIMIZER = "optimizer:"  # ... of an optimizer's update (tdag.train_step)
+
+
 @dataclass(frozen=True, slots=True)
 class Origin:
     """Provenance of a node: the source op, its module path and the source location."""
@@ -170,6 +174,13 @@ class Origin:
         if self.location:
             text += f" ({self.location})"
         return text
+
+    @property
+    def phase(self) -> str:
+        """"forward", "backward" or "optimizer": the part of a training step the node is."""
+        if self.op.startswith(BACKWARD):
+            return "backward"
+        return "optimizer" if self.op.startswith(OPTIMIZER) else "forward"
 
 
 def spec_of(value) -> TensorType:

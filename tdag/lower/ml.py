@@ -12,6 +12,9 @@ node replaced, so a near miss stays the exact composition it was.
     sum_T(leaves[walk^depth(roots)])      -> tree_sum(x, tables..., leaves)
     where(norm(x) != 0, x / norm(x), x)   -> normalize_rows(x)   (MAX, L1; L2 signed sqrt)
     f32(sum_S(f32(k(x, V) * W)) + rho)    -> svm_scores(x, V, W, rho)   (and row @ W + rho)
+    labels[first_highest(x @ W + b)]      -> linear_classifier[labels](x, W, b)
+    transform(x @ W + b)                  -> linear_classifier[transform](x, W, b)
+    labels[argmax(votes(svm_scores(...)))] -> svm_label[labels](svm_scores(...))
 
 An imported SVM's V, W and rho are constants that simplify has folded (x - V became x + c,
 c = -V of shape [1, S, F]): its rule proposes them unfolded and matches the decomposition of
@@ -31,10 +34,11 @@ from tdag.ir.types import TensorKind
 from tdag.ops.builder import Builder
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
-from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.rewrite import Context, NoMatch, Rewrite, Rule
 from tdag.ir.types import DType
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
-from tdag.lower.match import matches_kernel, simplified
+from tdag.lower.kernels.ml_classifiers import LINEAR_TRANSFORMS, LinearClassify, SvmLabel
+from tdag.lower.match import matches_kernel, simplified, trace_axes
 from tdag.ops.ml import COMPARE, NORMS
 
 _VIEWS = frozenset({Op.unsqueeze, Op.repeat})
@@ -296,9 +300,107 @@ def svm_rule(node: Node, ctx: Context):
     return NoMatch("not the scores svm_scores decomposes to")
 
 
+# -- linear_classifier --------------------------------------------------------------------------
+
+_LABEL_CONE = 40  # nodes between a label and its scores (a NaN test, votes): two dozen
+
+
+def _affine(ctx: Context, scores: str):
+    """The (x, W, b) candidates of ``scores`` = x @ W + b: the sources of the matmul's
+    broadcast product (either order; matching decides) and the bias's."""
+    add = ctx.made(scores, Op.add)
+    for product, bias in (add.inputs, add.inputs[::-1]) if add is not None else ():
+        total, (b, _) = ctx.made(product, Op.reduce), trace_axes(ctx, bias)
+        multiply = ctx.made(total.inputs[0], Op.multiply) if total is not None else None
+        if multiply is not None and ctx.type(b).rank == 1:
+            x, w = (trace_axes(ctx, n)[0] for n in multiply.inputs)
+            return [(x, w, b), (w, x, b)]
+    return []
+
+
+def _labels(ctx: Context, node: Node) -> tuple[int, ...] | None:
+    """The int64 labels of the constant table ``node`` gathers rows [N] from, or None."""
+    table = ctx.weight(node.inputs[0])
+    if node.type.rank != 1 or table is None or table.kind is not TensorKind.const or \
+            table.value is None or table.type.rank != 1 or table.type.dtype is not DType.i64:
+        return None
+    return tuple(table.value.tolist())
+
+
+def _cone(ctx: Context, start: str, limit: int = _LABEL_CONE):
+    """The nodes behind ``start`` (itself first), up to ``limit`` names seen."""
+    seen, frontier = {start}, [start]
+    while frontier and len(seen) < limit:
+        at = ctx.producer(frontier.pop())
+        if at is None:
+            continue
+        yield at
+        fresh = [name for name in at.inputs if name not in seen]
+        seen.update(fresh)
+        frontier += fresh
+
+
+def _replace(ctx: Context, node: Node, op: Op, spec, operands) -> Rewrite | None:
+    """``node`` as ``op[spec](*operands)`` if that kernel's decomposition is its subgraph."""
+    if not matches_kernel(ctx, node, op, spec, operands):
+        return None
+    emit = ctx.emitter(node)
+    return emit.finish(emit(op, spec, *operands))
+
+
+def linear_label_rule(node: Node, ctx: Context):
+    """labels[first_highest(x @ W + b)] -> linear_classifier[labels](x, W, b): the scores
+    are what the label's NaN test (s != s) reads."""
+    labels = _labels(ctx, node)
+    for at in _cone(ctx, node.inputs[1]) if labels else ():
+        if at.op is Op.compare and at.inputs[0] == at.inputs[1]:
+            for operands in _affine(ctx, at.inputs[0]):
+                found = _replace(ctx, node, Op.linear_classifier, LinearClassify(labels=labels),
+                                 operands)
+                if found:
+                    return found
+    return NoMatch("not the label of a linear classifier's first highest score")
+
+
+def linear_scores_rule(node: Node, ctx: Context):
+    """softmax or logistic of x @ W + b -> linear_classifier[transform](x, W, b): the scores
+    are the transform's nearest add of a matmul (raw scores, NONE, stay a matmul: the
+    label's rule reads them)."""
+    if node.type.rank != 2 or node.type.dtype is not DType.f32:
+        return NoMatch("not f32 [N, C] scores")
+    for at in _cone(ctx, node.name):
+        candidates = _affine(ctx, at.name)
+        for operands in candidates:
+            for kind in LINEAR_TRANSFORMS[1:]:
+                found = _replace(ctx, node, Op.linear_classifier, LinearClassify(kind),
+                                 operands)
+                if found:
+                    return found
+        if candidates:
+            break
+    return NoMatch("not a softmax or logistic of a linear classifier's scores")
+
+
+def svm_label_rule(node: Node, ctx: Context):
+    """labels[argmax(votes(s))] -> svm_label[labels](s): the pair scores are what the
+    votes compare with 0."""
+    labels = _labels(ctx, node)
+    for at in _cone(ctx, node.inputs[1]) if labels else ():
+        if at.op is Op.compare and at.spec.kind.value == "gt" and \
+                ctx.type(at.inputs[0]).rank == 2:
+            found = _replace(ctx, node, Op.svm_label, SvmLabel(labels), (at.inputs[0],))
+            if found:
+                return found
+    return NoMatch("not the one-vs-one label of an SVM's pair scores")
+
+
 RULES = (
     Rule(Op.reduce, tree_sum_rule),  # sum_T(leaves[walk^depth(roots)]) -> tree_sum
     Rule(Op.where, normalize_rule),  # where(norm != 0, x / norm, x) -> normalize_rows
     Rule(Op.cast, svm_rule),  # f32(sum_S(row * W) + rho) -> svm_scores (SVMClassifier)
     Rule(Op.add, svm_rule),  # sum_S(row * W) + rho -> svm_scores (SVMRegressor)
+    Rule(Op.gather, linear_label_rule),  # labels[first_highest(x W + b)] -> linear_classifier
+    Rule(Op.gather, svm_label_rule),  # labels[argmax(votes(svm_scores))] -> svm_label
+    Rule(Op.divide, linear_scores_rule),  # softmax(x W + b) -> linear_classifier
+    Rule(Op.where, linear_scores_rule),  # logistic(x W + b) -> linear_classifier
 )

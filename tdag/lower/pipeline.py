@@ -9,6 +9,7 @@ from tdag.lower import (
     attention,
     contraction,
     conv,
+    experts,
     ml,
     movement,
     norms,
@@ -21,7 +22,7 @@ from tdag.lower import (
     sorting,
     writes,
 )
-from tdag.lower.join_calls import join_calls
+from tdag.refine.join_calls import join_calls
 from tdag.lower.passes import Pass, rule_pass, run_passes
 from tdag.lower.recurrent_loop import lower_recurrent_loops
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
@@ -33,8 +34,11 @@ PASSES: dict[str, Pass] = {
     "simplify": PassManager(SIMPLIFY),
     # before the others take the compositions apart: Q/DQ and MatMulInteger stay integer ops
     "quant": rule_pass(*quant.RULES),
-    # a forest's walk, before its gathers and selects become movement kernels
-    "ml": rule_pass(*ml.RULES),
+    # a forest's walk, before its gathers and selects become movement kernels; an embedding
+    # bag, before bincount takes its count of the offsets
+    "ml": rule_pass(*ml.RULES, *writes.BAG_RULES),
+    # before contraction makes the product of gathered expert matrices an einsum
+    "experts": rule_pass(*experts.RULES),
     "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
     "softmax": rule_pass(*softmax.RULES),
@@ -53,9 +57,9 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("simplify", "quant", "ml", "contraction", "activations", "softmax", "sorting", "norms",
-           "conv", "pool", "resize", "attention", "movement", "fuse", "recurrent",
-           "recurrent_loops", "join_calls")
+DEFAULT = ("simplify", "quant", "ml", "experts", "contraction", "activations", "softmax",
+           "sorting", "norms", "conv", "pool", "resize", "attention", "movement", "fuse",
+           "recurrent", "recurrent_loops", "join_calls")
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

@@ -3,19 +3,22 @@
     scan[max|min](x, a)                                   -> cum_extreme(x, a)
     scan[max](cast[i64](x == v [| isnan(x)]) * positions, a), v = the above
                                                           -> cum_extreme[indices](x, a)
+    the shifted f64 form of tdag.ops.scans.logcumsumexp   -> logcumsumexp(x, a)
 
 The second is ``tdag.ops.scans.cummax``'s indices (forward only: torch has no reverse
 cummax); both nodes become one ``torch.cummax`` call when reified.
 """
 from __future__ import annotations
 
-from tdag.ir.graph import Node
+from functools import lru_cache
+
+from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
-from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
 from tdag.ir.types import DType
-from tdag.lower.kernels.scans import CumExtreme
-from tdag.lower.match import scalar
-from tdag.lower.sorting import positions_along
+from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
+from tdag.lower.match import kernel_template, matches_kernel, scalar
+from tdag.lower.sorting import ancestors, positions_along
 
 
 def values_rule(node: Node, ctx: Context):
@@ -89,7 +92,38 @@ def _running(ctx: Context, name: str, x: str, axis: int) -> str | None:
     return None
 
 
+def logcumsumexp_rule(node: Node, ctx: Context):
+    """the last node of ``tdag.ops.scans.logcumsumexp`` (its cast back, or for f64 its floor
+    at the running max) -> logcumsumexp(x): the axis from its sum's scan, x among the
+    tensors just above that scan, the whole composition checked against the kernel's"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float result")
+    readers = ctx.readers(node.name)
+    if node.op is Op.where and len(readers) == 1 and readers[0].op is Op.cast:
+        return NoMatch("its cast back is the composition's last node")
+    for scan in ancestors(ctx, node.name, 4):
+        if scan.op is not Op.scan or scan.spec.combine != "add":
+            continue
+        spec = LogCumSumExp(scan.spec.axis, scan.spec.reverse)
+        for x in dict.fromkeys(i for n in ancestors(ctx, scan.name, 4) for i in n.inputs):
+            if ctx.type(x).same_as(node.type) and \
+                    matches_kernel(ctx, node, Op.logcumsumexp, spec, (x,), _lcse_template):
+                emit = ctx.emitter(node)
+                return emit.finish(emit(Op.logcumsumexp, spec, x))
+    return NoMatch("not the end of a logcumsumexp")
+
+
+@lru_cache(maxsize=64)
+def _lcse_template(op: Op, spec, types) -> TDAG:
+    """The decomposition as the rule meets it: its running max already values_rule's
+    cum_extreme (the sweep reaches that scan before the composition's last node)."""
+    graph = kernel_template(op, spec, types)
+    return rewrite(graph, RuleSet((Rule(Op.scan, values_rule),)))[0]
+
+
 RULES = (
+    Rule(Op.cast, logcumsumexp_rule),   # cast(m + log(cumsum(exp(x - m)))) -> logcumsumexp
+    Rule(Op.where, logcumsumexp_rule),  # (f64: its final maximum)
     Rule(Op.scan, indices_rule),  # scan[max](cast(x == cummax(x)) * pos) -> cummax indices
     Rule(Op.scan, values_rule),   # scan[max](x) -> cummax values
 )

@@ -7,6 +7,12 @@
                                                  -> permute?(topk(x, a, k))
     min(where(x == bcast(max(x, a)) | isnan(x), positions, >= n - 1), a) -> argmax(x, a)
     (min for max: argmin; every row has a hit, at most n - 1, so a miss of n - 1 never wins)
+    the last step of binary_search(b, v)                          -> searchsorted(b, v)
+    gather(flat(x), rows * n + sort(k))                  -> take_along(x, sort(k))
+    scatter[replace](flat(t), flat(rows * n + sort(k)), flat(v)) -> flat(put_along(t, sort(k), v))
+    (a sort's permutation along the last axis, its positions read elsewhere too: each row
+    read or written with its own positions, in range and each once, so no flat index and
+    no dedupe of the writes)
 
 The gather form is ``tdag.ops.sorting.take_sorted``: the rows' offsets ``row * n`` are a
 constant (static sizes) or ``iota(rows) * n``; both are checked, value by value.
@@ -21,9 +27,9 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import dims_equal, is_static, product
-from tdag.ir.types import TensorKind
-from tdag.lower.kernels.sorting import PACKED, Arg, TopK
-from tdag.lower.match import is_unit, scalar, trace_axes
+from tdag.ir.types import DType, TensorKind
+from tdag.lower.kernels.sorting import PACKED, Along, Arg, SearchSorted, TopK
+from tdag.lower.match import is_unit, matches_kernel, scalar, trace_axes
 
 # views that show the same values on more or fewer unit axes (the offsets' [rows] -> [..., 1])
 _RESHAPES = frozenset({Op.ungroup, Op.unsqueeze, Op.squeeze, Op.reshape})
@@ -67,6 +73,8 @@ def _row_offsets(ctx: Context, name: str, rows, n) -> bool:
     if node is None or node.op is not Op.multiply or not is_static(n):
         return False
     for it, step in (node.inputs, reversed(node.inputs)):
+        while ctx.op(it) in _RESHAPES:  # the iota given its unit axis first
+            it = ctx.producer(it).inputs[0]
         if ctx.made(it, Op.iota) is not None and scalar(ctx, step) == int(n):
             return True
     return False
@@ -222,8 +230,147 @@ def _only_gathered(ctx: Context, name: str) -> bool:
     return False
 
 
+def searchsorted_rule(node: Node, ctx: Context):
+    """where(go, mid + 1, lo) ending ``tdag.ops.sorting.binary_search`` -> searchsorted(b, v):
+    b and v are read off a comparison of a gathered boundary with the value, then the whole
+    search is checked against the kernel's decomposition"""
+    for right, b, v in _search_operands(ctx, node):
+        if matches_kernel(ctx, node, Op.searchsorted, SearchSorted(right), (b, v)):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.searchsorted, SearchSorted(right), b, v))
+    return NoMatch("not the last step of a binary search")
+
+
+def _search_operands(ctx: Context, node: Node):
+    """(right, boundaries, values) candidates: a ``gather(table) >= v`` (> for right) a few
+    steps above the where, and as boundaries each tensor a few steps above the table of v's
+    dtype (the table is the boundaries padded, and flattened where they are batched)."""
+    for compare in ancestors(ctx, node.name, 5):
+        if compare.op is not Op.compare or compare.spec.kind.value not in ("ge", "gt"):
+            continue
+        gathered = ctx.made(compare.inputs[0], Op.gather)
+        if gathered is None:
+            continue
+        v = compare.inputs[1]
+        sources = [gathered.inputs[0]] + [i for n in ancestors(ctx, gathered.inputs[0], 3)
+                                          for i in n.inputs]
+        for b in dict.fromkeys(sources):
+            if ctx.type(b).dtype is ctx.type(v).dtype and ctx.type(b).rank >= 1:
+                yield compare.spec.kind.value == "gt", b, v
+
+
+def ancestors(ctx: Context, name: str, depth: int):
+    """The nodes that produce ``name`` and its inputs up to ``depth`` steps above it."""
+    seen, todo = set(), [(name, 0)]
+    while todo:
+        name, d = todo.pop()
+        node = ctx.producer(name)
+        if node is None or name in seen or d > depth:
+            continue
+        seen.add(name)
+        yield node
+        todo.extend((i, d + 1) for i in node.inputs)
+
+
+def take_along_rule(node: Node, ctx: Context):
+    """gather(flat(x), rows * n + sort(k, a)) -> take_along(x, sort(k, a), a)"""
+    x = _unflattened(ctx, node.inputs[0])
+    if node.spec.axis != 0 or x is None:
+        return NoMatch("not a gather from a flattened tensor")
+    sort = _row_permutation(ctx, node.inputs[1], x)
+    if sort is None:
+        return NoMatch("not a sort's positions along the last axis, row by row")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.take_along, Along(sort.spec.axis), x, sort.name))
+
+
+def put_along_rule(node: Node, ctx: Context):
+    """scatter[replace](flat(t), flat(rows * n + sort(k, a)), flat(v))
+    -> flat(put_along(t, sort(k, a), v, a)): a permutation writes each position once"""
+    target, index, values = node.inputs
+    flat = ctx.producer(target)
+    t, v = _unflattened(ctx, target), _unflattened(ctx, values)
+    if node.spec.combine != "replace" or t is None or v is None or \
+            ctx.type(v) != ctx.type(t):
+        return NoMatch("not a replace into a flattened tensor by values shaped as it")
+    rows = _unflattened(ctx, index)
+    sort = None if rows is None else _row_permutation(ctx, rows, t)
+    if sort is None:
+        return NoMatch("not a sort's positions along the last axis, row by row")
+    emit = ctx.emitter(node)
+    out = emit(Op.put_along, Along(sort.spec.axis), t, sort.name, v)
+    return emit.finish(emit(flat.op, flat.spec, out))
+
+
+def _unflattened(ctx: Context, name: str) -> str | None:
+    """The tensor ``name`` flattens (a reshape or group to one axis), else None."""
+    node = ctx.producer(name)
+    if node is None or ctx.type(name).rank != 1 or not (
+            node.op is Op.reshape or node.op is Op.group and node.spec.axis == 0 and
+            node.spec.count == ctx.type(node.inputs[0]).rank):
+        return None
+    return node.inputs[0]
+
+
+def _row_permutation(ctx: Context, index: str, x: str) -> Node | None:
+    """The sort along x's last axis whose permutation, plus each row's start (``row * n``:
+    one term, or one per leading axis as ``element_positions`` adds them; none for one
+    row), is ``index``: every position of x once."""
+    shape = ctx.type(x).shape
+    if ctx.type(x).rank < 1 or not is_static(shape[-1]):
+        return None
+    terms = _terms(ctx, index)
+    for i, positions in enumerate(terms):
+        sort = ctx.made(positions, Op.sort)
+        if sort is not None and sort.spec.axis == ctx.type(x).rank - 1 and \
+                ctx.type(positions) == ctx.type(x).with_dtype(DType.i64) and \
+                _row_starts(ctx, terms[:i] + terms[i + 1:], shape):
+            return sort
+    return None
+
+
+def _terms(ctx: Context, name: str) -> list[str]:
+    """The summands of a tree of adds."""
+    add = ctx.made(name, Op.add)
+    return [name] if add is None else [t for i in add.inputs for t in _terms(ctx, i)]
+
+
+def _row_starts(ctx: Context, offsets: list[str], shape) -> bool:
+    """Whether ``offsets`` sum to ``row * n`` for each row of a tensor of ``shape``."""
+    rows, n = product(shape[:-1]), shape[-1]
+    if len(offsets) < 2:
+        return _row_offsets(ctx, offsets[0], rows, n) if offsets else \
+            is_static(rows) and rows == 1
+    values = [_constant(ctx, t) for t in offsets]
+    if not is_static(rows) or any(v is None for v in values):
+        return False
+    want = torch.arange(int(rows)).reshape(*shape[:-1], 1) * int(n)
+    try:
+        return torch.equal(sum(values).expand(want.shape), want)
+    except RuntimeError:  # they do not broadcast to one column per row
+        return False
+
+
+def _constant(ctx: Context, name: str) -> torch.Tensor | None:
+    """The value ``name`` broadcasts (what its expands read, at that rank), if a constant."""
+    node = ctx.producer(name)
+    while node is not None and node.op in (Op.repeat, Op.expand):
+        name, node = node.inputs[0], ctx.producer(node.inputs[0])
+    shape = tuple(ctx.type(name).shape)
+    while node is not None and node.op in _RESHAPES:
+        name, node = node.inputs[0], ctx.producer(node.inputs[0])
+    weight = ctx.weight(name)
+    if node is not None or weight is None or weight.kind is not TensorKind.const or \
+            weight.value is None or not all(is_static(d) for d in shape):
+        return None
+    return weight.value.reshape(shape)
+
+
 RULES = (
+    Rule(Op.where, searchsorted_rule),  # binary_search(b, v) -> searchsorted(b, v)
     Rule(Op.gather, topk_rule),   # gather(x, slice(sort(x), k)) -> topk(x, k)
+    Rule(Op.gather, take_along_rule),  # gather(flat(x), rows*n + sort) -> take_along
+    Rule(Op.scatter, put_along_rule),  # scatter(flat(t), rows*n + sort, v) -> put_along
     Rule(Op.slice, topk_indices_rule),  # slice(sort(x), k) -> topk[indices](x, k)
     Rule(Op.reduce, arg_rule),    # min(where(x == max(x) | isnan, pos, n-1)) -> argmax(x)
 )

@@ -1,12 +1,17 @@
-"""A scatter-add of ones -> torch's bincount; bincount's range check -> one min.
+"""A scatter-add of ones -> torch's bincount; bincount's range check -> one min; rows
+gathered and scattered into bags -> embedding_bag.
 
     scatter[add](t, index, 1, axis 0), t an integer vector   -> bincount(t, index)
     max(x < c) over every axis, x integer, c one number      -> min(x) < c
+    tdag.ops.embedding_bag(w, i, o[, p]) (its slice)         -> embedding_bag(w, i, o[, p])
 
 The second is the check the bincount front end makes (no negative index): ``x < 0`` and an
 ``any`` are two passes and a bool tensor as large as x, the min one pass (for integers the
 two agree; a float min would be NaN where x holds one, so floats keep theirs; an x that may
-be empty too, as torch's min of nothing fails).
+be empty too, as torch's min of nothing fails). The third proposes the operands from the
+composition's landmarks (the scatter into the bags, its gather, the offsets' count) and
+matches the kernel's decomposition of them (``matches_kernel``); it runs before bincount
+takes the bag count apart (``BAG_RULES``, the "ml" pass).
 """
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.ir.symbols import is_static
-from tdag.lower.match import scalar
+from tdag.ir.symbols import dims_equal, is_static
+from tdag.lower.kernels.writes import EmbeddingBag
+from tdag.lower.match import matches_kernel, scalar, trace_axes
 
 
 def bincount_rule(node: Node, ctx: Context):
@@ -50,7 +56,74 @@ def any_below_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.compare, Compare(lt.spec.kind), low, spread.inputs[0]))
 
 
+def embedding_bag_rule(node: Node, ctx: Context):
+    """slice(bags combined from gather(w, i) [* p], axis 0) -> embedding_bag(w, i, o[, p])"""
+    if node.spec.axes != (0,) or node.spec.starts != (0,) or node.spec.steps != (1,):
+        return NoMatch("not the first rows")
+    into = ctx.producer(node.inputs[0])
+    mode = {Op.scatter: "sum", Op.divide: "mean", Op.where: "max"}.get(getattr(into, "op", None))
+    scatter = into if mode == "sum" else \
+        mode and ctx.made(into.inputs[0 if mode == "mean" else 1], Op.scatter)
+    if not scatter or scatter.spec.axis != 0:
+        return NoMatch("not bags scattered along axis 0")
+    rows, weights = scatter.inputs[2], ()
+    if (scaled := ctx.made(rows, Op.multiply)) is not None:
+        rows, weights = scaled.inputs[0], (trace_axes(ctx, scaled.inputs[1])[0],)
+    pick, counts = ctx.made(rows, Op.gather), _offsets_count(ctx, scatter.inputs[1])
+    if pick is None or counts is None:
+        return NoMatch("no gathered rows, or no count of the offsets")
+    indices, offsets = (_uncast(ctx, x) for x in (pick.inputs[1], counts.inputs[1]))
+    operands = (pick.inputs[0], indices, offsets, *weights)
+    last = not dims_equal(ctx.type(offsets).shape[0], node.type.shape[0])
+    for padding in (None, *_padding(ctx, scatter.inputs[1], pick.inputs[1])):
+        spec = EmbeddingBag(mode, last, padding)
+        if matches_kernel(ctx, node, Op.embedding_bag, spec, operands):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.embedding_bag, spec, *operands))
+    return NoMatch("not the bags embedding_bag decomposes to")
+
+
+_CONE = 24  # nodes between a position's bag and the offsets' count: about a dozen
+
+
+def _cone(ctx: Context, name: str):
+    """The nodes behind ``name``, nearest first, up to the first scatter (the count of the
+    offsets, yielded last) or ``_CONE`` names."""
+    seen, frontier = {name}, [name]
+    while frontier and len(seen) < _CONE:
+        node = ctx.producer(frontier.pop(0))
+        if node is None:
+            continue
+        yield node
+        if node.op is Op.scatter:
+            return
+        frontier += [i for i in node.inputs if i not in seen]
+        seen.update(node.inputs)
+
+
+def _offsets_count(ctx: Context, bag: str):
+    """The scatter-add that counts the bag starts (the first scatter behind ``bag``)."""
+    return next((n for n in _cone(ctx, bag) if n.op is Op.scatter), None)
+
+
+def _padding(ctx: Context, bag: str, index: str) -> list[int]:
+    """The values the index is compared unequal with on the way to ``bag`` (padding_idx)."""
+    return [int(value) for n in _cone(ctx, bag) if n.op is Op.compare and
+            n.spec.kind.value == "ne" and n.inputs[0] == index and
+            (value := scalar(ctx, n.inputs[1])) is not None]
+
+
+def _uncast(ctx: Context, name: str) -> str:
+    """The integer tensor an index was widened from (``as_index``), else ``name``."""
+    cast = ctx.made(name, Op.cast)
+    return cast.inputs[0] if cast is not None and ctx.type(cast.inputs[0]).dtype.is_integer \
+        else name
+
+
 RULES = (
     Rule(Op.scatter, bincount_rule),  # scatter[add](t, i, 1) -> bincount(t, i)
     Rule(Op.reduce, any_below_rule),  # any(x < c) -> min(x) < c
 )
+
+# before "sorting"'s bincount takes the count of the offsets apart
+BAG_RULES = (Rule(Op.slice, embedding_bag_rule),)  # bags of gathered rows -> embedding_bag

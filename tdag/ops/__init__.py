@@ -37,8 +37,9 @@ from tdag.ops.nn.conv import (
     conv, conv_transpose, torch_pad,
 )
 from tdag.ops.nn.functional import (
-    batch_norm, dropout, elu, embedding, gelu, group_norm, hardsigmoid, hardswish, hardtanh,
-    instance_norm, layer_norm, leaky_relu, local_response_norm, log_softmax, logsumexp, mish,
+    batch_norm, dropout, elu, embedding, embedding_bag, gelu, group_norm, hardsigmoid,
+    hardswish, hardtanh, instance_norm, layer_norm, leaky_relu, local_response_norm,
+    log_softmax, logsumexp, mish,
     relu, relu6, rms_norm, safe_softmax, scaled_dot_product_attention, sigmoid, silu, softmax,
     softplus,
 )
@@ -52,7 +53,7 @@ from tdag.ops.sorting import (
 )
 from tdag.ops import tensor_methods
 from tdag.ops.trace import buffer, const, param
-from tdag.ops.writes import scatter
+from tdag.ops.writes import scatter, scatter_elements, take_along
 
 tensor_methods.install()
 
@@ -64,7 +65,8 @@ __all__ = [
     "cast", "cat", "ceil", "checked_size", "checked_zero", "chunk", "clamp", "concat", "const",
     "conv", "conv_transpose", "cos", "cosh", "cummax", "cummin", "cumprod", "cumsum",
     "dim_tensor", "div", "dropout",
-    "einops_reduce", "einsum", "elu", "embedding", "eq", "erf", "erfinv", "exp", "expand",
+    "einops_reduce", "einsum", "elu", "embedding", "embedding_bag", "eq", "erf", "erfinv",
+    "exp", "expand",
     "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
     "gelu", "group", "group_norm", "grouped_matmul", "gt", "hardsigmoid", "hardswish",
     "hardtanh", "index",
@@ -76,10 +78,10 @@ __all__ = [
     "ones", "pad", "param", "permute", "pow", "prod", "rearrange", "reciprocal", "reduce",
     "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave", "reshape",
     "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax", "scan",
-    "scaled_dot_product_attention", "scatter", "searchsorted", "select",
+    "scaled_dot_product_attention", "scatter", "scatter_elements", "searchsorted", "select",
     "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice", "softmax",
-    "softplus", "sort", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "tan", "tanh",
-    "tile", "topk", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold", "ungroup",
-    "unique", "unique_all", "unique_consecutive", "unique_slices", "unsqueeze", "var", "where",
-    "zeros",
+    "softplus", "sort", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "take_along",
+    "tan", "tanh", "tile", "topk", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold",
+    "ungroup", "unique", "unique_all", "unique_consecutive", "unique_slices", "unsqueeze", "var",
+    "where", "zeros",
 ]

@@ -36,16 +36,23 @@ class Builder:
         # node names count up across hints (%0, %c1, %2 ...), skipping names given or taken
         self.names = FreshNames(pattern=literal(prefix) + "{hint}{n}")
         self._scalar_consts: dict[tuple, Tensor] = {}
+        self._reserved: set[str] = set()  # names a copied graph will give its nodes
 
     # -- names ------------------------------------------------------------------------------
 
     def fresh(self, hint: str = "") -> str:
         """A name no value has yet, claimed by the value it is given to."""
-        return self.names.fresh(hint, take=False)
+        return self.names.fresh(hint, take=False, avoid=self._reserved)
+
+    def reserve(self, names) -> None:
+        """Keep ``names`` for the values that will be given them by name: a pass that copies
+        a graph node by node, and emits more nodes between, keeps the copied names."""
+        self._reserved.update(names)
 
     def _claim(self, name: str) -> str:
         if not valid_name(name):
             raise TdagError(f"invalid tensor name {name!r}: use letters, digits, _ . :")
+        self._reserved.discard(name)
         if not self.names.claim(name):
             raise TdagError(f"name %{name} is defined twice")
         return name

@@ -2,18 +2,21 @@
 
 A grouped matmul multiplies each row of ``x`` [S, K] (rows sorted by expert) by its own
 expert's matrix ``weight[e]`` [K, N], expert ``e`` owning rows ``offsets[e-1] <= r <
-offsets[e]``. Composed here as: each row's expert id (a merge of the row positions into the
-offsets, O((S + E) log(S + E))), that expert's matrix gathered per row, and one batched
-row-times-matrix product. It computes exactly what the kernel runs, 2 S K N flops for the S
-routed (token, expert) pairs, top-k of n experts per token, never the dense product of every
-token with every expert (n / top-k times more); the gathered matrices are S K N values, the
-price of a kernel the IR does not have (a framework's grouped-matmul kernel reads each
-expert's matrix once).
+offsets[e]``. Composed here as: each row's expert id (the count of offsets <= r, an [S, E]
+comparison: E is a few dozen, so linear in the rows), that expert's matrix gathered per
+row, and one batched row-times-matrix product. It computes exactly what the kernel runs,
+2 S K N flops for the S routed (token, expert) pairs, top-k of n experts per token, never
+the dense product of every token with every expert (n / top-k times more); but the gathered
+matrices are S K N values, where a grouped matmul reads each expert's matrix once:
+``tdag.lower`` puts the ``grouped_mm`` kernel (tdag/lower/kernels/experts.py) in its place.
+
+Defined for any offsets, not only the sorted ones the front ends write: a row's group counts
+the offsets <= r (at most the last group), and rows from the last offset on are zero.
 """
 from __future__ import annotations
 
+from tdag.ir.types import DType
 from tdag.ops import contraction, core, creation
-from tdag.ops.sorting import searchsorted
 from tdag.ops.tensor import Tensor
 
 
@@ -34,7 +37,8 @@ def grouped_matmul(x: Tensor, weight: Tensor, offsets: Tensor,
     rows = creation.iota(x.shape[0], offsets.dtype, x.builder)
     last = weight.shape[0] - 1
     # row r's group is the count of offsets <= r; rows past the end are clamped, then zeroed
-    group = core.minimum(searchsorted(offsets, rows, right=True), last)
+    passed = core.le(core.unsqueeze(offsets, (0,)), core.unsqueeze(rows, (1,)))
+    group = core.minimum(core.sum(core.cast(passed, DType.i64), 1), last)
     out = contraction.einsum("s k, s k n -> s n", x, core.gather(weight, group, 0, wrap=False))
     if bias is not None:
         out = core.add(out, core.gather(bias, group, 0, wrap=False))

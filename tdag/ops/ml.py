@@ -9,19 +9,33 @@ leaf weights [M, C]. A leaf goes to itself on either outcome, so ``depth`` steps
 roots (the deepest leaf's depth) put every row at its leaf in every tree. Each step is a
 handful of gathers over [N, T]: O(depth) work per row and tree, as a tree kernel walks it,
 where a where() per leaf would be O(leaves).
+
+A linear classifier's scores X W + b pass through a post_transform and its label is the
+first highest score's, both as onnxruntime computes them (its ml_common.h, since the spec
+leaves these details open): ``score_transform`` and ``first_highest``.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from tdag.ir.types import DType
 from tdag.ops import arrays, core, creation
+from tdag.ops.nn.functional import softmax
 from tdag.ops.tensor import Tensor
 
 # a branch node's comparison of the row's value with its threshold (ai.onnx.ml's modes)
 COMPARE = {"BRANCH_LEQ": core.le, "BRANCH_LT": core.lt, "BRANCH_GTE": core.ge,
            "BRANCH_GT": core.gt, "BRANCH_EQ": core.eq, "BRANCH_NEQ": core.ne}
 NORMS = ("MAX", "L1", "L2")
+TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+# onnxruntime's ErfInv (ml_common.h), a closed form good to about 1e-3, in float32
+_A = np.float32(0.147)
+_TWO_OVER_PI_A = np.float32(2) / (np.float32(math.pi) * _A)
+_ONE_OVER_A = np.float32(1) / _A
+_SQRT2 = float(np.float32(math.sqrt(2)))
 
 
 def tree_sum(x: Tensor, features: Tensor, thresholds: Tensor, true_ids: Tensor,
@@ -120,6 +134,27 @@ def svm_pairs(classes: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(classes) for j in range(i + 1, classes)]
 
 
+def svm_votes(scores: Tensor, classes: int) -> Tensor:
+    """[N, classes] f32: the votes each class won from the pair scores [N, pairs], pair
+    (i, j) voting i where its score > 0, else j (onnxruntime's one-vs-one)."""
+    pairs = svm_pairs(classes)
+    win = np.zeros((len(pairs), classes), np.float32)
+    lose = np.zeros((len(pairs), classes), np.float32)
+    for p, (i, j) in enumerate(pairs):
+        win[p, i], lose[p, j] = 1.0, 1.0
+    positive = core.cast(core.gt(scores, 0.0), DType.f32)
+    negative = core.sub(1.0, positive)
+    return core.add(arrays.matmul(positive, scores.builder.const(win.tolist(), DType.f32)),
+                    arrays.matmul(negative, scores.builder.const(lose.tolist(), DType.f32)))
+
+
+def svm_label(scores: Tensor, labels: tuple[int, ...]) -> Tensor:
+    """SVMClassifier's label from its pair scores: ``labels``[the first class with the most
+    votes]."""
+    table = scores.builder.const(list(labels), DType.i64)
+    return core.gather(table, arrays.argmax(svm_votes(scores, len(labels)), 1), 0)
+
+
 def svm_pair_weight(coefficients: np.ndarray, per_class) -> np.ndarray:
     """SVMClassifier's [S, pairs] weight from its dual ``coefficients`` [C-1, S]: for pair
     (i, j), i's vectors weighted by their coefficients for j (row j-1), j's by theirs for i
@@ -131,3 +166,70 @@ def svm_pair_weight(coefficients: np.ndarray, per_class) -> np.ndarray:
         weight[starts[i]:starts[i + 1], p] = coefficients[j - 1, starts[i]:starts[i + 1]]
         weight[starts[j]:starts[j + 1], p] = coefficients[i, starts[j]:starts[j + 1]]
     return weight
+
+
+# -- scores, labels and linear classifiers ------------------------------------------------------
+
+
+def logistic(s: Tensor) -> Tensor:
+    """onnxruntime's ComputeLogistic: 1/(1+exp(-|s|)), mirrored for s < 0."""
+    v = core.reciprocal(core.add(core.exp(core.neg(core.abs(s))), 1.0))
+    return core.where(core.lt(s, 0.0), core.sub(1.0, v), v)
+
+
+def probit(s: Tensor) -> Tensor:
+    """sqrt(2) * erfinv(2s - 1), erfinv as onnxruntime approximates it."""
+    x = core.sub(core.mul(s, 2.0), 1.0)
+    sign = core.where(core.lt(x, 0.0), -1.0, 1.0)
+    log = core.log(core.mul(core.sub(1.0, x), core.add(x, 1.0)))
+    v = core.add(core.mul(log, 0.5), float(_TWO_OVER_PI_A))
+    v2 = core.mul(log, float(_ONE_OVER_A))
+    v3 = core.sub(core.sqrt(core.sub(core.mul(v, v), v2)), v)
+    return core.mul(core.mul(sign, core.sqrt(v3)), _SQRT2)
+
+
+def _softmax_zero(s: Tensor) -> Tensor:
+    """Softmax over the scores not within 1e-7 of 0; those become s * exp(-max)."""
+    top = core.amax(s, 1, keepdim=True)
+    live = core.gt(core.abs(s), 1e-7)
+    e = core.where(live, core.exp(core.sub(s, top)), core.mul(s, core.exp(core.neg(top))))
+    return core.div(e, core.sum(core.where(live, e, 0.0), 1, keepdim=True))
+
+
+def score_transform(scores: Tensor, kind: str) -> Tensor:
+    """A post_transform (TRANSFORMS) over [N, C] scores, C >= 2 (onnxruntime's
+    write_scores): LOGISTIC, SOFTMAX, SOFTMAX_ZERO (a score within 1e-7 of 0 stays about 0
+    and is left out of the sum), PROBIT (onnxruntime's closed-form erfinv, not the exact
+    one: that is what it answers)."""
+    if kind == "LOGISTIC":
+        return logistic(scores)
+    if kind == "SOFTMAX":
+        return softmax(scores, 1)
+    if kind == "SOFTMAX_ZERO":
+        return _softmax_zero(scores)
+    if kind == "PROBIT":
+        return probit(scores)
+    return scores
+
+
+def first_highest(scores: Tensor) -> Tensor:
+    """The column of each row's first highest score as onnxruntime's classifiers pick it:
+    scanning left to right for a strictly higher score, so a NaN is never picked after the
+    first column, and a NaN in the first column keeps column 0 (torch's argmax picks the
+    first NaN instead)."""
+    nan = core.isnan(scores)
+    index = arrays.argmax(core.where(nan, -math.inf, scores), 1)
+    first_nan = core.select(nan, 1, 0)
+    return core.where(first_nan, creation.zeros((), index.dtype, like=index), index)
+
+
+def linear_scores(x: Tensor, weight: Tensor, bias: Tensor, transform: str) -> Tensor:
+    """ai.onnx.ml LinearClassifier's scores: ``transform`` of x [N, F] @ weight [F, C] +
+    bias [C] (C >= 2)."""
+    return score_transform(core.add(arrays.matmul(x, weight), bias), transform)
+
+
+def linear_label(x: Tensor, weight: Tensor, bias: Tensor, labels: tuple[int, ...]) -> Tensor:
+    """LinearClassifier's label (C >= 2 scores): ``labels``[the first highest raw score]."""
+    table = x.builder.const(list(labels), DType.i64)
+    return core.gather(table, first_highest(core.add(arrays.matmul(x, weight), bias)), 0)

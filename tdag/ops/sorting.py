@@ -4,19 +4,20 @@
 torch's ``stable=True``); values are a take-along gather with it. On top of it: top-k and
 the k-th value (a slice of the permutation), medians (a rank per row, picked from the
 permutation), lexicographic sorts (one stable sort per key, last key first), ``unique``
-(sorted runs), and ``searchsorted`` (a merge: the values and the boundaries sorted together).
-Everything is O(n log n) per row, where ranking every pair was O(n^2), and a symbolic axis
-is fine (``unique``'s count is a fresh size).
+(sorted runs), and ``searchsorted`` (torch's binary search, unrolled; at a symbolic number of
+boundaries a merge: the values and the boundaries sorted together). Everything is
+O(n log n) per row, where ranking every pair was O(n^2), and a symbolic axis is fine
+(``unique``'s count is a fresh size).
 """
 from __future__ import annotations
 
 from tdag.ops import arrays, core, creation, scans
 from tdag.deinops.sort import Sort
 from tdag.ir.op import Op
-from tdag.ir.symbols import product
+from tdag.ir.symbols import is_static, product
 from tdag.ir.types import DType
 from tdag.ops.core import norm_axis
-from tdag.ops.masking import flat_nonzero
+from tdag.ops.masking import checked_zero, flat_nonzero
 from tdag.ops.writes import scatter_elements, take_along
 
 
@@ -131,16 +132,62 @@ def inverse_permutation(perm, dim: int = -1):
 # -- searching ------------------------------------------------------------------------------
 
 def searchsorted(boundaries, values, right: bool = False):
-    """For each value, how many boundaries are < it (<= with ``right``): its insertion point
-    in the sorted ``boundaries`` [..., m]. ``values`` [..., n] shares the leading axes, or
-    ``boundaries`` is 1-d and ``values`` has any shape. A merge: sorted together (the values
-    first among equals for left, last for right), the boundaries counted along the merged
-    order (a scan), each value reads the count at its place; O((n+m) log(n+m)), never n x m."""
-    if boundaries.ndim == 1 and values.ndim != 1:
-        flat = core.reshape(values, (-1,))
-        return core.reshape(searchsorted(boundaries, flat, right), tuple(values.shape))
+    """For each value, its insertion point in the sorted ``boundaries`` [..., m]: how many
+    boundaries are < it (<= with ``right``). ``values`` [..., n] shares the leading axes, or
+    ``boundaries`` is 1-d and ``values`` has any shape. With a static m, torch's own binary
+    search, step by step (``binary_search``): exact wherever the boundaries are unsorted or
+    hold NaN too, n log2 m. With a symbolic m, a merge (``_merge``)."""
     dtype = core.result_dtype(boundaries, values)
     b, v = core.cast(boundaries, dtype), core.cast(values, dtype)
+    if is_static(b.shape[-1]):
+        return binary_search(b, v, right)
+    if b.ndim == 1 and v.ndim != 1:
+        return core.reshape(_merge(b, core.reshape(v, (-1,)), right), tuple(v.shape))
+    return _merge(b, v, right)
+
+
+def binary_search(b, v, right: bool):
+    """ATen's ``cus_lower_bound``/``cus_upper_bound`` over the static m boundaries, one step
+    per bit of m (the loop's most trips), each row masked once its range is empty: a row's
+    range [lo, lo + size) halves at ``mid = lo + size // 2``, moving right where
+    ``!(b[mid] >= v)`` (``>`` for right), so NaN on either side moves right, as in torch."""
+    m = int(b.shape[-1])
+    lo = creation.full(tuple(v.shape), 0, DType.i64, like=v)
+    size = creation.full(tuple(v.shape), m, DType.i64, like=v)
+    if m == 0:
+        return lo
+    table, offsets = _rows_of(b, v)
+    for _ in range(m.bit_length()):
+        half = core.trunc_divide(size, 2)  # sizes are never negative: one Div in ONNX
+        mid = core.add(lo, half)
+        at = core.gather(table, mid if offsets is None else core.add(offsets, mid), 0,
+                         wrap=False)
+        stop = core.gt(at, v) if right else core.ge(at, v)
+        go = core.logical_and(core.logical_not(stop), core.gt(size, 0))
+        lo = core.where(go, core.add(mid, 1), lo)
+        size = core.where(go, core.sub(core.sub(size, half), 1), half)
+    return lo
+
+
+def _rows_of(b, v):
+    """(the boundaries padded with one entry, flat; each value's row offset, None for 1-d
+    boundaries): ``mid`` reaches m only in a row whose range is empty, where the pad is read
+    and ignored."""
+    pad = core.slice(b, b.ndim - 1, 0, 1)
+    table = arrays.concat([b, pad], -1)
+    if b.ndim == 1:
+        return table, None
+    rows = creation.iota(product(b.shape[:-1]), "i64", b.builder)
+    offsets = core.mul(rows, int(b.shape[-1]) + 1)
+    return core.reshape(table, (-1,)), core.reshape(offsets, (*b.shape[:-1], 1))
+
+
+def _merge(b, v, right: bool):
+    """The merge: sorted together (the values first among equals for left, last for right),
+    the boundaries counted along the merged order (a scan), each value reads the count at its
+    place; O((n+m) log(n+m)), never n x m. Its order puts NaN last, where torch's search
+    takes a path through NaN boundaries no merge follows, so NaN boundaries are refused at
+    run time."""
     m, n = b.shape[-1], v.shape[-1]
     parts = [b, v] if right else [v, b]
     # 1 marks a boundary
@@ -148,7 +195,11 @@ def searchsorted(boundaries, values, right: bool = False):
     order = argsort(arrays.concat(parts, -1), -1)
     before = scans.cumsum(take_along(arrays.concat(flags, -1), -1, order), -1)
     at = take_along(before, -1, inverse_permutation(order, -1))
-    return core.slice(at, -1, m, m + n) if right else core.slice(at, -1, 0, n)
+    found = core.slice(at, -1, m, m + n) if right else core.slice(at, -1, 0, n)
+    if not b.dtype.is_float:
+        return found
+    no_nan = core.eq(core.sum(core.cast(core.isnan(b), DType.i64)), 0)
+    return core.add(found, checked_zero(no_nan))
 
 
 # -- unique ---------------------------------------------------------------------------------

@@ -38,7 +38,11 @@ def as_index(index):
 
 
 def wrap(index, x, axis):
-    """Negative indices count from the end, as in torch."""
+    """Negative indices count from the end, as in torch; a sort's permutation (top-p's
+    mask sent back to vocabulary order) has none, and is left as it is."""
+    made = _producer(index)
+    if made is not None and made.op is Op.sort:
+        return index
     length = size_tensor(x, (axis,), DType.i64)
     return where(core.lt(index, 0), add(index, length), index)
 
@@ -185,7 +189,8 @@ def element_positions(x, dim: int, index):
     """The flat position in x of ``x[i0, ..., index[i0, ...], ...]`` for every position of
     ``index`` (in range): ``index * stride(dim)`` plus each other coordinate times its
     stride."""
-    out = mul(index, size_tensor(x, range(dim + 1, x.ndim), DType.i64))
+    out = index if dim == x.ndim - 1 else \
+        mul(index, size_tensor(x, range(dim + 1, x.ndim), DType.i64))
     for axis in range(x.ndim):
         if axis == dim:
             continue
@@ -201,7 +206,7 @@ def _one_column(x, dim: int, index) -> Tensor | None:
     rest = [a for a in range(x.ndim) if a != dim]
     if index.ndim != x.ndim or not all(dims_equal(index.shape[a], x.shape[a]) for a in rest):
         return None
-    node = next((n for n in reversed(index.builder.nodes) if n.name == index.name), None)
+    node = _producer(index)
     if node is None or node.op is not Op.repeat or not set(rest) <= set(node.spec.axes):
         return None
     column = index.type.with_shape(1 if a in node.spec.axes else d
@@ -209,3 +214,7 @@ def _one_column(x, dim: int, index) -> Tensor | None:
     column = Tensor(index.builder, node.inputs[0], column)
     return broadcast_to(reshape(column, (column.shape[dim],)), (index.shape[dim],))
 
+
+def _producer(t: Tensor):
+    """The node the builder made ``t`` with (None for an input or a weight)."""
+    return next((n for n in reversed(t.builder.nodes) if n.name == t.name), None)

@@ -17,7 +17,6 @@ from onnx import TensorProto, helper
 
 import tdag
 from tdag import ops
-from tdag.errors import UnsupportedOpError
 from tdag.ir.op import Op
 
 from support.guards import assert_close, run_onnx
@@ -131,11 +130,26 @@ def test_onnx_cumprod_matches_numpy(reverse, exclusive):
     assert_close(run_onnx(tdag.to_onnx(prog), torch.from_numpy(x)), ref)
 
 
-def test_onnx_refuses_a_cumulative_max_along_a_symbolic_axis():
-    """ONNX has CumSum only; the linear max/min/prod is laid out per static length."""
-    prog = tdag.trace(lambda x: ops.scan(x, 0, "max"), tdag.TensorSpec(("n", 3)))
-    with pytest.raises(UnsupportedOpError, match=r"scan\[max\].*symbolic"):
-        tdag.to_onnx(prog)
+class Running(torch.nn.Module):
+    """cumprod, cummax and cummin (values and indices) along axis 1, forward and reversed."""
+
+    def forward(self, x):
+        r = x.flip(1)
+        return (torch.cumprod(x, 1), *torch.cummax(x, 1), *torch.cummin(x, 1),
+                torch.cumprod(r, 1).flip(1), torch.cummax(r, 1).values.flip(1),
+                torch.cummin(r, 1).values.flip(1))
+
+
+def test_onnx_running_prod_max_min_along_a_symbolic_axis_match_torch():
+    """ONNX has CumSum only: along an axis whose length is symbolic, prod/max/min are an
+    ONNX Scan carrying the running value (zeros, negatives, NaN and ties included)."""
+    n = torch.export.Dim("n", min=2)
+    prog = tdag.from_torch(Running(), (_ties(torch.float32, (3, 11)),),
+                           dynamic_shapes=({1: n},))
+    model = tdag.to_onnx(prog)
+    for length in (9, 10, 23):
+        x = _ties(torch.float32, (3, length))
+        assert_close(run_onnx(model, x), Running()(x))
 
 
 # -- algebra ---------------------------------------------------------------------------------

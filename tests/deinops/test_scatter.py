@@ -179,3 +179,26 @@ def test_onnx_scatters_with_reduction(reduction):
         model = _onnx_case(op, x, index, updates, reduction=reduction, **attrs)
         want = run_onnx(model, x, index, updates)
         torch.testing.assert_close(tdag.run(tdag.from_onnx(model), x, index, updates), want)
+
+
+def _top_p(logits):
+    """transformers' TopPLogitsWarper (top_p 0.9): the mask is sent back to vocabulary
+    order by a scatter at the sort's permutation."""
+    sorted_logits, sorted_indices = torch.sort(logits, descending=False)
+    remove = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= 1 - 0.9
+    remove[..., -1:] = 0
+    remove = remove.scatter(1, sorted_indices, remove)
+    return logits.masked_fill(remove, -float("inf"))
+
+
+def test_a_scatter_at_a_sorts_permutation_is_not_wrapped():
+    """A sort's permutation holds no negative index: the write goes without the wrap's
+    compare, add and where (top-p's hot path), and still matches torch and onnxruntime."""
+    x = torch.randn(3, 50)
+    x[1, :10] = 0.5  # ties
+    prog = from_torch(Fn(_top_p), (x,))
+    assert not any(n.op is tdag.Op.compare and n.spec.kind.value == "lt"
+                   for n in prog.graph.nodes)
+    want = _top_p(x)
+    for got in (tdag.run(prog, x), tdag.to_torch(prog)(x), run_onnx(tdag.to_onnx(prog), x)):
+        torch.testing.assert_close(got, want)

@@ -44,7 +44,7 @@ def test_every_record_is_complete(op):
     rec = record(op)
     assert isinstance(rec, OpRecord) and rec.op is op
     for f in dataclasses.fields(OpRecord):
-        if f.name != "decompose":  # a kernel's alone, checked below
+        if f.name not in ("decompose", "vjp"):  # checked below
             assert getattr(rec, f.name) is not None, f"{op.value}: record field {f.name} is empty"
     assert dataclasses.is_dataclass(rec.spec_type), op
     assert rec.spec_type.__dataclass_params__.frozen, f"{op.value}: spec must be frozen"
@@ -61,6 +61,9 @@ def test_every_record_is_complete(op):
         assert callable(rec.decompose), f"{op.value}: a kernel without decompose"
     else:
         assert rec.decompose is None, f"{op.value}: a primitive with a decompose"
+    # every primitive has its gradient rule; a kernel has one or differentiates its
+    # composition (tests/refine/grad/test_vjps.py checks them)
+    assert callable(rec.vjp) or rec.has(Trait.KERNEL), f"{op.value}: a primitive without vjp"
 
 
 def test_traits_are_consistent():

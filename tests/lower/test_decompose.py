@@ -31,6 +31,7 @@ from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.ir.types import DType
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
+from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
 from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
     ConvInteger,
@@ -41,9 +42,10 @@ from tdag.lower.kernels.quant import (
 )
 from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from tdag.lower.kernels.sequence import Attention, Lstm
-from tdag.lower.kernels.scans import CumExtreme
-from tdag.lower.kernels.sorting import Arg, TopK
+from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
+from tdag.lower.kernels.sorting import Along, Arg, SearchSorted, TopK
 from tdag.lower.kernels.windows import Pool, Resize
+from tdag.lower.kernels.writes import EmbeddingBag
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -86,8 +88,11 @@ _LINEAR_AS_NEAREST = ("where a linear resize's floor index equals the nearest in
                       "linear_rule no longer sees a pair of gathers")
 _SCALES = ("nearest_rule tries the size-derived step before torch's explicit scale; both give "
            "the same index here, so the kernel comes back with scales=None")
+_SORTED_ONLY = ("the rules take a row's positions from a sort only (in range, each once); an "
+                "index given as an input stays the flat gather or scatter")
 
 SYMBOLIC = 5
+_BAG = {1: "int64", 2: "int64"}  # embedding_bag's indices and offsets (drawn 0: valid)
 _INTS = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-1000, 1000),  # drawn in range
          "int64": (0, 1)}  # node tables: every index 0, a one-node tree that is its own leaf
 
@@ -172,6 +177,12 @@ CASES = [
                                    ("POLY", (0.5, 0.25, 3.0), False),
                                    ("SIGMOID", (0.5, 0.25, 0.0), True),
                                    ("LINEAR", (0.0, 0.0, 0.0), True))],
+    Case(Op.svm_label, SvmLabel((1, 3, 5, 7)), (("b", 6),), id="four classes"),
+    Case(Op.svm_label, SvmLabel((0, 1)), (("b", 1),), id="binary"),
+    *[Case(Op.linear_classifier, spec, (("b", 3), (3, 4), (4,)), id=name)
+      for name, spec in (("label", LinearClassify(labels=(7, 3, 5, 1))),
+                         ("softmax", LinearClassify("SOFTMAX")),
+                         ("logistic", LinearClassify("LOGISTIC")))],
     Case(Op.attention, Attention(0.5), ((2, 4, 8), (2, 6, 8), (2, 6, 8))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "l", 8), (2, "l", 4))),
     Case(Op.attention, Attention(0.25, causal=True), ((2, "l", 8), (2, "s", 8), (2, "s", 4))),
@@ -211,6 +222,20 @@ CASES = [
     Case(Op.cum_extreme, CumExtreme(1, "max", True), ((3, 8),), dtypes={0: "int32"},
          id="integer positions"),
     Case(Op.bincount, NoSpec(), ((6,), (20,)), dtypes={0: "int32", 1: "int64"}),
+    Case(Op.grouped_mm, NoSpec(), ((7, 4), (3, 4, 5), (3,)), dtypes={2: "int32"}),
+    Case(Op.searchsorted, SearchSorted(), ((9,), (3, 5))),
+    Case(Op.searchsorted, SearchSorted(True), ((2, 9), (2, 4)), id="batched boundaries"),
+    Case(Op.take_along, Along(1), ((3, 6), (3, 6)), dtypes={1: "int64"}, xfail=_SORTED_ONLY),
+    Case(Op.put_along, Along(1), ((3, 6), (3, 6), (3, 6)), dtypes={1: "int64"},
+         xfail=_SORTED_ONLY),
+    Case(Op.logcumsumexp, LogCumSumExp(1), ((3, 8),)),
+    Case(Op.logcumsumexp, LogCumSumExp(0, True), ((8, 3),)),
+    Case(Op.embedding_bag, EmbeddingBag("sum"), ((7, 3), (9,), (4,)), dtypes=_BAG),
+    Case(Op.embedding_bag, EmbeddingBag("mean", True, 0), ((7, 3), (9,), (4,)), dtypes=_BAG,
+         id="last offset, padding"),
+    Case(Op.embedding_bag, EmbeddingBag("max"), ((7, 3), ("n",), ("b",)), dtypes=_BAG),
+    Case(Op.embedding_bag, EmbeddingBag("sum"), ((7, 3), (9,), (4,), (9,)), dtypes=_BAG,
+         id="per-sample weights"),
 ]
 
 

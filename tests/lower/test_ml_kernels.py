@@ -21,6 +21,10 @@ from onnx import TensorProto, helper
 
 import tdag
 from tdag.ir.op import Op
+from tdag.ir.program import Program
+from tdag.ir.symbols import symbol
+from tdag.ops.builder import Builder
+from tdag.ops.ml import svm_label
 
 skl2onnx = pytest.importorskip("skl2onnx")
 sklearn = pytest.importorskip("sklearn")
@@ -56,8 +60,8 @@ OTHERS = {
         X_FIT, Y_THREE), Op.normalize_rows, "Normalizer"),
 }
 
-# SVMs, re-emitted as SVMClassifier (its scores; the votes and skl2onnx's one-vs-rest
-# transform stay nodes after it: up to SVM_WALK) or SVMRegressor
+# SVMs, re-emitted as SVMClassifier (its label and scores; skl2onnx's one-vs-rest transform
+# stays nodes after it: up to SVM_WALK) or SVMRegressor
 SVMS = {
     "SVC-rbf": (lambda: svm.SVC().fit(X_FIT, Y_THREE), "SVMClassifier"),
     "SVC-rbf-binary": (lambda: svm.SVC().fit(X_FIT, Y_BINARY), "SVMClassifier"),
@@ -136,6 +140,19 @@ def test_sklearn_svms_keep_the_svm_kernel(name):
     file matches the original on onnxruntime to 1e-6 (the scores were exact in the runs)."""
     make, native = SVMS[name]
     _check(_convert(make), _rows(), Op.svm_scores, native, SVM_WALK)
+
+
+@pytest.mark.parametrize("name", ["SVC-rbf", "SVC-rbf-binary"])
+def test_svm_labels_come_from_the_classifier_op(name):
+    """The one-vs-one votes lower to svm_label and re-emit as the label output of the one
+    SVMClassifier that also answers the scores: no votes (MatMul, ArgMax) after it."""
+    model = _convert(SVMS[name][0])
+    prog = tdag.from_onnx(model)
+    assert Op.svm_label in {n.op for n in tdag.lower.lower(prog).graph.nodes}
+    emitted = tdag.to_onnx(prog)
+    kinds = [n.op_type for n in emitted.graph.node]
+    assert kinds.count("SVMClassifier") == 1 and not {"ArgMax", "MatMul"} & set(kinds), kinds
+    _compare(_ort(emitted, _rows()), _ort(model, _rows()), name)
 
 
 def test_a_linear_svr_stays_a_matmul():
@@ -218,8 +235,17 @@ def test_forest_labels_skip_the_argmax_nan_guard(name):
     _compare(_ort(emitted, _rows()), _ort(model, _rows()), name)
 
 
-def test_linear_scores_keep_the_argmax_nan_guard():
-    """A linear model's scores are NaN where a row holds a NaN: its argmax keeps the guard."""
-    model = _convert(OTHERS["LogisticRegression-normalizer"][0])
-    kinds = [n.op_type for n in tdag.to_onnx(tdag.from_onnx(model)).graph.node]
-    assert "ArgMax" in kinds and "IsNaN" in kinds, kinds
+
+def test_votes_of_other_scores_are_written_as_onnx_ops():
+    """svm_label over pair scores no SVM kernel computes (a traced input) is ONNX's votes:
+    Greater, two MatMul, ArgMax (the first of equal votes) and the label Gather."""
+    builder = Builder()
+    with builder.active():
+        scores = builder.input("s", tdag.TensorType((symbol("n"), 6), tdag.DType.f32))
+        prog = Program.from_tdag(builder.build([svm_label(scores, (5, 1, 7, 2))]))
+    assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [Op.svm_label]
+    s = np.random.default_rng(5).standard_normal((40, 6)).astype(np.float32)
+    s[:4] = [1, 1, -1, -1, 1, -1]  # classes 0 and 3 win two votes each: the first, label 5
+    expected = tdag.run(prog, torch.from_numpy(s)).numpy()
+    np.testing.assert_array_equal(_ort(tdag.to_onnx(prog), s)[0], expected)
+    assert expected[0] == 5

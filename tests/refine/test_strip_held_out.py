@@ -13,20 +13,24 @@ is built in code from a tiny config with random weights, captured, stripped, re-
 - an ONNX LSTM exported at batch 1 (its zero first state ``[1, 1, h]`` is one sample's);
 - ``from_torch(m, args, dynamic_batch=True)`` on ``forward(self, *args)``;
 - GPT-2's sequence-classification pooler ``logits[arange(b), argmax(...)]`` (the argmax
-  composition's bounds are [0, n - 1], the sample's own rows).
-
-Patterns that still refuse say why, naming the op and the node: DeBERTa-v2's relative
-attention (a take-along over ``batch * heads`` rows).
+  composition's bounds are [0, n - 1], the sample's own rows);
+- a take-along over ``[batch * heads, q, k]`` (DeBERTa-v2's relative attention): the flat
+  row numbers ``arange(batch * heads * q)`` are folded, ``q`` per head of a sample, and the
+  positions' integer clamp (a ``where`` by a comparison of its branches) bounds the index;
+- an ONNX LSTM exported at batch 2: its zero first state ``[1, 2, h]`` is a constant
+  repeated over the batch; a loop started from rows that differ is refused with what to do.
 """
 from __future__ import annotations
 
 import warnings
 
+import onnxruntime as ort
 import pytest
 import torch
 import transformers as T
 
 import tdag
+from tdag import ops
 from tdag.ir.graph import Value, Weight
 from tdag.ir.program import Block, Call, Loop, Program
 from tdag.ir.types import DType, TensorKind, TensorType
@@ -139,10 +143,10 @@ def _model(name):
     return module.eval(), args
 
 
-def check_rebatched(prog, module, args):
+def check_rebatched(prog, module, args, batches=(1, 3)):
     rebatched = add_batch(strip_batch(prog), "n")
     tdag.verify(rebatched)
-    for b in (1, 3):
+    for b in batches:
         example = args(b)
         got = tdag.run(rebatched, *example)
         with torch.no_grad():
@@ -185,12 +189,15 @@ def test_an_onnx_lstm_exported_at_batch_1_rebatches(tmp_path):
     check_rebatched(prog, module, lambda b: (torch.randn(b, 5, 4),))
 
 
-def test_an_lstm_exported_at_batch_2_is_refused_for_its_baked_first_state(tmp_path):
-    # its zero first state is a [1, 2, h] constant: one row per sample, not known the same
-    _, prog = _lstm_file(tmp_path, 2)
-    with pytest.raises(BatchError, match="mixes samples: operand .* batch-sized axis") as err:
-        strip_batch(prog)
-    assert err.value.node is not None
+def test_an_onnx_lstm_exported_at_batch_2_rebatches(tmp_path):
+    module, prog = _lstm_file(tmp_path, 2)
+    x = torch.randn(2, 5, 4)
+    rebatched = add_batch(strip_batch(prog), "n")
+    session = ort.InferenceSession(str(tmp_path / "lstm.onnx"))
+    torch.testing.assert_close(tdag.run(rebatched, x),
+                               torch.from_numpy(session.run(None, {"input": x.numpy()})[0]),
+                               atol=1e-5, rtol=1e-5)
+    check_rebatched(prog, module, lambda b: (torch.randn(b, 5, 4),), (1, 3))
 
 
 def _deberta():
@@ -201,38 +208,67 @@ def _deberta():
     return Hidden(T.DebertaV2Model(config)).eval()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("make, op, why", [
-    (_deberta, "gather", "gathers along the batch axis"),
-])
-def test_patterns_that_mix_samples_by_their_bounds_are_refused_with_the_reason(make, op, why):
+@pytest.mark.slow  # the capture takes ~10 s
+def test_deberta_v2_relative_attention_strips_and_rebatches():
     torch.manual_seed(0)
+    module = _deberta()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prog = tdag.from_torch(make(), _ids(2), dynamic_batch=True)
-    with pytest.raises(BatchError, match=f"strip_batch: {op} mixes samples: it .*{why}") as err:
-        strip_batch(prog)
-    assert err.value.node is not None
+        prog = tdag.from_torch(module, _ids(2), dynamic_batch=True)
+    check_rebatched(prog, module, _ids, (1, 3, 5))
 
 
-def _loop_from_a_state(batch: int):
+class TakeAlong(torch.nn.Module):
+    """DeBERTa's c2p lookup in small: scores ``[b * h, q, k]`` gathered along k at positions
+    computed in float, cast and clamped to [0, k - 1], expanded over ``b * h``."""
+
+    def forward(self, x):
+        b, h, q, k = x.shape
+        pos = torch.arange(q)[:, None] - torch.arange(k)[None, :]
+        pos = (pos.float() * 1.5).round().long() + k // 2
+        index = pos.clamp(0, k - 1).expand(b * h, q, k)
+        return torch.gather(x.reshape(b * h, q, k), -1, index).reshape(b, h, q, k)
+
+
+def test_a_take_along_over_batch_times_heads_rows_rebatches():
+    # at a static batch, arange(b * h * q) is not told from positions: captured dynamic
+    module = TakeAlong()
+    prog = tdag.from_torch(module, (torch.randn(2, 2, 4, 5),), dynamic_batch=True)
+    check_rebatched(prog, module, lambda b: (torch.randn(b, 2, 4, 5),), (1, 3, 5))
+
+
+def _loop_from_a_state(batch: int, first=None):
     """``h = h0; for 2 steps: h = h + x`` with ``h0`` program state of shape [batch, 3]:
-    free, yet the body makes it depend on the sample."""
+    free, yet the body makes it depend on the sample; with ``first``, ``h0`` is that
+    constant, computed by a call."""
     t = TensorType((batch, 3), DType.f32)
     step = tdag.trace(lambda i, h, x: (h + x, x), tdag.TensorSpec((), "int64"), t, t).graph
     body = Block((Value("i", step.inputs[0].type), Value("h", t), Value("x", t)),
                  (Call("step", ("i", "h", "x"), ("h1", "x1")),), ("h1", "x1"))
     loop = Loop(("h0", "x"), body, ("hn", "xn"), count=2)
-    state = {"h0": Weight(TensorKind.buffer, t, torch.randn(batch, 3))}
-    return Program({"step": step}, Block((Value("x", t),), (loop,), ("hn",)), state)
+    if first is None:
+        state = {"h0": Weight(TensorKind.buffer, t, torch.randn(batch, 3))}
+        return Program({"step": step}, Block((Value("x", t),), (loop,), ("hn",)), state)
+    start = tdag.trace(lambda x: ops.exp(ops.const(first)), tdag.TensorSpec((batch, 3))).graph
+    steps = (Call("start", ("x",), ("h0",)), loop)
+    return Program({"step": step, "start": start}, Block((Value("x", t),), steps, ("hn",)), {})
 
 
-def test_a_loop_carrying_a_free_first_value_strips_at_a_batch_of_one():
-    prog = _loop_from_a_state(1)
-    x = torch.randn(1, 3)
+def test_a_loop_from_a_constant_with_one_row_per_sample_is_refused_with_what_to_do():
+    with pytest.raises(BatchError, match="not the same row repeated: export the model with a "
+                                         "dynamic batch axis") as err:
+        strip_batch(_loop_from_a_state(4, torch.randn(4, 3)))
+    assert err.value.node is not None
+
+
+@pytest.mark.parametrize("batch, first", [(1, None), (4, torch.arange(3.0).expand(4, 3))])
+def test_a_loop_carrying_a_free_first_value_strips_where_it_is_one_row_repeated(batch, first):
+    # any first value at a batch of one; a constant repeated over the batch at any batch
+    prog = _loop_from_a_state(batch, first)
+    x = torch.randn(batch, 3)
     stripped = strip_batch(prog)
     tdag.verify(stripped)
-    torch.testing.assert_close(tdag.run(stripped, x[0]), tdag.run(prog, x)[0])
+    torch.testing.assert_close(tdag.run(stripped, x[-1]), tdag.run(prog, x)[-1])
 
 
 def test_a_loop_carrying_a_free_first_value_is_refused_at_a_larger_batch():

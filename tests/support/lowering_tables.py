@@ -16,7 +16,15 @@ import tdag
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import DType
-from tdag.ops.ml import normalize, svm_pair_weight, svm_scores, tree_sum
+from tdag.ops.ml import (
+    linear_label,
+    linear_scores,
+    normalize,
+    svm_label,
+    svm_pair_weight,
+    svm_scores,
+    tree_sum,
+)
 from tdag.ops.quantize import (
     conv_integer,
     dequantize_linear,
@@ -282,14 +290,43 @@ def _forest(x):
 
 def _svms(x):
     """svm_scores as the ONNX importer writes an RBF SVMClassifier's three pair scores (a
-    one-vs-one weight: classes of 2, 2 and 1 vectors) and a cubic SVMRegressor."""
+    one-vs-one weight: classes of 2, 2 and 1 vectors) and their svm_label, and a cubic
+    SVMRegressor."""
     vectors, rho = ops.const(torch.randn(5, 3)), ops.const(torch.randn(3))
     weight = svm_pair_weight(torch.randn(2, 5).numpy(), (2, 2, 1))
     pairs = svm_scores(x, vectors, ops.const(torch.from_numpy(weight).float()), rho,
                        kernel="RBF", gamma=0.5, coef0=0.0, degree=0.0, wide=True)
     target = svm_scores(x, vectors, ops.const(torch.randn(5, 1)), ops.const(torch.randn(1)),
                         kernel="POLY", gamma=0.25, coef0=1.0, degree=3.0, wide=False)
-    return ops.concat([pairs, target], -1)
+    label = ops.cast(svm_label(pairs, (4, 2, 9)), DType.f32)
+    return ops.concat([pairs, target, ops.unsqueeze(label, 1)], -1)
+
+
+def _linear_classifier(x):
+    """A LinearClassifier's label (as f32) beside its softmax scores, as the importer writes
+    them: the linear_classifier kernel's two parts."""
+    weight, bias = ops.const(torch.randn(3, 4)), ops.const(torch.randn(4))
+    label = ops.cast(linear_label(x, weight, bias, (7, 3, 5, 1)), DType.f32)
+    return ops.concat([ops.unsqueeze(label, 1), linear_scores(x, weight, bias, "SOFTMAX")], -1)
+
+
+def _bags(i, o, p):
+    """embedding_bag's three modes (weighted sums, means with a padding index, maxima) over
+    offsets made from ``o`` (a start 0, then o sorted: bags in [0, 6], empty ones too)."""
+    table = ops.param("table", torch.randn(7, 3))
+    offsets = ops.concat([ops.zeros((1,), DType.i64, like=o), ops.sort(o, 0)[0]], 0)
+    return ops.concat([ops.embedding_bag(table, i, offsets, "sum", p),
+                       ops.embedding_bag(table, i, offsets, "mean", padding_idx=2),
+                       ops.embedding_bag(table, i, offsets, "max")], -1)
+
+
+def _top_p(x):
+    """transformers' top-p filter: the sorted values read and a mask sent back by one sort's
+    permutation (take_along, put_along)."""
+    values, order = ops.sort(x, -1)
+    remove = ops.cumsum(ops.softmax(values, -1), -1) <= 0.3
+    remove = ops.scatter_elements(remove, -1, order, remove)
+    return ops.where(remove, -1e9, x)
 
 
 def _kernel_programs():
@@ -313,6 +350,7 @@ def _kernel_programs():
     tables.append(("qlinear", _qlinear, [S((2, 3, 6, 6))]))
     tables.append(("forest", _forest, [S(("b", 3))]))
     tables.append(("svm", _svms, [S(("b", 3))]))
+    tables.append(("linear-classifier", _linear_classifier, [S(("b", 3))]))
     tables.append(("normalizer", lambda x: ops.concat(
         [normalize(x, n) for n in ("MAX", "L1", "L2")], -1), [S(("b", 5))]))
     tables.append(("concat", lambda a, b: ops.concat([a, b, a], -1), [S(("b", 3)), S(("b", 2))]))
@@ -324,8 +362,16 @@ def _kernel_programs():
     tables.append(("running-extremes", lambda x: ops.concat(
         [ops.cummax(x, 1)[0], ops.cast(ops.cummax(x, 1)[1], DType.f32), ops.cummin(x, 1)[0],
          ops.cast(ops.cummin(x, 1)[1], DType.f32)], -1), [S(("b", 6))]))
+    tables.append(("bags", _bags, [S((6,), "int64"), S((3,), "int64"), S((6,))]))
     tables.append(("counts", lambda x: ops.scatter(
         ops.zeros((6,), DType.i64, like=x), ops.argmax(x, 1), 1, 0, "add"), [S(("b", 6))]))
+    tables.append(("search-and-log-scan", lambda x: ops.concat(
+        [ops.cast(ops.searchsorted(ops.param("edges", torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])),
+                                   x), DType.f32), ops.logcumsumexp(x, 1)], -1),
+        [S(("b", 6))]))
+    tables.append(("top-p", _top_p, [S(("b", 6))]))
+    tables.append(("experts", lambda x, offsets: ops.grouped_matmul(
+        x, ops.const(torch.randn(3, 4, 5)), offsets), [S(("b", 4)), S((3,), "int64")]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
     return {name: (fn, specs) for name, fn, specs in tables}

@@ -599,8 +599,10 @@ for _combine in ("add", "mul", "max", "min"):
     case(Op.scan, Scan(1, _combine), [In((3, 6), DType.f32, choice([1.0, 2.0, np.inf, -np.inf,
                                                                      np.nan]))],
          _scan_ref, f"{_combine}-inf-nan")
-for _rev in (False, True):  # along a symbolic axis: ONNX's CumSum (no other cumulative op)
-    case(Op.scan, Scan(0, "add", _rev), [In(("b", 3))], _scan_ref, f"add-sym-axis-{_rev}")
+for _rev in (False, True):  # along a symbolic axis: ONNX's CumSum, else an ONNX Scan
+    for _combine in ("add", "mul", "max", "min"):
+        case(Op.scan, Scan(0, _combine, _rev), [In(("b", 3))], _scan_ref,
+             f"{_combine}-sym-axis-{_rev}")
 
 
 # -- sizes data decides -----------------------------------------------------------------------

@@ -139,7 +139,11 @@ class Converter:
     def _weight(self, spec, val) -> Tensor:
         target = spec.target
         if spec.kind is InputKind.PARAMETER:
-            value, kind = self.ep.state_dict[target], TensorKind.parameter
+            value = self.ep.state_dict[target]
+            # a frozen parameter (requires_grad=False) is state nothing trains: a buffer, so
+            # tdag.grad and train_step leave it as torch's optimizers do
+            trained = getattr(value, "requires_grad", True)
+            kind = TensorKind.parameter if trained else TensorKind.buffer
         elif spec.kind is InputKind.BUFFER:
             value = self.ep.state_dict[target] if spec.persistent else self.ep.constants[target]
             kind = TensorKind.buffer

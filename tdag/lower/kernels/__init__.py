@@ -14,8 +14,10 @@ understand lowered programs.
 from tdag.lower.kernels import (  # noqa: F401
     activations,
     contraction,
+    experts,
     layout,
     ml,
+    ml_classifiers,
     norms,
     qlinear,
     quant,

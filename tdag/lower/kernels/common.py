@@ -5,6 +5,7 @@ from tdag.deinops.primitive import Cost, traffic
 from tdag.errors import ShapeError
 from tdag.ir.symbols import dims_equal, format_dim, is_static
 from tdag.ir.types import TensorType
+from tdag.lower.match import kernel_template
 
 # the suffix of a framework call per spatial rank: F.conv2d, F.max_pool3d
 NDIM = {1: "1d", 2: "2d", 3: "3d"}
@@ -39,3 +40,10 @@ def per_element(flops_per_element: int):
     def cost(spec, ins, out: TensorType) -> Cost:
         return traffic(ins, out, flops_per_element * ins[0].numel)
     return cost
+
+
+def decomposed_onnx(node, ins, g, cx) -> str:
+    """The ONNX emitter of a kernel ONNX has no operator for: its ``decompose``, simplified
+    as lowering meets it, written inline by the primitives' own emitters."""
+    graph = kernel_template(node.op, node.spec, tuple(cx.type(i) for i in node.inputs))
+    return cx.exporter.call(g, graph, f"{cx.gname}/{node.name}", ins)[0]

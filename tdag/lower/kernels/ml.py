@@ -134,10 +134,10 @@ def _tree_jax(node, a, cx):
     return leaves[at].sum(1)
 
 
-def _constant(node, k: int, cx) -> np.ndarray:
+def constant_table(node, k: int, cx) -> np.ndarray:
     weight = cx.ctx.weight(node.inputs[k])
     if weight is None or weight.value is None:
-        raise UnsupportedOpError("tree_sum: ONNX's TreeEnsembleRegressor takes its trees as "
+        raise UnsupportedOpError(f"{node.op.value}: its ai.onnx.ml op takes these tables as "
                                  "attributes; this one reads them from a computed tensor",
                                  node=node.name, origin=node.origin)
     return weight.value.numpy()
@@ -185,7 +185,7 @@ def _mode(spec: TreeSum, masks, k: int) -> str:
 
 def _tree_onnx(node, ins, g, cx):
     s = node.spec
-    tables = [_constant(node, k, cx) for k in range(1, len(node.inputs))]
+    tables = [constant_table(node, k, cx) for k in range(1, len(node.inputs))]
     features, thresholds, true, false, roots, leaves = tables[:6]
     tracks = tables[6] if s.missing else None
     masks = tables[6 + s.missing:]
@@ -412,27 +412,38 @@ def _svm_constant(node, k: int, cx) -> np.ndarray:
     return weight.value.numpy().astype(np.float64).reshape(cx.ctx.type(node.inputs[k]).shape)
 
 
-def _svm_onnx(node, ins, g, cx):
-    """SVMClassifier's scores (two classes: column 1 of [-s, s]) or SVMRegressor."""
+def svm_classifier(node, x: str, g, cx) -> list[str]:
+    """The [label, scores] outputs of the SVMClassifier that svm_scores ``node`` (its pair
+    scores of ONNX rows ``x``) stands for: one node for the scores and an svm_label reading
+    them (``node_once``), labelled as that svm_label says (else 0..C-1)."""
     s = node.spec
     vectors, weight, rho = (_svm_constant(node, k, cx) for k in (1, 2, 3))
-    attrs = dict(domain="ai.onnx.ml", kernel_type=s.kernel,
-                 kernel_params=[s.gamma, s.coef0, float(s.degree)],
-                 support_vectors=vectors.ravel().tolist(), rho=rho.tolist())
-    if not s.wide:
-        return g.node("SVMRegressor", [ins[0]], n_supports=int(weight.shape[0]),
-                      coefficients=weight[:, 0].tolist(), **attrs)
     layout = one_vs_one(weight)
     if layout is None:
         raise UnsupportedOpError("svm_scores: the pair weight is no one-vs-one layout of "
                                  "SVMClassifier's coefficients", node=node.name,
                                  origin=node.origin)
     per_class, coefficients = layout
-    _, scores = g.node("SVMClassifier", [ins[0]], outputs=2,
-                       classlabels_ints=list(range(len(per_class))),
-                       vectors_per_class=per_class, coefficients=coefficients.ravel().tolist(),
-                       **attrs)
-    if len(per_class) > 2:
+    labels = next((r.spec.labels for r in cx.ctx.readers(node.name) if r.op is Op.svm_label),
+                  tuple(range(len(per_class))))
+    return g.node_once("SVMClassifier", [x], outputs=2, domain="ai.onnx.ml",
+                       kernel_type=s.kernel, kernel_params=(s.gamma, s.coef0, float(s.degree)),
+                       support_vectors=tuple(vectors.ravel().tolist()), rho=tuple(rho.tolist()),
+                       classlabels_ints=labels, vectors_per_class=tuple(per_class),
+                       coefficients=tuple(coefficients.ravel().tolist()))
+
+
+def _svm_onnx(node, ins, g, cx):
+    """SVMClassifier's scores (two classes: column 1 of [-s, s]) or SVMRegressor."""
+    s = node.spec
+    if not s.wide:
+        vectors, weight, rho = (_svm_constant(node, k, cx) for k in (1, 2, 3))
+        return g.node("SVMRegressor", [ins[0]], domain="ai.onnx.ml", kernel_type=s.kernel,
+                      kernel_params=[s.gamma, s.coef0, float(s.degree)],
+                      support_vectors=vectors.ravel().tolist(), rho=rho.tolist(),
+                      n_supports=int(weight.shape[0]), coefficients=weight[:, 0].tolist())
+    scores = svm_classifier(node, ins[0], g, cx)[1]
+    if node.type.shape[1] > 1:  # more than two classes
         return scores
     one = g.initializer("one", torch.tensor([1]))
     two = g.initializer("two", torch.tensor([2]))
@@ -447,3 +458,4 @@ primitive(Op.svm_scores, SvmScores, 4, _svm_shape, _svm_eval, _svm_cost,
           torch=_svm_torch, jax=_svm_jax, onnx=_svm_onnx,
           decompose=lambda s, *xs: svm_scores(*xs, kernel=s.kernel, gamma=s.gamma,
                                               coef0=s.coef0, degree=s.degree, wide=s.wide))
+

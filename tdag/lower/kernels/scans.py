@@ -1,9 +1,11 @@
-"""Cumulative-extreme kernel: torch's ``cummax``/``cummin``, values or indices.
+"""Scan kernels: torch's ``cummax``/``cummin`` (values or indices) and ``logcumsumexp``.
 
 The indices' composition (``tdag.ops.scans.cummax``) is a second scan over the positions
 where the input holds its running extreme, after ~5 elementwise passes; torch computes both
 outputs in one pass. A kernel has one output, so values and indices are one node each, and
-the torch emitter runs the call once for both (``Code.once``).
+the torch emitter runs the call once for both (``Code.once``). ``logcumsumexp``'s composition
+(``tdag.ops.scans.logcumsumexp``) shifts by the row's largest finite value and sums in f64,
+~15 passes; torch's kernel is one pass of a log-add-exp per element.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, record
 from tdag.ir.types import DType
+from tdag.lower.kernels.common import decomposed_onnx
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +107,57 @@ primitive(Op.cum_extreme, CumExtreme, 1, _shape, _eval, _cost,
           "one pass",
           traits=Trait.KERNEL, batch=_BATCH, torch=_torch, onnx=_onnx, jax=_jax,
           decompose=lambda s, x: getattr(ops, f"cum{s.combine}")(x, s.axis)[s.indices])
+
+
+# -- logcumsumexp -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogCumSumExp:
+    """``log(cumsum(exp(x)))`` along ``axis`` (from the end where ``reverse``), as torch."""
+
+    axis: int
+    reverse: bool = False
+
+
+def _lcse_shape(spec: LogCumSumExp, ins):
+    (x,) = ins
+    if not x.dtype.is_float or not 0 <= spec.axis < x.rank:
+        raise ShapeError(f"logcumsumexp: a float tensor and an axis, got {x}, {spec.axis}")
+    return x
+
+
+def _lcse_cost(spec: LogCumSumExp, ins, out) -> Cost:
+    # torch's log-add-exp per element: min, max, their difference, exp, log1p and the add
+    return traffic(ins, out, 6 * ins[0].numel)
+
+
+def _lcse_eval(spec: LogCumSumExp, x):
+    if not spec.reverse:
+        return torch.logcumsumexp(x, spec.axis)
+    return torch.logcumsumexp(x.flip(spec.axis), spec.axis).flip(spec.axis)
+
+
+def _lcse_jax(node, a, cx):
+    # an associative scan of logaddexp: a tree of adds where torch's runs left to right
+    return cx.lax.cumlogsumexp(a[0], axis=node.spec.axis, reverse=node.spec.reverse)
+
+
+def _lcse_torch(node, a, code):
+    s = node.spec
+    if not s.reverse:
+        return f"torch.logcumsumexp({a[0]}, {s.axis})"
+    return f"torch.logcumsumexp({a[0]}.flip({s.axis}), {s.axis}).flip({s.axis})"
+
+
+primitive(Op.logcumsumexp, LogCumSumExp, 1, _lcse_shape,
+          lambda s, xs, r: _lcse_eval(s, xs[0]), _lcse_cost,
+          "the composition shifts by the row's largest finite value and sums in f64: ~15 "
+          "passes of n; torch's logcumsumexp makes one",
+          traits=Trait.KERNEL,
+          batch=AxisRule(lambda s, t: {s.axis}, same_axis,
+                         lambda s, t, p: LogCumSumExp(s.axis - (p < s.axis), s.reverse),
+                         lambda s: LogCumSumExp(s.axis + 1, s.reverse),
+                         mixing="accumulates along the batch axis"),
+          torch=_lcse_torch, onnx=decomposed_onnx, jax=_lcse_jax,
+          decompose=lambda s, x: ops.logcumsumexp(x, s.axis, s.reverse))

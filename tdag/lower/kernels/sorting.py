@@ -1,11 +1,13 @@
-"""Order kernels: the framework's top-k (sorted values) and its one-pass argmax/argmin.
+"""Order kernels: the framework's top-k (sorted values), its one-pass argmax/argmin and its
+binary search (``searchsorted``).
 
 ``topk`` is the first k values of a stable sort along an axis (k the axis length: the
 sorted values); values do not depend on how ties are ordered, so any framework's top-k
 gives them. Its positions do: torch's top-k gives them where its first k + 1 values hold no
 tie (``topk_positions``), a top-k of unique packed keys where they do. ``argmax``/``argmin``
 give the first position of the extreme, NaN counting as both the max and the min (torch's
-rule), one pass where the composition makes three.
+rule), one pass where the composition makes three. ``searchsorted`` is torch's binary search
+itself, the one its composition (``tdag.ops.sorting.binary_search``) unrolls.
 """
 from __future__ import annotations
 
@@ -17,14 +19,16 @@ import torch
 from tdag import ops
 from tdag.deinops.primitive import Cost, traffic
 from tdag.deinops.primitive import primitive
+from tdag.deinops.scatter import scatter_rows
 from tdag.deinops.sort import comparisons, onnx_order_key
 from tdag.errors import ShapeError
-from tdag.ir.batching import AxisRule, same_axis
+from tdag.lower.kernels.common import decomposed_onnx
+from tdag.ir.batching import AxisRule, Refuse, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import Dim, as_dim, dims_equal
+from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
 from tdag.ir.types import DType, TensorType
-from tdag.ops import sorting
+from tdag.ops import sorting, writes
 
 # -- top-k ------------------------------------------------------------------------------------
 
@@ -222,3 +226,133 @@ for _op, _fn, _kind in ((Op.argmax, "argmax", "ArgMax"), (Op.argmin, "argmin", "
               onnx=_arg_onnx(_kind),
               jax=lambda node, a, cx, fn=_fn: getattr(cx.jnp, fn)(a[0], axis=node.spec.axis),
               decompose=lambda s, x, fn=_fn: getattr(ops, fn)(x, s.axis))
+
+
+# -- searchsorted -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSorted:
+    """Each value's insertion point among the boundaries: the first i with b[i] >= v (> with
+    ``right``) as ATen's binary search finds it (``binary_search``)."""
+
+    right: bool = False
+
+
+def _search_shape(spec: SearchSorted, ins):
+    b, v = ins
+    if b.rank == 0 or not is_static(b.shape[-1]) or b.dtype != v.dtype or \
+            b.dtype is DType.bool:
+        raise ShapeError(f"searchsorted: static boundaries and values of one number dtype, "
+                         f"got {b}, {v}")
+    if b.rank > 1 and (v.rank != b.rank or
+                       not all(dims_equal(x, y) for x, y in zip(b.shape[:-1], v.shape[:-1]))):
+        raise ShapeError(f"searchsorted: boundaries {b} and values {v} differ off the last axis")
+    return TensorType(v.shape, DType.i64)
+
+
+def _search_cost(spec: SearchSorted, ins, out: TensorType) -> Cost:
+    # the loop's most trips: one comparison per bit of m, per value
+    b, v = ins
+    return traffic(ins, out, as_dim(v.numel * int(b.shape[-1]).bit_length()))
+
+
+def _search_jax(node, a, cx):
+    """The composition's steps: ``jnp.searchsorted`` orders NaN as the largest value, where
+    torch's search moves right past a NaN wherever it meets one."""
+    (b, v), jnp = a, cx.jnp
+    m, i64 = b.shape[-1], cx.dtype(DType.i64)
+    lo, size = jnp.zeros(v.shape, i64), jnp.full(v.shape, m, i64)
+    table = jnp.concatenate([b, b[..., :1]], -1)
+    for _ in range(m.bit_length()):
+        half = size // 2
+        mid = lo + half
+        at = table[mid] if b.ndim == 1 else jnp.take_along_axis(table, mid, -1)
+        stop = at > v if node.spec.right else at >= v
+        go = ~stop & (size > 0)
+        lo, size = jnp.where(go, mid + 1, lo), jnp.where(go, size - half - 1, half)
+    return lo
+
+
+primitive(Op.searchsorted, SearchSorted, 2, _search_shape,
+          lambda s, xs, r: torch.searchsorted(xs[0], xs[1], right=s.right), _search_cost,
+          "the binary search unrolled makes ~13 elementwise passes and a gather per bit of "
+          "the boundaries' length (n log m each); torch.searchsorted makes one",
+          traits=Trait.KERNEL, batch=Refuse("searches each sample's values in its boundaries"),
+          torch=lambda node, a, code: f"torch.searchsorted({a[0]}, {a[1]}, "
+                                      f"right={node.spec.right})",
+          onnx=decomposed_onnx, jax=_search_jax,
+          decompose=lambda s, b, v: sorting.binary_search(b, v, s.right))
+
+
+# -- reads and writes along a sort's permutation ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Along:
+    """torch's ``gather`` / ``scatter`` along ``axis`` with an i64 index shaped as x: each
+    row's own positions, in range. Lowering makes them only where the index is a sort's
+    permutation along ``axis`` (top-p's sorted logits, and its mask sent back): in range,
+    each position once, so no duplicate is ever written."""
+
+    axis: int
+
+
+def _along_check(op: str, spec: Along, x: TensorType, index: TensorType) -> None:
+    if not 0 <= spec.axis < x.rank or index.dtype is not DType.i64 or index.rank != x.rank \
+            or not all(dims_equal(a, b) for a, b in zip(x.shape, index.shape)):
+        raise ShapeError(f"{op}: an i64 index shaped as {x} along axis {spec.axis}, got {index}")
+
+
+def _take_shape(spec: Along, ins):
+    _along_check("take_along", spec, *ins)
+    return ins[0]
+
+
+def _put_shape(spec: Along, ins):
+    target, index, values = ins
+    _along_check("put_along", spec, target, index)
+    if values != target:
+        raise ShapeError(f"put_along: values {values} do not fit the target {target}")
+    return target
+
+
+def _put_eval(spec: Along, xs, resolve):
+    """The flat scatter the rule replaces (the last duplicate wins, as ``scatter_rows``):
+    each row's positions moved to the end and offset by the row's start."""
+    target, index, values = (x.movedim(spec.axis, -1) for x in xs)
+    n = target.shape[-1]
+    rows = torch.arange(target.numel() // max(n, 1)).view(*target.shape[:-1], 1) * n
+    out = scatter_rows(target.reshape(-1), 0, (rows + index).reshape(-1), values.reshape(-1),
+                       "replace")
+    return out.reshape(target.shape).movedim(-1, spec.axis)
+
+
+def _put_jax(node, a, cx):
+    return cx.jnp.put_along_axis(a[0], a[1], a[2], node.spec.axis, inplace=False)
+
+
+_ALONG_BATCH = Refuse("reads or writes rows by a permutation: strip the batch before lowering")
+
+primitive(Op.take_along, Along, 2, _take_shape,
+          lambda s, xs, r: xs[0].gather(s.axis, xs[1]),
+          lambda s, ins, out: Cost(0, as_dim(ins[1].nbytes + out.nbytes), out.nbytes),
+          "row offsets added to the index and a gather from the flattened tensor: an index "
+          "pass and a random read over all of it, where torch.gather reads each row's own",
+          traits=Trait.KERNEL, batch=_ALONG_BATCH,
+          torch=lambda node, a, code: f"{a[0]}.gather({node.spec.axis}, {a[1]})",
+          onnx=lambda node, ins, g, cx: g.node("GatherElements", ins, axis=node.spec.axis),
+          jax=lambda node, a, cx: cx.jnp.take_along_axis(a[0], a[1], node.spec.axis),
+          decompose=lambda s, x, index: writes.take_along(x, s.axis, index))
+
+primitive(Op.put_along, Along, 3, _put_shape, _put_eval,
+          lambda s, ins, out: Cost(0, as_dim(ins[1].nbytes + ins[2].nbytes), out.nbytes),
+          "row offsets added to the index and a flat scatter, which orders duplicate writes "
+          "(a scatter of the write numbers and a gather, over all of it) where a "
+          "permutation has none: torch.scatter writes each row's own",
+          traits=Trait.KERNEL, batch=_ALONG_BATCH,
+          torch=lambda node, a, code: f"{a[0]}.scatter({node.spec.axis}, {a[1]}, {a[2]})",
+          onnx=lambda node, ins, g, cx: g.node("ScatterElements", ins, axis=node.spec.axis),
+          jax=_put_jax,
+          decompose=lambda s, target, index, values: writes.write(
+              target, writes.element_positions(target, s.axis, index), values))

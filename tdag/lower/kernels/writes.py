@@ -1,4 +1,5 @@
-"""Write kernels: ``bincount``, a count of each position an index names, added to a target.
+"""Write kernels: ``bincount``, a count of each position an index names, added to a target;
+``embedding_bag``, rows of a table gathered and reduced into bags.
 
 The composition is a scatter-add of ones into an integer target (torch's ``bincount`` and
 ``histc`` front ends, ``writes_per_row``); torch's ``index_add`` reads an expanded tensor
@@ -7,8 +8,15 @@ counts are exact in any order, and an integer target wraps the same whether the 
 added one by one or their count at once, so the kernel is exact. A weighted scatter-add
 stays the primitive: on CPU ``index_add`` of the weights is faster than a weighted
 ``bincount`` (which also sums f16 and integers in f64).
+
+``embedding_bag`` is ``tdag.ops.embedding_bag``: a bag number for every position (a count of
+the offsets, a cumsum), a gather of the rows and a scatter into the bags, six passes and an
+[n, dim] intermediate where torch's ``embedding_bag`` reduces each bag's rows as it reads
+them (and ONNX, which has no such op, runs the composition).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -17,11 +25,13 @@ from tdag.deinops.primitive import primitive
 from tdag.deinops.scatter import Scatter
 from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
+from tdag.ir.symbols import as_dim, dims_equal
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec, Trait, record
-from tdag.ir.types import DType
+from tdag.ir.types import DType, TensorType
 from tdag.lower.match import scalar
 from tdag.ops import writes
+from tdag.ops.nn.functional import BAG_MODES, embedding_bag
 
 _INDEX = (DType.i64, DType.i32)
 
@@ -68,3 +78,133 @@ primitive(Op.bincount, NoSpec, 2, _shape, _eval, _cost,
           traits=Trait.KERNEL, batch=Refuse("counts along its only axis"), torch=_torch,
           onnx=_onnx, jax=_jax,
           decompose=lambda s, target, index: writes.scatter(target, index, 1, 0, "add"))
+
+
+# -- embedding_bag -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingBag:
+    """torch's ``embedding_bag`` of (weight, indices, offsets[, per_sample_weights]): bag b
+    holds ``indices[offsets[b]:offsets[b + 1]]``; ``padding_idx`` entries are left out."""
+
+    mode: str = "sum"
+    include_last_offset: bool = False
+    padding_idx: int | None = None
+
+
+def _bag_shape(spec: EmbeddingBag, ins):
+    weight, indices, offsets, *weights = ins
+    if spec.mode not in BAG_MODES or weights and spec.mode != "sum":
+        raise ShapeError(f"embedding_bag: mode {spec.mode!r} (per-sample weights in sum only)")
+    if weight.rank != 2 or not weight.dtype.is_float or indices.rank != 1 or \
+            offsets.rank != 1 or indices.dtype not in _INDEX or offsets.dtype not in _INDEX:
+        raise ShapeError(f"embedding_bag: a float table and i64/i32 vectors, got {weight}, "
+                         f"{indices}, {offsets}")
+    if weights and (weights[0].dtype is not weight.dtype or weights[0].rank != 1 or
+                    not dims_equal(weights[0].shape[0], indices.shape[0])):
+        raise ShapeError(f"embedding_bag: per-sample weights {weights[0]} do not fit "
+                         f"{indices} of {weight}")
+    bags = as_dim(offsets.shape[0] - int(spec.include_last_offset))
+    return TensorType((bags, weight.shape[1]), weight.dtype)
+
+
+def _bag_eval(spec: EmbeddingBag, xs, resolve):
+    weight, indices, offsets, *weights = xs
+    return torch.nn.functional.embedding_bag(
+        indices, weight, offsets, mode=spec.mode, per_sample_weights=weights[0] if weights
+        else None, include_last_offset=spec.include_last_offset, padding_idx=spec.padding_idx)
+
+
+def _bag_cost(spec: EmbeddingBag, ins, out) -> Cost:
+    """One combine per gathered element (and a multiply where weighted, a divide per output
+    element for a mean); the rows read are the gathered ones, not the table."""
+    weight, indices, offsets, *weights = ins
+    rows = as_dim(indices.shape[0] * weight.shape[1])
+    flops = as_dim(rows * (1 + len(weights)) + (out.numel if spec.mode == "mean" else 0))
+    read = as_dim(rows * weight.dtype.itemsize + sum(t.nbytes for t in ins[1:]))
+    return Cost(flops, read, out.nbytes)
+
+
+def _bag_torch(node, a, code):
+    s = node.spec
+    weights = f", per_sample_weights={a[3]}" if len(a) > 3 else ""
+    return (f"torch.nn.functional.embedding_bag({a[1]}, {a[0]}, {a[2]}, mode={s.mode!r}"
+            f"{weights}, include_last_offset={s.include_last_offset}, "
+            f"padding_idx={s.padding_idx})")
+
+
+def _bag_onnx(node, ins, g, cx):
+    """The composition (ONNX has no embedding_bag): Gather, a bag number per position from
+    a ScatterElements count of the offsets and a CumSum, and one ScatterND into the bags."""
+    s, out_type = node.spec, node.type
+    weight, indices, offsets = ins[:3]
+    n, bags = cx.type(node.inputs[1]).shape[0], out_type.shape[0]
+    indices, offsets = _i64(indices, node.inputs[1], g, cx), _i64(offsets, node.inputs[2], g, cx)
+    rows = g.node("Gather", [weight, indices], axis=0)
+    if len(ins) > 3:
+        rows = g.node("Mul", [rows, g.node("Unsqueeze", [ins[3], g.const([1])])])
+    starts = g.node("ScatterElements", [g.filled((as_dim(n + 1),), 0, DType.i64), offsets,
+                                        g.node("Expand", [g.const(1), g.node("Shape", [offsets])])],
+                    axis=0, reduction="add")
+    bag = g.node("Sub", [g.node("CumSum", [g.node("Slice", [starts, g.const([0]), g.dim(n)]),
+                                           g.const(0)]), g.const(1)])
+    keep = g.node("And", [g.node("GreaterOrEqual", [bag, g.const(0)]),
+                          g.node("Less", [bag, g.scalar_dim(bags)])])
+    if s.padding_idx is not None:
+        keep = g.node("And", [keep, g.node("Not", [g.node("Equal", [indices,
+                                                                     g.const(s.padding_idx)])])])
+    bag = g.node("Unsqueeze", [g.node("Where", [keep, bag, g.scalar_dim(bags)]), g.const([1])])
+    shape = (as_dim(bags + 1), out_type.shape[1])
+    dtype = out_type.dtype
+    start = g.filled(shape, float("-inf") if s.mode == "max" else 0.0, dtype)
+    out = g.node("ScatterND", [start, bag, rows], reduction="max" if s.mode == "max" else "add")
+    if s.mode != "sum":
+        count = g.node("ScatterND", [g.filled((as_dim(bags + 1), 1), 0.0, dtype), bag,
+                                     g.node("Expand", [g.const(1.0, dtype),
+                                                       g.node("Shape", [bag])])],
+                       reduction="add")
+        out = g.node("Where", [g.node("Greater", [count, g.const(0.0, dtype)]), out,
+                               g.const(0.0, dtype)]) if s.mode == "max" else \
+            g.node("Div", [out, g.node("Max", [count, g.const(1.0, dtype)])])
+    return g.node("Slice", [out, g.const([0]), g.dim(bags)])
+
+
+def _i64(x: str, name: str, g, cx) -> str:
+    return x if cx.type(name).dtype is DType.i64 else g.cast(x, DType.i64)
+
+
+def _bag_jax(node, a, cx):
+    """The composition in jnp: a bag number per position, ``.at[bag].add/max`` of the rows."""
+    s, jnp = node.spec, cx.jnp
+    weight, indices, offsets = a[:3]
+    n, bags = indices.shape[0], offsets.shape[0] - int(s.include_last_offset)
+    starts = jnp.zeros((n + 1,), jnp.int32).at[offsets].add(1)
+    bag = jnp.cumsum(starts[:n]) - 1
+    keep = (bag >= 0) & (bag < bags)
+    if s.padding_idx is not None:
+        keep = keep & (indices != s.padding_idx)
+    bag = jnp.where(keep, bag, bags)
+    rows = jnp.take(weight, indices, axis=0)
+    if len(a) > 3:
+        rows = rows * a[3][:, None]
+    if s.mode == "max":
+        best = jnp.full((bags + 1, weight.shape[1]), -jnp.inf, weight.dtype).at[bag].max(rows)
+        count = jnp.zeros((bags + 1,), jnp.int32).at[bag].add(1)
+        return jnp.where(count[:bags, None] > 0, best[:bags], 0).astype(weight.dtype)
+    out = jnp.zeros((bags + 1, weight.shape[1]), weight.dtype).at[bag].add(rows)[:bags]
+    if s.mode == "mean":
+        count = jnp.zeros((bags + 1,), jnp.int32).at[bag].add(1)[:bags]
+        out = out / jnp.maximum(count, 1)[:, None].astype(weight.dtype)
+    return out
+
+
+primitive(Op.embedding_bag, EmbeddingBag, range(3, 5), _bag_shape, _bag_eval, _bag_cost,
+          "a bag number per position (a count of the offsets and a cumsum), a gather of every "
+          "row into an [n, dim] intermediate and a scatter into the bags: six passes, where "
+          "embedding_bag reduces each bag's rows as it reads them",
+          traits=Trait.KERNEL, batch=Refuse("reduces along its bags, which no axis holds"),
+          torch=_bag_torch, onnx=_bag_onnx, jax=_bag_jax,
+          decompose=lambda s, weight, indices, offsets, *weights: embedding_bag(
+              weight, indices, offsets, s.mode, weights[0] if weights else None,
+              s.include_last_offset, s.padding_idx))

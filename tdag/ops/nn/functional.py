@@ -11,7 +11,7 @@ import math
 import torch
 
 from tdag.ops import arrays
-from tdag.ops import core, creation
+from tdag.ops import core, creation, scans, writes
 from tdag.ops.tensor import Tensor
 from tdag.ops.nn.conv import conv, conv_transpose, torch_pad
 from tdag.ops.nn.pool import (
@@ -23,7 +23,7 @@ from tdag.ops.nn.pool import (
 )
 from tdag.ops.nn.util import as_float, channel_view
 from tdag.errors import ShapeError, UnsupportedOpError
-from tdag.ir.symbols import dims_equal
+from tdag.ir.symbols import as_dim, dims_equal, is_static
 from tdag.ir.types import DType
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
     "local_response_norm",
     # the rest
-    "embedding", "scaled_dot_product_attention", "dropout",
+    "embedding", "embedding_bag", "scaled_dot_product_attention", "dropout",
 ]
 
 _INF = float("inf")
@@ -298,6 +298,45 @@ def embedding(index: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     """``torch.nn.functional.embedding``: rows of ``weight`` at ``index`` (a gather).
     ``padding_idx`` only changes gradients in torch, so the forward ignores it."""
     return core.gather(weight, index, 0)
+
+
+BAG_MODES = ("sum", "mean", "max")
+
+
+def embedding_bag(weight: Tensor, indices: Tensor, offsets: Tensor, mode: str = "sum",
+                  per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
+                  padding_idx: int | None = None) -> Tensor:
+    """``torch.nn.functional.embedding_bag`` of 1-D ``indices``: the sums, means or maxima
+    of the rows of ``weight`` in each bag, bag b holding ``indices[offsets[b]:offsets[b +
+    1]]`` (every index in range, as torch checks). Each position's bag is a running count of
+    the bag starts at or before it, less one; the gathered rows are scattered into their
+    bags (a ``padding_idx`` entry, or a position outside every bag, goes to one more bag,
+    cut off last). An empty bag gives 0. Linear in the indices: the ``embedding_bag``
+    kernel's decomposition (tdag/lower/kernels/writes.py)."""
+    if mode not in BAG_MODES or per_sample_weights is not None and mode != "sum":
+        raise UnsupportedOpError(f"embedding_bag: mode {mode!r} with per_sample_weights "
+                                 f"{per_sample_weights is not None}; torch takes sum, mean "
+                                 "or max, and per-sample weights in sum only")
+    n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
+    indices, offsets = writes.as_index(indices), writes.as_index(offsets)
+    starts = writes.bin_counts(offsets, as_dim(n + 1))  # n + 1: empty bags at the end
+    bag = core.sub(scans.cumsum(core.slice(starts, 0, 0, n), 0), 1)
+    last = bags if is_static(bags) else creation.dim_tensor(bags)  # the cut-off bag
+    keep = core.logical_and(core.ge(bag, 0), core.lt(bag, last))  # past the last: no bag
+    if padding_idx is not None and padding_idx >= 0:
+        keep = core.logical_and(keep, core.ne(indices, padding_idx))
+    bag = core.where(keep, bag, last)
+    rows = core.gather(weight, indices, 0, wrap=False)  # [n, dim]
+    if per_sample_weights is not None:
+        rows = core.mul(rows, core.unsqueeze(per_sample_weights, 1))
+    shape = (as_dim(bags + 1), weight.shape[1])
+    start = creation.full(shape, -_INF if mode == "max" else 0.0, weight.dtype, like=weight)
+    out = writes.scatter(start, bag, rows, 0, "max" if mode == "max" else "add")
+    if mode != "sum":  # the extra bag is counted too: it is cut off with the rest
+        count = core.unsqueeze(writes.bin_counts(bag, as_dim(bags + 1)), 1)
+        out = core.where(core.gt(count, 0), out, 0.0) if mode == "max" else \
+            core.div(out, core.cast(core.maximum(count, 1), weight.dtype))
+    return core.slice(out, 0, 0, bags)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None,

@@ -4,7 +4,8 @@ An integer value is ``stride * i + r`` with ``i`` the sample index and ``lo <= r
 facts start from the bounds of the integer consts and grow, node by node, by the ``values``
 hook of each op's batch rule. A value computed from ``arange(batch)`` has a stride (the
 per-sample program holds only ``r``); bounds decide comparisons, so a ``where`` on a known
-condition is its chosen operand (``Pick``).
+condition is its chosen operand (``Pick``); a ``where`` selecting by a comparison of its
+branches is their max or min (``order.py``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tdag.ir.graph import Node, Weight
 from tdag.ir.record import record
 from tdag.ir.symbols import Dim
 from tdag.ir.types import DType, TensorKind
+from tdag.refine.batch.order import Order
 
 INTEGRAL = frozenset((DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.bool))
 
@@ -25,6 +27,7 @@ class SampleFacts:
     def __init__(self, weights: Mapping[str, Weight], batch: Dim):
         self.batch = batch
         self.known: dict[str, Affine] = {}
+        self.order = Order()  # integer max / min read from their comparisons
         for name, w in weights.items():
             if w.kind is TensorKind.const and w.value is not None and w.value.numel() \
                     and w.type.dtype in INTEGRAL:
@@ -48,7 +51,9 @@ class SampleFacts:
         hook = rule.values if isinstance(rule, (AxisRule, Aligned, OperandRule)) else None
         if hook is not None and (strided or node.type.dtype in INTEGRAL
                                  or any(f != UNKNOWN for f in facts)):
-            return hook(node.spec, facts, self.batch, types)
+            fact = hook(node.spec, facts, self.batch, types)
+            return self.order.refine(node, facts, fact, types) \
+                if isinstance(fact, Affine) else fact
         return None if strided else UNKNOWN
 
 

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 import torch
 
-from tdag.deinops.extent import Repeat
+from tdag.deinops.extent import Repeat, Select
 from tdag.deinops.movement import Squeeze, Unsqueeze
 from tdag.ir.batching import (
     UNKNOWN,
@@ -61,12 +61,13 @@ from tdag.ir.batching import (
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.op import Op
 from tdag.ir.passes import gc_paused
-from tdag.ir.program import Call, Loop, Program
+from tdag.ir.program import Call, Loop, Program, all_steps
 from tdag.ir.record import record
 from tdag.ir.symbols import Dim, dims_equal, format_dim, free_symbols, is_static
 from tdag.ir.types import TensorKind, TensorType
 from tdag.ir.verify import block_types
 from tdag.refine.batch.affine import INTEGRAL, SampleFacts
+from tdag.refine.constants import Constants
 from tdag.refine.batch.program import ProgramRewrite, rewrite_program
 from tdag.refine.batch.rewriter import BatchError, Rewriter, describe, fits, is_broadcast
 
@@ -98,18 +99,36 @@ def _strip(prog: Program, axis: int, batch: Dim) -> Program:
     states = [Batched(axis)] * len(prog.inputs)
     return rewrite_program(prog, states, lambda g, s: _Strip(g, s, batch).run(),
                            lambda t, s: _strip_type(t, s, batch), "strip_batch",
-                           _loop)
+                           lambda r, step, given: _loop(r, step, given, batch))
 
 
-def _loop(rewrite: ProgramRewrite, step: Loop, given) -> tuple:
+def _loop(rewrite: ProgramRewrite, step: Loop, given, batch: Dim) -> tuple:
     """strip_batch through a loop: ``(steps before, loop, [], output states)``.
 
-    A carried value that starts free but that the body makes batched (the zero first state
-    of an ONNX LSTM exported at batch 1, ``[1, 1, h]``) is the same for every sample only
-    at a batch of one, where the body reads it so (``single_sample``): its batch axis of
-    size 1 goes before the loop. At another batch the body refuses it, naming the node
-    (the samples would start from different rows of it)."""
-    args, offset = list(given), 1 if step.cond is not None else 0
+    A carried value that starts free but that the body makes batched is the same for every
+    sample where it starts as a constant repeated over the batch (the zero first state of an
+    ONNX LSTM exported at batch 2, ``[1, 2, h]``; at batch 1, any value): its first row
+    goes before the loop. Any other is refused, naming the node: the samples would start
+    from different rows of it."""
+    try:
+        return _carry(rewrite, step, given, list(given))
+    except BatchError as refused:
+        starts = _repeated_starts(rewrite.prog, step, given, batch)
+        try:
+            if starts is None:
+                raise
+            return _carry(rewrite, step, given, starts)
+        except BatchError:
+            raise BatchError(f"{refused.message}; a loop carries it from a first value that "
+                             "has one row per sample and is not the same row repeated: "
+                             "export the model with a dynamic batch axis (torch.onnx.export's "
+                             "dynamic_axes) or at batch 1", node=refused.node,
+                             origin=refused.origin) from None
+
+
+def _carry(rewrite: ProgramRewrite, step: Loop, given, args) -> tuple:
+    """The loop with its carried values starting in ``args``' states."""
+    offset = 1 if step.cond is not None else 0
     while True:  # each round makes at least one carried value batched, so it ends
         _, outs = rewrite.block(step.body, [None, *args])
         found = {k: c for k, (a, c) in enumerate(zip(args, outs[offset:offset + len(args)]))
@@ -122,11 +141,38 @@ def _loop(rewrite: ProgramRewrite, step: Loop, given) -> tuple:
     for k, (a, g) in enumerate(zip(args, given)):
         if g is None and isinstance(a, Batched):  # a Folded axis of a batch of one: as it is
             graph = rewrite.adapter("one_sample", types[offset + k],
-                                    ((Op.squeeze, Squeeze((a.axis,))),))
+                                    ((Op.select, Select(a.axis, 0)),))
             inputs[k] = rewrite.names.fresh(f"{step.inputs[k]}.sample")
             before.append(Call(graph, (step.inputs[k],), (inputs[k],)))
     loop, outs = rewrite.step(replace(step, inputs=tuple(inputs)), args)
     return before, loop, [], outs
+
+
+def _repeated_starts(prog: Program, step: Loop, given, batch: Dim) -> list | None:
+    """``given`` with each free carried value that starts as a constant repeated over its one
+    batch-long axis read as a broadcast there; None where there is none."""
+    if not is_static(batch):
+        return None
+    starts, changed = list(given), False
+    for k, (name, g) in enumerate(zip(step.inputs, given)):
+        value = _constant_start(prog, name) if g is None else None
+        axes = [] if value is None else [a for a, d in enumerate(value.shape) if d == batch]
+        if len(axes) == 1 and bool((value == value.narrow(axes[0], 0, 1)).all()):
+            starts[k], changed = Batched(axes[0], broadcast=True), True
+    return starts if changed else None
+
+
+def _constant_start(prog: Program, name: str) -> torch.Tensor | None:
+    """The value of block value ``name`` where a call computes it from consts alone."""
+    for step in all_steps(prog.main):
+        if isinstance(step, Call) and name in step.outputs:
+            graph = prog.graphs[step.graph]
+            known = Constants(graph.weights)
+            for node in graph.nodes:
+                known.add(node)
+            out = graph.outputs[step.outputs.index(name)]
+            return known.value(out)
+    return None
 
 
 def _batch_size(inputs, axis: int) -> Dim:
@@ -217,13 +263,25 @@ class _Strip(Rewriter):
         rule = record(node.op).batch
         if isinstance(rule, (AxisRule, Aligned)) and rule.broadcast is not None:
             for a, size in enumerate(node.type.shape):
-                x = self.per_sample(node, Batched(a)) if dims_equal(size, self.batch) else None
+                target = self.sized(node, a, size)
+                x = None if target is None else self.per_sample(node, target)
                 if x is not None:
                     self.env[node.name] = x
-                    stride = self.facts.derive(node, self.facts.of(node.inputs), False,
-                                               self.in_types(node)).stride
-                    return Batched(a, broadcast=not stride)
+                    return replace(target, broadcast=True) if isinstance(target, Batched) \
+                        else target
         return super().free(node)
+
+    def sized(self, node: Node, a: int, size: Dim):
+        """The state a free node's axis ``a`` would hold the batch in: ``Batched(a)`` where
+        it is the batch long; ``Folded(a, k)`` where it is ``k`` times as long and the node
+        differs per sample (a flat arange over ``[batch * heads, q]``: a broadcast to such a
+        length stays free, read per sample by its users); None where neither."""
+        stride = self.facts.derive(node, self.facts.of(node.inputs), False,
+                                   self.in_types(node)).stride
+        if dims_equal(size, self.batch):
+            return Batched(a) if stride else Batched(a, broadcast=True)
+        inner = divide(size, self.batch)
+        return Folded(a, inner) if stride and inner is not None and stride == inner else None
 
     def per_sample(self, node: Node, target) -> str | None:
         """The free node ``node`` read per sample as a broadcast in state ``target``, by its

@@ -277,10 +277,12 @@ class CostReport:
     steps: tuple = ()   # StepCost of each controller of the top-level block, in order
     # fresh symbol (a size data decides) -> its upper bound, where its op knows one
     bounds: dict = field(default_factory=dict)
-    # (graph name, node name) -> (op name, module scope, dtype name) of each per_node row
+    # (graph name, node name) -> (op name, module scope, dtype name, phase) of each row
     node_info: dict = field(default_factory=dict)
     lowered: bool = False  # bytes are a lowered program's (else the source's, op by op)
     bytes_by_dtype: dict = field(default_factory=dict)  # dtype name -> its share of bytes
+    # "forward", "backward" (tdag.grad's nodes) or "optimizer" (train_step's) -> Figures
+    per_phase: dict = field(default_factory=dict)
 
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
@@ -332,7 +334,8 @@ class CostReport:
                           tree(self.scopes), tuple(s.subs(sizes) for s in self.steps),
                           {k: _subs(v, sizes) for k, v in self.bounds.items() if k not in sizes},
                           self.node_info, self.lowered,
-                          {k: _subs(v, sizes) for k, v in self.bytes_by_dtype.items()})
+                          {k: _subs(v, sizes) for k, v in self.bytes_by_dtype.items()},
+                          {k: f.subs(sizes) for k, f in self.per_phase.items()})
 
     def upper_bound(self) -> "CostReport":
         """The report with each bounded fresh size at its bound (``nonzero`` of an n-element
@@ -346,7 +349,8 @@ class CostReport:
     def table(self, by: str = "layer", depth: int | None = None, device=None,
               sort: str | None = None, **sizes: int) -> str:
         """A readable table ``by`` "layer" (the module-scope tree, indented, in the order the
-        model runs), "op", "scope" (every scope, flat), "node", "graph" or "step"; ``depth``
+        model runs), "op", "scope" (every scope, flat), "node", "graph", "step" or "phase"
+        (forward, backward, optimizer of a training program); ``depth``
         cuts the tree; ``device`` (a ``tdag.refine.cost.roofline.Device``) adds the estimated time
         and bound; ``sort`` "flops" or "bytes" orders the rows; sizes given as keywords
         evaluate symbolic figures first.
@@ -399,7 +403,8 @@ def cost(prog: Program | TDAG, lowered: Program | TDAG | None = None) -> CostRep
                       _scope_tree(rows.sum_by(lambda key: rows.info[key][1])), steps, bounds,
                       dict(rows.info), lowered=lowered is not None,
                       bytes_by_dtype=bytes_by_dtype(
-                          run, {g: c.value() for g, c in run_calls.items()}))
+                          run, {g: c.value() for g, c in run_calls.items()}),
+                      per_phase=rows.sum_by(lambda key: rows.info[key][3]))
 
 
 def _as_program(prog: Program | TDAG) -> Program:
@@ -412,7 +417,7 @@ class _Rows:
 
     def __init__(self):
         self.nodes: dict = {}    # (graph, node) -> _Acc
-        self.info: dict = {}     # (graph, node) -> (op name, scope, dtype name)
+        self.info: dict = {}     # (graph, node) -> (op name, scope, dtype name, phase)
         self.graphs: dict = {}   # graph -> _Acc
         self.target: dict = {}   # source Origin -> the lowered row it belongs to
         self.lowered_rows: frozenset = frozenset()  # the lowered program's rows
@@ -432,7 +437,8 @@ class _Rows:
                 graph_acc.add(fig)
                 key = self._row_of(gname, node)
                 if key not in self.info:
-                    self.info[key] = (node.op.value, node.origin.scope, node.type.dtype.value)
+                    self.info[key] = (node.op.value, node.origin.scope, node.type.dtype.value,
+                                      node.origin.phase)
                 self.nodes.setdefault(key, _Acc()).add(fig, times)
             one_call[gname] = graph_acc.value()
             self.graphs.setdefault(gname, _Acc()).add(one_call[gname], times)

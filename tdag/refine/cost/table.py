@@ -40,7 +40,7 @@ from tdag.ir.symbols import format_dim
 from tdag.refine.cost import roofline
 
 SCHEMA = "tdag.cost/1"
-BY = ("layer", "op", "scope", "node", "graph", "step")
+BY = ("layer", "op", "scope", "node", "graph", "step", "phase")
 ROW_KEYS = ("name", "path", "depth", "op", "scope", "flops", "matmul_flops", "useful_flops",
             "masked_flops", "int_macs", "float_flops", "bytes_read", "bytes_written", "bytes",
             "unfused_bytes", "fused_bytes", "intensity", "flops_share", "bytes_share", "time_s",
@@ -152,6 +152,9 @@ def _rows(report, by: str, depth: int | None) -> list[_Row]:
     elif by == "op":
         rows = [_Row(op, op, 0, fig, [k for k, i in report.node_info.items() if i[0] == op])
                 for op, fig in report.per_op.items()]
+    elif by == "phase":  # forward, backward, optimizer: a training program's parts
+        rows = [_Row(ph, ph, 0, fig, [k for k, i in report.node_info.items() if i[3] == ph])
+                for ph, fig in report.per_phase.items()]
     elif by == "graph":
         rows = [_Row(g, g, 0, fig, [k for k in report.per_node if k[0] == g])
                 for g, fig in report.per_graph.items()]

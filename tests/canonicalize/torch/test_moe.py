@@ -76,6 +76,16 @@ def test_backends(kind):
     torch.testing.assert_close(run_onnx(tdag.to_onnx(prog), ids), logits, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_lowers_to_grouped_mm(kind):
+    """Each layer's up-and-gate and down projections are grouped_mm kernels: no expert
+    matrix is gathered per routed row (a 3-d gather)."""
+    low = tdag.lower.lower(_captured(kind, "grouped_mm")[3])
+    assert [n.op for n in low.graph.nodes].count(tdag.Op.grouped_mm) == 2 * 2  # 2 layers
+    assert not [n for n in low.graph.nodes if n.op is tdag.Op.gather and n.type.rank == 3
+                and n.origin.scope.endswith("experts")]
+
+
 @pytest.mark.parametrize("kind", ["mixtral", pytest.param("qwen2_moe", marks=SLOW)])
 def test_to_jax(kind):
     pytest.importorskip("jax")

@@ -27,7 +27,8 @@ import that does: onnx/importer.py imports it). ``OPS.where(op)`` names an op's 
     ml            ai.onnx.ml's Binarizer, ArrayFeatureExtractor (and ML_OPS); TfIdfVectorizer
     ml_linear     ai.onnx.ml's LinearClassifier, LinearRegressor
     ml_svm        ai.onnx.ml's SVMClassifier, SVMRegressor
-    ml_trees      ai.onnx.ml's TreeEnsemble, TreeEnsembleClassifier, TreeEnsembleRegressor
+    ml_trees      ai.onnx.ml's TreeEnsembleClassifier, TreeEnsembleRegressor
+    ml_tree_ensemble  ai.onnx.ml's TreeEnsemble (opset 5)
     ml_features   ai.onnx.ml's Scaler, Normalizer, OneHotEncoder, Imputer, FeatureVectorizer,
                   ZipMap (ml_scores: what the ml_* predictors share)
     functions     ops the standard defines by a function body (SwiGLU, ...), LinearAttention
@@ -53,6 +54,7 @@ from tdag.canonicalize.onnx.ops import (  # noqa: F401
     ml_features,
     ml_linear,
     ml_svm,
+    ml_tree_ensemble,
     ml_trees,
     movement,
     norm,

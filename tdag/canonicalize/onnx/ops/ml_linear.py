@@ -7,7 +7,8 @@ LinearClassifier: one score column (and two labels) is binary: label[1] where th
 > 0, and the probabilities [1-s, s] (s through LOGISTIC, if that is the transform; SOFTMAX
 leaves one score as it is). skl2onnx writes two columns, +w and -w, for a binary
 LogisticRegression. Otherwise the label of the first highest score, NaN scores skipped as
-onnxruntime scans them (ml_scores.first_highest). String labels are refused.
+onnxruntime scans them (tdag.ops.ml.first_highest): the linear_classifier kernel's two
+parts, which to_onnx writes back as one LinearClassifier. String labels are refused.
 """
 from __future__ import annotations
 
@@ -17,11 +18,8 @@ from tdag import ops
 from tdag.canonicalize.onnx.ops.ml_scores import (
     array,
     const,
-    first_highest,
     int_labels,
-    pick_labels,
     post_transform,
-    probit,
     rows,
     transform,
     two_columns,
@@ -29,24 +27,24 @@ from tdag.canonicalize.onnx.ops.ml_scores import (
 from tdag.canonicalize.onnx.ops.table import register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
+from tdag.ops.ml import linear_label, linear_scores, probit
 
 LINEAR_OPS = ("LinearClassifier", "LinearRegressor")
 
 
-def _affine(ctx, x, count: int, intercepts):
-    """X W^T (+ b): W is ``coefficients`` as [count, F]."""
+def _weight(ctx, x, count: int):
+    """``coefficients`` [count, F] as the constant W^T [F, count]."""
     coefficients = array(ctx, "coefficients")
     features = x.shape[1]
     if coefficients is None or count < 1 or len(coefficients) != count * features:
         given = 0 if coefficients is None else len(coefficients)
         raise InvalidModelError(f"{ctx.node.op_type}: {given} coefficients for {count} "
                                 f"output(s) of {features} features")
-    weight = const(x, coefficients.astype(np.float32).reshape(count, features).T)
-    scores = ops.matmul(x, weight)
-    if intercepts is not None:
-        scores = ops.add(scores, x.builder.const(intercepts.astype("float32").tolist(),
-                                                 DType.f32))
-    return scores
+    return const(x, coefficients.astype(np.float32).reshape(count, features).T)
+
+
+def _bias(x, intercepts):
+    return x.builder.const(intercepts.astype("float32").tolist(), DType.f32)
 
 
 @register("LinearClassifier")
@@ -56,9 +54,10 @@ def _linear_classifier(ctx, x):
     if intercepts is None:
         raise UnsupportedOpError("LinearClassifier without intercepts (onnxruntime counts the "
                                  "classes by them)")
-    kind, count = post_transform(ctx), len(intercepts)
-    scores = _affine(ctx, rows(ctx, x), count, intercepts)
+    kind, count, x = post_transform(ctx), len(intercepts), rows(ctx, x)
+    weight, bias = _weight(ctx, x, count), _bias(x, intercepts)
     if count == 1:
+        scores = ops.add(ops.matmul(x, weight), bias)
         if len(labels) != 2:
             raise InvalidModelError(f"LinearClassifier: one score column and {len(labels)} "
                                     "labels (two read, as onnxruntime)")
@@ -67,7 +66,9 @@ def _linear_classifier(ctx, x):
         return label, two_columns(ctx, s, "complement", kind)
     if len(labels) < count:
         raise InvalidModelError(f"LinearClassifier: {len(labels)} labels for {count} classes")
-    return pick_labels(labels, first_highest(scores), ctx), transform(ctx, scores, kind)
+    # the linear_classifier kernel's two parts (tdag.ops.ml): they share X W + b
+    return (linear_label(x, weight, bias, tuple(labels.tolist())),
+            linear_scores(x, weight, bias, kind))
 
 
 @register("LinearRegressor")
@@ -76,7 +77,10 @@ def _linear_regressor(ctx, x):
     intercepts = array(ctx, "intercepts")
     if intercepts is not None and len(intercepts) != targets:
         intercepts = None  # as onnxruntime: intercepts of another length are ignored
-    scores = _affine(ctx, rows(ctx, x), targets, intercepts)
+    x = rows(ctx, x)
+    scores = ops.matmul(x, _weight(ctx, x, targets))
+    if intercepts is not None:
+        scores = ops.add(scores, _bias(x, intercepts))
     kind = post_transform(ctx)
     if targets == 1:  # onnxruntime transforms one target only by PROBIT
         return probit(scores) if kind == "PROBIT" else scores

@@ -2,17 +2,13 @@
 onnxruntime computes it (its core/providers/cpu/ml/ml_common.h), since scikit-learn's files
 are checked against onnxruntime and the spec leaves these details open:
 
-- ``transform``: a post_transform over a row of two or more scores: NONE, LOGISTIC
-  (1/(1+exp(-|s|)), mirrored for s < 0), SOFTMAX, SOFTMAX_ZERO (a score within 1e-7 of 0
-  stays about 0 and is left out of the sum) and PROBIT (sqrt(2) erfinv(2s-1) with
-  onnxruntime's closed-form erfinv approximation, not the exact one: that is what it answers).
+- ``transform``: a post_transform over a row of two or more scores (``tdag.ops.ml``'s
+  ``score_transform``, the one meaning the ML kernels decompose to, as ``first_highest``).
 - ``two_columns``: the one score of a binary predictor as the two columns onnxruntime writes.
 - the attribute readers: float arrays (``_as_tensor`` variants included), int64 class labels
   (string labels are not tensors tdag has), and the [N, F] float rows the predictors read.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import onnx
@@ -22,14 +18,7 @@ from onnx import numpy_helper
 from tdag import ops
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
-
-TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
-
-# onnxruntime's ErfInv (ml_common.h), a closed form good to about 1e-3, in float32
-_A = np.float32(0.147)
-_TWO_OVER_PI_A = np.float32(2) / (np.float32(math.pi) * _A)
-_ONE_OVER_A = np.float32(1) / _A
-_SQRT2 = float(np.float32(math.sqrt(2)))
+from tdag.ops.ml import TRANSFORMS, logistic, score_transform
 
 
 def array(ctx, name: str, default=None) -> np.ndarray | None:
@@ -70,42 +59,9 @@ def rows(ctx, x):
     return ops.cast(x, DType.f32)
 
 
-def logistic(s):
-    """onnxruntime's ComputeLogistic: 1/(1+exp(-|s|)), mirrored for s < 0."""
-    v = ops.reciprocal(ops.add(ops.exp(ops.neg(ops.abs(s))), 1.0))
-    return ops.where(ops.lt(s, 0.0), ops.sub(1.0, v), v)
-
-
-def probit(s):
-    """sqrt(2) * erfinv(2s - 1), erfinv as onnxruntime approximates it."""
-    x = ops.sub(ops.mul(s, 2.0), 1.0)
-    sign = ops.where(ops.lt(x, 0.0), -1.0, 1.0)
-    log = ops.log(ops.mul(ops.sub(1.0, x), ops.add(x, 1.0)))
-    v = ops.add(ops.mul(log, 0.5), float(_TWO_OVER_PI_A))
-    v2 = ops.mul(log, float(_ONE_OVER_A))
-    v3 = ops.sub(ops.sqrt(ops.sub(ops.mul(v, v), v2)), v)
-    return ops.mul(ops.mul(sign, ops.sqrt(v3)), _SQRT2)
-
-
-def _softmax_zero(s):
-    """Softmax over the scores not within 1e-7 of 0; those become s * exp(-max)."""
-    top = ops.amax(s, 1, keepdim=True)
-    live = ops.gt(ops.abs(s), 1e-7)
-    e = ops.where(live, ops.exp(ops.sub(s, top)), ops.mul(s, ops.exp(ops.neg(top))))
-    return ops.div(e, ops.sum(ops.where(live, e, 0.0), 1, keepdim=True))
-
-
 def transform(ctx, scores, kind: str):
-    """A post_transform over [N, C] scores, C >= 2 (onnxruntime's write_scores)."""
-    if kind == "LOGISTIC":
-        return logistic(scores)
-    if kind == "SOFTMAX":
-        return ops.softmax(scores, 1)
-    if kind == "SOFTMAX_ZERO":
-        return _softmax_zero(scores)
-    if kind == "PROBIT":
-        return probit(scores)
-    return scores
+    """A post_transform over [N, C] scores, C >= 2 (``tdag.ops.ml.score_transform``)."""
+    return score_transform(scores, kind)
 
 
 def post_transform(ctx) -> str:
@@ -125,17 +81,6 @@ def two_columns(ctx, s, mode: str, kind: str):
     if kind == "LOGISTIC":
         return ops.stack([logistic(ops.neg(s)), logistic(s)], 1)
     return ops.stack([ops.neg(s), s], 1)
-
-
-def first_highest(scores):
-    """The column of each row's first highest score as onnxruntime's classifiers pick it:
-    scanning left to right for a strictly higher score, so a NaN is never picked after the
-    first column, and a NaN in the first column keeps column 0 (torch's argmax picks the
-    first NaN instead)."""
-    nan = ops.isnan(scores)
-    index = ops.argmax(ops.where(nan, -math.inf, scores), 1)
-    first_nan = ops.select(nan, 1, 0)
-    return ops.where(first_nan, ops.zeros((), index.dtype, like=index), index)
 
 
 def pick_labels(labels: np.ndarray, index, ctx):

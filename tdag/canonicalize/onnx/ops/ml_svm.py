@@ -37,7 +37,7 @@ from tdag.canonicalize.onnx.ops.ml_scores import (
 from tdag.canonicalize.onnx.ops.table import register
 from tdag.errors import InvalidModelError
 from tdag.ir.types import DType
-from tdag.ops.ml import SVM_KERNELS, svm_pair_weight, svm_pairs, svm_scores
+from tdag.ops.ml import SVM_KERNELS, svm_label, svm_pair_weight, svm_pairs, svm_scores
 
 SVM_OPS = ("SVMClassifier", "SVMRegressor")
 _SWEEPS = 100  # multiclass_probability's iteration limit
@@ -124,7 +124,7 @@ def _svm_classifier(ctx, x):
     weight = svm_pair_weight(coefficients.reshape(-1)[:(classes - 1) * count]
                          .reshape(classes - 1, count), per_class)
     scores = _svm(ctx, x, _vectors(ctx, count, x.shape[1]), weight, rho[:len(pairs)], True)
-    label = pick_labels(labels, ops.argmax(_votes(scores, pairs, classes), 1), ctx)
+    label = svm_label(scores, tuple(labels.tolist()))
     if len(prob_a):
         probabilities = _coupling(scores, pairs, classes, prob_a, prob_b)
         return label, transform(ctx, probabilities, kind)
@@ -140,18 +140,6 @@ def _linear_binary_label(coefficients, scores, label):
     top = ops.amax(scores, 1)
     high = ops.ge(top, 0.5) if (coefficients >= 0).all() else ops.gt(top, 0.0)
     return ops.where(high, 1, label)
-
-
-def _votes(scores, pairs, classes: int):
-    """[N, classes] float: the votes each class won, pair (i, j) voting i where its score > 0."""
-    win = np.zeros((len(pairs), classes), "float32")
-    lose = np.zeros((len(pairs), classes), "float32")
-    for p, (i, j) in enumerate(pairs):
-        win[p, i], lose[p, j] = 1.0, 1.0
-    positive = ops.cast(ops.gt(scores, 0.0), DType.f32)
-    negative = ops.sub(1.0, positive)
-    return ops.add(ops.matmul(positive, const(scores, win)),
-                   ops.matmul(negative, const(scores, lose)))
 
 
 def _coupling(scores, pairs, classes: int, prob_a, prob_b):

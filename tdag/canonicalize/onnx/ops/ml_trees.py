@@ -1,14 +1,15 @@
-"""The ONNX op table, ai.onnx.ml's tree ensembles: TreeEnsemble (ai.onnx.ml 5) and the
-classic TreeEnsembleClassifier / TreeEnsembleRegressor that skl2onnx writes for every
+"""The ONNX op table, ai.onnx.ml's classic tree ensembles: TreeEnsembleClassifier /
+TreeEnsembleRegressor that skl2onnx writes for every
 scikit-learn tree, forest and gradient boosting model (ai.onnx.ml 1 and 3: the
 ``*_as_tensor`` attributes read as the plain ones).
 
-The trees are static (attributes), so each leaf is reached exactly where the conditions on
-its path hold. TreeEnsemble sums ``where(path holds, weight, 0)`` per leaf. The classic ops
-are ``tdag.ops.ml.tree_sum``'s walk over flat node tables (x[feature] <= value ..., or NaN
-where missing values track true, one gather step per level: O(depth) per row and tree), the
-weights of the leaves reached summed over the trees; lowering makes it the tree kernel that
-to_onnx writes back as a TreeEnsembleRegressor.
+Every tree op is ``tdag.ops.ml.tree_sum``'s walk over flat node tables (x[feature] <= value
+..., or NaN where missing values track true, one gather step per level: O(depth) per row and
+tree), the weights of the leaves reached summed over the trees; lowering makes it the tree
+kernel that to_onnx writes back as a TreeEnsembleRegressor. TreeEnsemble's leaves are rows
+after its nodes; under MIN or MAX each tree's weights take columns of their own, reduced
+after the walk. Only a TreeEnsemble that tests set membership (BRANCH_MEMBER, which the walk
+does not compare) is a ``where(path holds, weight, ...)`` per leaf instead.
 
 What comes after the sum is onnxruntime's (tree_ensemble_aggregator.h), quirks included: a
 class or target that no reached leaf scores reads 0 in the output; SUM/AVERAGE/MIN/MAX, and
@@ -21,9 +22,6 @@ String labels and a binary model whose classes are scored on some leaves only ar
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import torch
-from onnx import numpy_helper
 
 from tdag import ops
 from tdag.ops.ml import tree_sum
@@ -33,131 +31,15 @@ from tdag.canonicalize.onnx.ops.ml_scores import (
     int_labels,
     pick_labels,
     post_transform,
-    probit,
     transform,
     two_columns,
 )
 from tdag.canonicalize.onnx.ops.table import register
 from tdag.errors import InvalidModelError, UnsupportedOpError
 from tdag.ir.types import DType
+from tdag.ops.ml import probit
 
 TREE_OPS = ("TreeEnsemble", "TreeEnsembleClassifier", "TreeEnsembleRegressor")
-
-
-# -- TreeEnsemble -------------------------------------------------------------------------------
-
-_COMPARE = {0: ops.le, 1: ops.lt, 2: ops.ge, 3: ops.gt, 4: ops.eq, 5: ops.ne}
-_MEMBER = 6
-
-
-def _array(ctx, name: str, default=None):
-    value = ctx.attr(name)
-    if value is None:
-        return default
-    return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else \
-        np.asarray(value)
-
-
-def _paths(roots, true_ids, false_ids, true_leaf, false_leaf):
-    """For each tree, its leaves and the (node, branch taken) conditions on the way there,
-    read off the static node tables."""
-    trees = []
-    for root in roots:
-        if true_leaf[root] and false_leaf[root] and true_ids[root] == false_ids[root]:
-            trees.append([(int(true_ids[root]), [])])  # a tree that is one leaf
-            continue
-        leaves, stack = [], [(int(root), [])]
-        while stack:
-            node, path = stack.pop()
-            for taken, child, is_leaf in ((True, true_ids[node], true_leaf[node]),
-                                          (False, false_ids[node], false_leaf[node])):
-                step = path + [(node, taken)]
-                (leaves.append((int(child), step)) if is_leaf else
-                 stack.append((int(child), step)))
-        trees.append(leaves)
-    return trees
-
-
-@register("TreeEnsemble")
-def _tree_ensemble(ctx, x):
-    """The trees are static (attributes), so each leaf is reached exactly where the
-    conditions on its path hold: per tree, per target, the weight of the leaf reached
-    (a sum of where(path holds, weight, 0)); then aggregated over the trees."""
-    x = ctx.tensor(x)
-    if ctx.attr("post_transform", 0) != 0:
-        raise UnsupportedOpError("TreeEnsemble: a post_transform other than NONE")
-    aggregate = ctx.attr("aggregate_function", 1)
-    modes = _array(ctx, "nodes_modes").astype(np.int64)
-    splits, features = _array(ctx, "nodes_splits"), _array(ctx, "nodes_featureids")
-    missing_true = _array(ctx, "nodes_missing_value_tracks_true", np.zeros(len(modes)))
-    weights, targets = _array(ctx, "leaf_weights"), _array(ctx, "leaf_targetids")
-    members = iter(_array(ctx, "membership_values", np.zeros(0)).tolist())
-    member_sets = {}
-    for node, mode in enumerate(modes):  # the sets, NaN-separated, in node order
-        if mode == _MEMBER:
-            member_sets[node] = _next_set(members)
-    conditions = {}
-
-    def holds(node: int):
-        if node not in conditions:
-            column = ops.select(x, 1, int(features[node]))
-            if modes[node] == _MEMBER:
-                hit = None
-                for member in member_sets[node]:
-                    eq = ops.eq(column, float(member))
-                    hit = eq if hit is None else ops.logical_or(hit, eq)
-                hit = hit if hit is not None else ops.full(tuple(column.shape), False,
-                                                            "bool", like=x)
-            else:
-                hit = _COMPARE[int(modes[node])](column, float(splits[node]))
-            if missing_true[node]:
-                hit = ops.logical_or(hit, ops.isnan(column))
-            conditions[node] = hit
-        return conditions[node]
-
-    count = ctx.attr("n_targets")
-    if aggregate not in (0, 1, 2, 3):
-        raise InvalidModelError(f"TreeEnsemble: aggregate_function {aggregate}")
-    finfo = torch.finfo(x.dtype.torch)
-    identity = {0: 0.0, 1: 0.0, 2: finfo.max, 3: finfo.min}[aggregate]  # as the reference
-    per_tree = []
-    for leaves in _paths(_array(ctx, "tree_roots"), _array(ctx, "nodes_truenodeids"),
-                         _array(ctx, "nodes_falsenodeids"), _array(ctx, "nodes_trueleafs"),
-                         _array(ctx, "nodes_falseleafs")):
-        columns = []
-        for target in range(count):
-            value = ops.full((x.shape[0],), identity if aggregate in (2, 3) else 0.0,
-                             x.dtype, like=x)
-            for leaf, path in leaves:
-                if targets[leaf] != target:
-                    continue
-                reached = None
-                for node, taken in path:
-                    c = holds(node) if taken else ops.logical_not(holds(node))
-                    reached = c if reached is None else ops.logical_and(reached, c)
-                if reached is None:
-                    value = ops.full((x.shape[0],), float(weights[leaf]), x.dtype, like=x)
-                else:
-                    value = ops.where(reached, float(weights[leaf]), value)
-            columns.append(value)
-        per_tree.append(ops.stack(columns, 1))
-    stacked = ops.stack(per_tree, 0)
-    if aggregate in (0, 1):
-        total = ops.sum(stacked, 0)
-        return ops.div(total, float(len(per_tree))) if aggregate == 0 else total
-    init = ops.full((x.shape[0], count), identity, x.dtype, like=x)
-    reduce = ops.amin if aggregate == 2 else ops.amax
-    return reduce(ops.concat([ops.unsqueeze(init, 0), stacked], 0), 0)
-
-
-def _next_set(members) -> list:
-    """The values up to the next NaN."""
-    out = []
-    for value in members:
-        if np.isnan(value):
-            break
-        out.append(value)
-    return out
 
 
 # -- TreeEnsembleClassifier, TreeEnsembleRegressor --------------------------------------------

@@ -2,14 +2,13 @@
 
 Reads are ``gather`` (numpy ``take`` along one axis): multi-tensor indexing merges the
 indexed axes into one and gathers at the linear index; writes into a slice are ``where``
-over a gather of the source. ``embedding_bag`` reduces the gathered rows into their bags
-with the ``scatter`` primitive (tdag/ops/writes.py), linear in the indices.
+over a gather of the source. ``embedding_bag`` is ``tdag.ops.embedding_bag``, a scatter of
+the gathered rows into their bags, linear in the indices.
 """
 from __future__ import annotations
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
-from tdag.ops import writes
 from tdag.ops.writes import as_index, take_along, wrap
 from tdag.ir.symbols import as_dim, is_static
 from tdag.ir.types import DType
@@ -99,34 +98,14 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return ops.gather(weight, as_index(indices), 0)
 
 
+_BAG_MODES = ("sum", "mean", "max")  # ATen's mode numbers
+
+
 @aten("_embedding_bag", "_embedding_bag_forward_only")
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    """Sums, means or maxima of the rows of ``weight`` in each bag: bag b holds
-    ``indices[offsets[b]:offsets[b + 1]]``. Each position's bag is a running count of the bag
-    starts at or before it, less one; the gathered rows are then scattered into their bags
-    (a padding index, or a position outside every bag, goes to one more bag, cut off
-    after). An empty bag gives 0. Only the output is computed (the other three results
-    serve the backward pass)."""
-    n, bags = indices.shape[0], offsets.shape[0] - (1 if include_last_offset else 0)
-    indices, offsets = as_index(indices), as_index(offsets)
-    starts = writes.bin_counts(offsets, as_dim(n + 1))  # n: empty bags at the end
-    bag = ops.sub(ops.cumsum(ops.slice(starts, 0, 0, n), 0), 1)
-    keep = ops.logical_and(ops.ge(bag, 0), ops.lt(bag, bags))  # past a last offset: no bag
-    if padding_idx is not None and padding_idx >= 0:
-        keep = ops.logical_and(keep, ops.ne(indices, padding_idx))
-    bag = ops.where(keep, bag, bags)
-    rows = ops.gather(weight, indices, 0)  # [n, dim]
-    if per_sample_weights is not None:
-        rows = ops.mul(rows, ops.unsqueeze(per_sample_weights, 1))
-    count = ops.unsqueeze(writes.bin_counts(bag, bags, keep=keep, dtype=weight.dtype), 1)
-    if mode == 2:  # max
-        start = ops.full((as_dim(bags + 1), weight.shape[1]), float("-inf"), weight.dtype,
-                         like=weight)
-        best = ops.slice(writes.scatter(start, bag, rows, 0, "max"), 0, 0, bags)
-        return ops.where(ops.gt(count, 0), best, 0.0), None, None, None
-    start = ops.zeros((as_dim(bags + 1), weight.shape[1]), weight.dtype, like=weight)
-    out = ops.slice(writes.scatter(start, bag, rows, 0, "add"), 0, 0, bags)
-    if mode == 1:
-        out = ops.div(out, ops.maximum(count, 1.0))
+    """The bags' sums, means or maxima (``tdag.ops.embedding_bag``). Only the output is
+    computed (the other three results serve the backward pass)."""
+    out = ops.embedding_bag(weight, indices, offsets, _BAG_MODES[mode], per_sample_weights,
+                            include_last_offset, padding_idx)
     return out, None, None, None

@@ -1,6 +1,6 @@
 """Searching and counting ATen ops.
 
-``bucketize``/``searchsorted`` are merges by sort (``tdag.ops.sorting.searchsorted``);
+``bucketize``/``searchsorted`` are torch's binary search (``tdag.ops.sorting.searchsorted``);
 ``histc`` counts the values in each bin (a scatter-add); ``pdist`` picks a static index set.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ def _index_type(out_int32):
 
 @aten("bucketize.Tensor", "bucketize.Scalar")
 def bucketize(x, boundaries, out_int32=False, right=False):
-    """Each value's insertion point in the 1-d ``boundaries``: a merge by sort
-    (``tdag.ops.sorting.searchsorted``), O((n+m) log(n+m))."""
+    """Each value's insertion point in the 1-d ``boundaries``: torch's binary search
+    (``tdag.ops.sorting.searchsorted``), n log m."""
     x = ops.as_tensor(x, boundaries.builder)
     flat = ops.reshape(x, (1,)) if x.ndim == 0 else x
     found = sorting.searchsorted(boundaries, flat, right)

@@ -1,0 +1,118 @@
+"""``tdag.train_step``: one optimizer step as a Program whose state holds the parameters,
+the optimizer's per-parameter slots and its step count; it takes a batch and returns the
+loss.
+
+The step is one TDAG: the joint forward and backward graph of ``tdag.grad``, then each
+parameter's update (``tdag.optim``). Parameters become inputs of that TDAG, read from and
+written back to the program's state by its Call, so every back end runs it as its own
+stateful step: to_torch a module that updates its buffers, to_onnx a model taking the state
+as inputs and giving ``<name>.next`` outputs, to_jax a pure ``(state, batch)`` function.
+Nodes of the update carry the origin ``optimizer:<name>``, so cost reports tell the three
+phases apart.
+"""
+from __future__ import annotations
+
+import torch
+
+from tdag.ir.graph import TDAG, Weight
+from tdag.ir.program import Block, Call, Program
+from tdag.ir.types import OPTIMIZER, DType, Origin, TensorKind, TensorType
+from tdag.ops.builder import Builder
+from tdag.refine.grad.optim import Optimizer
+from tdag.refine.grad.program import GRAD_PREFIX, GradProgram, grad, tied_weights
+from tdag.refine.dataflow import prune
+from tdag.refine.grad.reverse import GradError
+
+STEP = "step"             # the state entry counting the steps taken (float32, as torch's)
+
+
+def train_step(prog: Program, optimizer: Optimizer, output: int | str = 0,
+               loss: int | str | None = None) -> Program:
+    """The Program of one training step of ``prog``'s parameters on the scalar output
+    ``output`` (``loss`` is the same, by name or index). Its state: every parameter under
+    its own name, each slot of the optimizer as ``<optimizer>.<slot>.<parameter>``, and
+    ``<optimizer>.step``; its one output is the loss before the update.
+
+    >>> import tdag, torch
+    >>> from tdag import ops
+    >>> w = torch.tensor([1.0, -2.0])
+    >>> p = tdag.trace(lambda x: ops.sum((x * ops.param("w", w)) ** 2), tdag.TensorSpec((2,)))
+    >>> step = tdag.train_step(p, tdag.optim.SGD(lr=0.1))
+    >>> [round(float(tdag.run(step, torch.ones(2))), 3) for _ in range(1)]
+    [5.0]
+    """
+    g = grad(prog, output=output if loss is None else loss)
+    call = g.main.steps[0]
+    joint = g.graphs[call.graph]
+    params = _parameter_names(g, joint)
+    slots = {p: {s: f"{optimizer.name}.{s}.{p}" for s in optimizer.slots()} for p in params}
+    step_name = f"{optimizer.name}.{STEP}"
+    graph = _step_graph(joint, call, g.output, params, slots, step_name, optimizer)
+    state = _state(joint, params, slots, step_name)
+    batch = tuple(v.name for v in g.main.inputs)
+    updated = tuple(params) + tuple(n for p in params for n in slots[p].values()) + (step_name,)
+    reads = batch + updated
+    step = Call("train_step", reads, (g.output,) + updated)
+    main = Block(g.main.inputs, (step,), (g.output,))
+    return Program({"train_step": graph}, main, state)
+
+
+def _parameter_names(g: GradProgram, joint: TDAG) -> tuple[str, ...]:
+    inputs = {v.name for v in joint.inputs}
+    names = tuple(n for n in g.wrt if n not in inputs)
+    if not names:
+        raise GradError("train_step: the program has no parameters to train")
+    return names
+
+
+def _step_graph(joint: TDAG, call: Call, loss: str, params, slots, step_name,
+                optimizer) -> TDAG:
+    """The joint graph with the parameters as inputs, then each parameter's update."""
+    tied = tied_weights(joint)
+    alias = {n: group[0] for n, group in tied.items()}
+    builder = Builder()
+    builder.reserve(n.name for n in joint.nodes)
+    values = {v.name: builder.input(v.name, v.type) for v in joint.inputs}
+    for p in params:
+        values[p] = builder.input(p, joint.weights[p].type)
+    slot_values = {p: {s: builder.input(n, joint.weights[p].type) for s, n in slots[p].items()}
+                   for p in params}
+    step = builder.input(step_name, TensorType((), DType.f32))
+    for name, w in joint.weights.items():
+        if name in values:
+            continue
+        if alias.get(name, name) in values:  # a tied weight reads its group's parameter
+            values[name] = values[alias[name]]
+        else:
+            values[name] = builder.weight(name, w.kind, w.value, w.type)
+    with builder.active():
+        for node in joint.nodes:
+            with builder.scope(node.origin):
+                values[node.name] = builder.emit(node.op, node.spec,
+                                                 *(values[n] for n in node.inputs),
+                                                 name=node.name)
+        outs = dict(zip(call.outputs, (values[o] for o in joint.outputs)))
+        with builder.scope(Origin(OPTIMIZER + optimizer.name, "optimizer")):
+            updates = [optimizer.update(values[p], outs[GRAD_PREFIX + p], slot_values[p], step)
+                       for p in params]
+            next_step = step + 1.0
+    new_params = [u[0] for u in updates]
+    new_slots = [u[1][s] for u, p in zip(updates, params) for s in slots[p]]
+    return prune(builder.build([outs[loss]] + new_params + new_slots + [next_step]))
+
+
+def _state(joint: TDAG, params, slots, step_name) -> dict[str, Weight]:
+    state = {}
+    for p in params:
+        w = joint.weights[p]
+        if w.value is None:
+            raise GradError(f"train_step: parameter {p!r} has no value (captured on meta?)")
+        state[p] = Weight(TensorKind.parameter, w.type, w.value.detach().clone())
+        for name in slots[p].values():
+            state[name] = Weight(TensorKind.buffer, w.type, torch.zeros_like(w.value))
+    state[step_name] = Weight(TensorKind.buffer, TensorType((), DType.f32),
+                              torch.zeros((), dtype=torch.float32))
+    return state
+
+
+__all__ = ["OPTIMIZER", "train_step"]
