@@ -1,8 +1,8 @@
 """tdag.grad on real architectures: the gradient of every parameter equals torch.autograd's
 (float32, 1e-4 relative to the largest gradient), through tdag.run and to_torch.
 
-Models come from transformers' small configs with random weights (eager attention), plus a
-UNet block written here; each is wrapped so that its forward returns a scalar loss.
+The models (transformers' small configs with random weights, eager attention, and a UNet
+block), each wrapped so that its forward returns a scalar loss: tests/support/grad_models.py.
 """
 from __future__ import annotations
 
@@ -13,85 +13,10 @@ import torch.nn.functional as F
 import tdag
 from tdag.refine.grad.reverse import BACKWARD
 
-transformers = pytest.importorskip("transformers")
-T = transformers
+pytest.importorskip("transformers")
+from support.grad_models import MODELS, Loss  # noqa: E402
 
 RELATIVE = 1e-4
-
-
-class Loss(torch.nn.Module):
-    """The model, then a scalar of its output that every parameter reaches."""
-
-    def __init__(self, model, reduce):
-        super().__init__()
-        self.model, self.reduce = model, reduce
-
-    def forward(self, *args):
-        return self.reduce(self.model(*args))
-
-
-class UNetBlock(torch.nn.Module):
-    """A diffusion UNet's down-up block: conv, GroupNorm, SiLU, a residual, a strided conv
-    down and a transposed conv up, with the skip concatenated."""
-
-    def __init__(self, c=8):
-        super().__init__()
-        self.conv1, self.norm1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.GroupNorm(2, c)
-        self.conv2, self.norm2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.GroupNorm(2, c)
-        self.down = torch.nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
-        self.up = torch.nn.ConvTranspose2d(2 * c, c, 4, stride=2, padding=1)
-        self.out = torch.nn.Conv2d(2 * c, c, 1)
-
-    def forward(self, x):
-        h = self.conv2(F.silu(self.norm2(self.conv1(F.silu(self.norm1(x)))))) + x
-        return self.out(torch.cat([self.up(F.silu(self.down(h))), h], 1))
-
-
-def _ids(vocab=100, shape=(2, 8)):
-    return torch.randint(0, vocab, shape)
-
-
-def _text(cls, config, reduce=lambda o: o.last_hidden_state.pow(2).mean()):
-    return lambda: (cls(config), (_ids(),), reduce)
-
-
-def _lm(o):
-    return o.logits.logsumexp(-1).mean()
-
-
-SMALL = dict(attn_implementation="eager")
-MODELS = {
-    "gpt2": _text(T.GPT2LMHeadModel, T.GPT2Config(n_layer=2, n_embd=32, n_head=2,
-                                                  vocab_size=100, n_positions=32, **SMALL), _lm),
-    "llama": _text(T.LlamaForCausalLM, T.LlamaConfig(
-        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, vocab_size=100, **SMALL), _lm),
-    "bert": _text(T.BertModel, T.BertConfig(num_hidden_layers=2, hidden_size=32,
-                                            num_attention_heads=2, intermediate_size=64,
-                                            vocab_size=100, **SMALL)),
-    "t5-encoder": _text(T.T5EncoderModel, T.T5Config(
-        num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=100, **SMALL)),
-    "vit": lambda: (T.ViTModel(T.ViTConfig(
-        image_size=16, patch_size=4, num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
-        intermediate_size=64, **SMALL)), (torch.randn(2, 3, 16, 16),),
-        lambda o: o.last_hidden_state.pow(2).mean()),
-    "resnet": lambda: (T.ResNetModel(T.ResNetConfig(
-        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic")),
-        (torch.randn(2, 3, 32, 32),), lambda o: o.pooler_output.pow(2).mean()),
-    "convnext": lambda: (T.ConvNextModel(T.ConvNextConfig(
-        hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)), (torch.randn(2, 3, 32, 32),),
-        lambda o: o.pooler_output.pow(2).mean()),
-    "mobilenet-v2": lambda: (T.MobileNetV2Model(T.MobileNetV2Config(
-        image_size=32, depth_multiplier=0.25)), (torch.randn(2, 3, 32, 32),),
-        lambda o: o.pooler_output.pow(2).mean()),
-    "whisper-encoder": lambda: (T.WhisperModel(T.WhisperConfig(
-        d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
-        max_source_positions=16, vocab_size=100, pad_token_id=1, bos_token_id=2,
-        eos_token_id=3, decoder_start_token_id=2, **SMALL)).get_encoder(),
-        (torch.randn(2, 8, 32),), lambda o: o.last_hidden_state.pow(2).mean()),
-    "unet-block": lambda: (UNetBlock(), (torch.randn(2, 8, 8, 8),), lambda y: y.pow(2).mean()),
-}
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -129,3 +54,86 @@ def test_backward_nodes_are_marked():
     g = tdag.grad(prog, wrt=[prog.inputs[0].name])
     marks = [n.origin.op.startswith(BACKWARD) for n in g.graph.nodes]
     assert any(marks) and not all(marks)
+
+
+class Tagger(torch.nn.Module):
+    """An LSTM tagger: embedding, LSTM (a Loop over the cell), a linear head, cross-entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = torch.nn.Embedding(20, 8), torch.nn.Linear(16, 5)
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, ids, tags):
+        hidden, _ = self.lstm(self.emb(ids))
+        return F.cross_entropy(self.out(hidden).flatten(0, 1), tags.flatten())
+
+
+class StackedGRU(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 6, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = torch.nn.Linear(12, 1)
+
+    def forward(self, x):
+        return self.out(self.rnn(x)[0]).pow(2).mean()
+
+
+class Branching(torch.nn.Module):
+    """torch.cond between a layer and a parameter-free branch: an If controller."""
+
+    def __init__(self, sign: float):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        torch.nn.init.constant_(self.a.bias, 5.0 * sign)
+
+    def forward(self, x):
+        h = self.a(x)
+        y = torch.cond(h.sum() > 0, lambda h: torch.tanh(self.b(h)), lambda h: torch.sin(h), (h,))
+        return self.c(y).pow(2).mean()
+
+
+CONTROLLED = {
+    "lstm-tagger": lambda: (Tagger(), (torch.randint(0, 20, (2, 6)), torch.randint(0, 5, (2, 6)))),
+    "gru-2-layers-bidirectional": lambda: (StackedGRU(), (torch.randn(2, 5, 4),)),
+    "cond-then": lambda: (Branching(1.0), (torch.rand(3, 4),)),
+    "cond-else": lambda: (Branching(-1.0), (torch.rand(3, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONTROLLED))
+def test_gradient_through_loops_and_branches(name):
+    """A Loop runs its body's reverse from the last trip back; an If the chosen branch's."""
+    torch.manual_seed(0)
+    model, args = CONTROLLED[name]()
+    model.eval()
+    prog = tdag.from_torch(model, args)
+    assert any(not isinstance(s, tdag.Call) for s in prog.main.steps), name
+    g = tdag.grad(prog)
+    tdag.verify(g)
+    model(*args).backward()
+    params = dict(model.named_parameters())
+    scale = max(p.grad.abs().max().item() for p in params.values() if p.grad is not None)
+    onnx_outs = _onnx_run(g, args)
+    for outs in (tdag.run(g, *args), tdag.to_torch(g)(*args), onnx_outs):
+        for n, got in zip(g.wrt, outs[1:]):
+            want = params[n].grad if params[n].grad is not None else torch.zeros_like(got)
+            err = (torch.as_tensor(got) - want).abs().max().item()
+            assert err <= RELATIVE * scale, f"{name}: {n} off by {err:.2e}"
+
+
+def _onnx_run(prog, args):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, {n: a.numpy() for n, a in zip(names, args)})
+
+
+def test_while_loops_are_refused():
+    from tdag.refine.grad.controllers import Reverse
+
+    loop = tdag.Loop((), tdag.Block((tdag.Value("i", tdag.TensorType((), "i64")),), (),
+                                    ()), (), cond="go")
+    with pytest.raises(tdag.GradError, match="while loop"):
+        Reverse(tdag.Program({}, tdag.Block((), (), ())), ())._keep_carried(loop)

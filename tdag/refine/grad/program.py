@@ -12,7 +12,11 @@ from typing import Sequence
 
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Block, Call, Program
-from tdag.ir.types import TensorKind
+from tdag import ops
+from tdag.ir.symbols import is_static
+from tdag.ir.types import TensorKind, TensorType
+from tdag.ops.builder import Builder
+from tdag.refine.grad.controllers import Reverse
 from tdag.refine.grad.reverse import GradError, joint_graph
 from tdag.refine.join_calls import join_calls
 
@@ -41,14 +45,21 @@ def grad(prog: Program, wrt: Sequence[str] | None = None, output: int | str = 0)
     tensor([2., 4., 6.])
     """
     joined, _ = join_calls(prog)
-    call = _the_call(joined)
-    graph = joined.graphs[call.graph]
     loss = _output_name(joined, output)
+    steps = joined.main.steps
+    if len(steps) == 1 and isinstance(steps[0], Call):
+        return _one_graph(joined, steps[0], loss, wrt)
+    return _through_controllers(joined, loss, wrt)
+
+
+def _one_graph(joined: Program, call: Call, loss: str, wrt) -> GradProgram:
+    """A program that is one TDAG: forward and backward in one joint TDAG."""
+    graph = joined.graphs[call.graph]
     if loss not in call.outputs:
         raise GradError(f"grad: output {loss!r} is not computed by the program's graph")
     inner = dict(zip(call.inputs, (v.name for v in graph.inputs)))
-    tied = tied_weights(graph)
-    names = tuple(wrt) if wrt is not None else _parameters(graph, tied)
+    tied = tied_weights(graph.weights)
+    names = tuple(wrt) if wrt is not None else _parameters(graph.weights, tied)
     targets = [inner.get(name, name) for name in names]
     joint = joint_graph(graph, call.outputs.index(loss), targets, tied)
     outs = tuple(GRAD_PREFIX + name for name in names)
@@ -58,13 +69,69 @@ def grad(prog: Program, wrt: Sequence[str] | None = None, output: int | str = 0)
                        wrt=names, output=loss)
 
 
-def _the_call(prog: Program) -> Call:
-    steps = prog.main.steps
-    if len(steps) != 1 or not isinstance(steps[0], Call):
-        kinds = ", ".join(type(s).__name__ for s in steps)
-        raise GradError(f"grad: the program runs {kinds}; only a program of Calls (one "
-                        "straight run of TDAGs) is differentiated so far")
-    return steps[0]
+def _through_controllers(joined: Program, loss: str, wrt) -> GradProgram:
+    """A program with Loops or Ifs: the block reversed step by step (``controllers``)."""
+    weights = _all_weights(joined)
+    tied = tied_weights(weights)
+    inputs = {v.name: v for v in joined.main.inputs}
+    names = tuple(wrt) if wrt is not None else _parameters(weights, tied)
+    for name in names:
+        if name not in weights and name not in inputs:
+            raise GradError(f"grad: {name!r} is not an input or a weight of the program")
+    params = {m for n in names if n in weights for m in tied.get(n, (n,))}
+    reverse = Reverse(joined, params)
+    types = reverse.types(joined.main)
+    _check_scalar(loss, types[loss])
+    seed = reverse.fresh(f"d.{loss}")
+    forward, back = reverse.block(joined.main, {loss: seed})
+    steps = list(forward.steps)
+    steps.append(Call(reverse.graph("ones", _ones(types[loss])), (loss,), (seed,)))
+    steps += back.steps
+    grads, grad_types = [], []
+    for name in names:
+        if name in inputs:
+            grads.append(reverse.or_zeros(back.cotangents, inputs[name], steps))
+            grad_types.append(inputs[name].type)
+            continue
+        parts = [back.grads[m] for m in tied.get(name, (name,)) if m in back.grads]
+        total = parts[0] if parts else reverse.zeros_of_param(name, steps)
+        for part in parts[1:]:
+            total = reverse.sum(total, part, weights[name].type, steps)
+        grads.append(total)
+        grad_types.append(weights[name].type)
+    outs = tuple(GRAD_PREFIX + name for name in names)
+    steps.append(Call(reverse.graph("gradients", _identity(grad_types)), tuple(grads), outs))
+    main = Block(joined.main.inputs, tuple(steps), joined.main.outputs + outs)
+    return GradProgram(reverse.graphs, main, joined.state, joined.class_labels,
+                       wrt=names, output=loss)
+
+
+def _all_weights(prog: Program) -> dict:
+    weights: dict = {}
+    for graph in prog.graphs.values():
+        for name, w in graph.weights.items():
+            weights.setdefault(name, w)
+    return weights
+
+
+def _check_scalar(loss: str, type: TensorType) -> None:
+    if not type.dtype.is_float or not all(is_static(d) and d == 1 for d in type.shape):
+        raise GradError(f"grad: the output {loss!r} is {type}; it must be a floating-point "
+                        "scalar (a loss)")
+
+
+def _ones(type: TensorType) -> TDAG:
+    b = Builder()
+    x = b.input("like", type)
+    with b.active():
+        one = ops.full(x.shape, 1.0, x.dtype, like=x)
+    return b.build([one])
+
+
+def _identity(types) -> TDAG:
+    b = Builder()
+    xs = [b.input(f"g{k}", t) for k, t in enumerate(types)]
+    return b.build(xs)
 
 
 def _output_name(prog: Program, output: int | str) -> str:
@@ -78,11 +145,11 @@ def _output_name(prog: Program, output: int | str) -> str:
     return outputs[output]
 
 
-def tied_weights(graph: TDAG) -> dict[str, tuple[str, ...]]:
+def tied_weights(weights: dict) -> dict[str, tuple[str, ...]]:
     """Each weight that shares its tensor with others (same storage, offset, shape and
     strides: a tied embedding and output projection) -> all their names, in graph order."""
     groups: dict[tuple, list[str]] = {}
-    for name, w in graph.weights.items():
+    for name, w in weights.items():
         if w.kind is TensorKind.parameter and w.value is not None:
             v = w.value
             key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape),
@@ -91,10 +158,10 @@ def tied_weights(graph: TDAG) -> dict[str, tuple[str, ...]]:
     return {n: tuple(names) for names in groups.values() if len(names) > 1 for n in names}
 
 
-def _parameters(graph: TDAG, tied: dict) -> tuple[str, ...]:
+def _parameters(weights: dict, tied: dict) -> tuple[str, ...]:
     """The floating-point parameters, a tied group named once (by its first name, as torch's
     ``named_parameters`` names it)."""
-    names = tuple(name for name, w in graph.weights.items()
+    names = tuple(name for name, w in weights.items()
                   if w.kind is TensorKind.parameter and w.type.dtype.is_float
                   and tied.get(name, (name,))[0] == name)
     if not names:

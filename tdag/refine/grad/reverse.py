@@ -39,6 +39,38 @@ def joint_graph(graph: TDAG, output: int, wrt: Sequence[str],
     name to every weight that holds the same tensor (a language model's embedding and output
     projection): the gradient of the one tensor is the sum over its uses under all names."""
     tied = tied or {}
+    builder, values = _copy(graph, wrt)
+    groups = {w: tuple(tied.get(w, (w,))) for w in wrt}
+    with builder.active():
+        loss = values[graph.outputs[output]]
+        _check_loss(loss)
+        seed = ops.full(loss.shape, 1.0, loss.dtype, like=loss)
+        cotangents = _backward(builder, {loss.name: seed},
+                               {n for group in groups.values() for n in group})
+        grads = [_total([cotangents[n] for n in groups[w] if n in cotangents], values[w])
+                 for w in wrt]
+    return prune(builder.build([values[o] for o in graph.outputs] + grads))
+
+
+def vjp_graph(graph: TDAG, seeded: Sequence[int], wrt: Sequence[str]) -> TDAG:
+    """The backward TDAG of one step of a program: its inputs are ``graph``'s, then the
+    cotangents of the outputs at positions ``seeded`` (each named ``d.<output>``); its
+    outputs are the cotangents of the names in ``wrt`` (inputs or weights; zeros where none
+    flows). The forward values the backward reads are recomputed inside it."""
+    builder, values = _copy(graph, wrt)
+    seeds: dict[str, Tensor] = {}
+    with builder.active():
+        for k in seeded:
+            name = graph.outputs[k]
+            seed = builder.input(builder.fresh(f"d.{name}"), values[name].type)
+            seeds[name] = seeds[name] + seed if name in seeds else seed
+        cotangents = _backward(builder, seeds, set(wrt))
+        grads = [_total([cotangents[w]] if w in cotangents else [], values[w]) for w in wrt]
+    return prune(builder.build(grads))
+
+
+def _copy(graph: TDAG, wrt: Sequence[str]) -> tuple[Builder, dict[str, Tensor]]:
+    """A builder holding ``graph``'s forward nodes (kernels as their compositions)."""
     builder = Builder()
     builder.reserve(n.name for n in graph.nodes)
     values = _leaves(builder, graph)
@@ -48,15 +80,18 @@ def joint_graph(graph: TDAG, output: int, wrt: Sequence[str],
         if not values[name].dtype.is_float:
             raise GradError(f"grad: {name!r} is {values[name].type}; only floating-point "
                             "values have gradients")
-    groups = {w: tuple(tied.get(w, (w,))) for w in wrt}
     with builder.active():
         for node in graph.nodes:
             values[node.name] = _replay(builder, node, values)
-        loss = values[graph.outputs[output]]
-        cotangents = _backward(builder, loss, {n for group in groups.values() for n in group})
-        grads = [_total([cotangents[n] for n in groups[w] if n in cotangents], values[w])
-                 for w in wrt]
-    return prune(builder.build([values[o] for o in graph.outputs] + grads))
+    return builder, values
+
+
+def _check_loss(loss: Tensor) -> None:
+    if not loss.dtype.is_float:
+        raise GradError(f"grad: the output is {loss.type}; it must be a floating-point scalar")
+    if not all(is_static(d) and d == 1 for d in loss.shape):
+        raise GradError(f"grad: the output is {loss.type}, not a scalar: reduce it to one "
+                        "value (a loss) first")
 
 
 def _total(parts: list[Tensor], value: Tensor) -> Tensor:
@@ -90,17 +125,12 @@ def _replay(builder: Builder, node: Node, values: dict[str, Tensor]) -> Tensor:
         return builder.emit(node.op, node.spec, *operands, name=node.name)
 
 
-def _backward(builder: Builder, loss: Tensor, wrt: set[str]) -> dict[str, Tensor]:
-    """The cotangent of every value between ``wrt`` and ``loss``, seeded d loss / d loss = 1."""
-    if not loss.dtype.is_float:
-        raise GradError(f"grad: the output is {loss.type}; it must be a floating-point scalar")
-    if not all(is_static(d) and d == 1 for d in loss.shape):
-        raise GradError(f"grad: the output is {loss.type}, not a scalar: reduce it to one "
-                        "value (a loss) first")
+def _backward(builder: Builder, seeds: dict[str, Tensor], wrt: set[str]) -> dict[str, Tensor]:
+    """The cotangent of every value between ``wrt`` and the seeded values."""
     tape = list(builder.nodes)
     active = _active(tape, wrt)
     types = _types(builder)
-    cotangents = {loss.name: ops.full(loss.shape, 1.0, loss.dtype, like=loss)}
+    cotangents = dict(seeds)
     for node in reversed(tape):
         dout = cotangents.get(node.name)
         if dout is None or not any(name in active for name in node.inputs):
@@ -146,4 +176,4 @@ def _check(node: Node, name: str, part: Tensor, expected: TensorType) -> None:
 
 
 
-__all__ = ["BACKWARD", "GradError", "joint_graph"]
+__all__ = ["BACKWARD", "GradError", "joint_graph", "vjp_graph"]

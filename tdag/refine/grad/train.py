@@ -42,6 +42,10 @@ def train_step(prog: Program, optimizer: Optimizer, output: int | str = 0,
     [5.0]
     """
     g = grad(prog, output=output if loss is None else loss)
+    if len(g.main.steps) != 1:
+        raise GradError("train_step: a program with loops or branches trains through "
+                        "tdag.grad's program, not yet as one step (take its gradients and "
+                        "update the parameters outside)")
     call = g.main.steps[0]
     joint = g.graphs[call.graph]
     params = _parameter_names(g, joint)
@@ -68,7 +72,7 @@ def _parameter_names(g: GradProgram, joint: TDAG) -> tuple[str, ...]:
 def _step_graph(joint: TDAG, call: Call, loss: str, params, slots, step_name,
                 optimizer) -> TDAG:
     """The joint graph with the parameters as inputs, then each parameter's update."""
-    tied = tied_weights(joint)
+    tied = tied_weights(joint.weights)
     alias = {n: group[0] for n, group in tied.items()}
     builder = Builder()
     builder.reserve(n.name for n in joint.nodes)

@@ -1,0 +1,84 @@
+"""The models tdag.grad is checked on (tests/refine/test_grad_models.py) and costed on
+(tests/refine/test_training_flops.py, benchmarks/training_flops.py): transformers' small configs
+with random weights (eager attention), plus a UNet block written here; each is wrapped so that
+its forward returns a scalar loss. ``MODELS[name]()`` -> (model, args, reduce)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import transformers as T
+
+
+class Loss(torch.nn.Module):
+    """The model, then a scalar of its output that every parameter reaches."""
+
+    def __init__(self, model, reduce):
+        super().__init__()
+        self.model, self.reduce = model, reduce
+
+    def forward(self, *args):
+        return self.reduce(self.model(*args))
+
+
+class UNetBlock(torch.nn.Module):
+    """A diffusion UNet's down-up block: conv, GroupNorm, SiLU, a residual, a strided conv
+    down and a transposed conv up, with the skip concatenated."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1, self.norm1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.GroupNorm(2, c)
+        self.conv2, self.norm2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.GroupNorm(2, c)
+        self.down = torch.nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(2 * c, c, 4, stride=2, padding=1)
+        self.out = torch.nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x):
+        h = self.conv2(F.silu(self.norm2(self.conv1(F.silu(self.norm1(x)))))) + x
+        return self.out(torch.cat([self.up(F.silu(self.down(h))), h], 1))
+
+
+def _ids(vocab=100, shape=(2, 8)):
+    return torch.randint(0, vocab, shape)
+
+
+def _text(cls, config, reduce=lambda o: o.last_hidden_state.pow(2).mean()):
+    return lambda: (cls(config), (_ids(),), reduce)
+
+
+def _lm(o):
+    return o.logits.logsumexp(-1).mean()
+
+
+SMALL = dict(attn_implementation="eager")
+MODELS = {
+    "gpt2": _text(T.GPT2LMHeadModel, T.GPT2Config(n_layer=2, n_embd=32, n_head=2,
+                                                  vocab_size=100, n_positions=32, **SMALL), _lm),
+    "llama": _text(T.LlamaForCausalLM, T.LlamaConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=100, **SMALL), _lm),
+    "bert": _text(T.BertModel, T.BertConfig(num_hidden_layers=2, hidden_size=32,
+                                            num_attention_heads=2, intermediate_size=64,
+                                            vocab_size=100, **SMALL)),
+    "t5-encoder": _text(T.T5EncoderModel, T.T5Config(
+        num_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=100, **SMALL)),
+    "vit": lambda: (T.ViTModel(T.ViTConfig(
+        image_size=16, patch_size=4, num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+        intermediate_size=64, **SMALL)), (torch.randn(2, 3, 16, 16),),
+        lambda o: o.last_hidden_state.pow(2).mean()),
+    "resnet": lambda: (T.ResNetModel(T.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic")),
+        (torch.randn(2, 3, 32, 32),), lambda o: o.pooler_output.pow(2).mean()),
+    "convnext": lambda: (T.ConvNextModel(T.ConvNextConfig(
+        hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)), (torch.randn(2, 3, 32, 32),),
+        lambda o: o.pooler_output.pow(2).mean()),
+    "mobilenet-v2": lambda: (T.MobileNetV2Model(T.MobileNetV2Config(
+        image_size=32, depth_multiplier=0.25)), (torch.randn(2, 3, 32, 32),),
+        lambda o: o.pooler_output.pow(2).mean()),
+    "whisper-encoder": lambda: (T.WhisperModel(T.WhisperConfig(
+        d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
+        max_source_positions=16, vocab_size=100, pad_token_id=1, bos_token_id=2,
+        eos_token_id=3, decoder_start_token_id=2, **SMALL)).get_encoder(),
+        (torch.randn(2, 8, 32),), lambda o: o.last_hidden_state.pow(2).mean()),
+    "unet-block": lambda: (UNetBlock(), (torch.randn(2, 8, 8, 8),), lambda y: y.pow(2).mean()),
+}
