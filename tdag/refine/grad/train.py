@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from tdag.ir.graph import TDAG, Weight
-from tdag.ir.program import Block, Call, Program
+from dataclasses import replace
+
+from tdag.ir.graph import TDAG, Value, Weight
+from tdag.ir.program import Block, Call, Program, nested_blocks, with_blocks
 from tdag.ir.types import OPTIMIZER, DType, Origin, TensorKind, TensorType
 from tdag.ops.builder import Builder
 from tdag.refine.grad.optim import Optimizer
@@ -43,16 +45,14 @@ def train_step(prog: Program, optimizer: Optimizer, output: int | str = 0,
     """
     g = grad(prog, output=output if loss is None else loss)
     if len(g.main.steps) != 1:
-        raise GradError("train_step: a program with loops or branches trains through "
-                        "tdag.grad's program, not yet as one step (take its gradients and "
-                        "update the parameters outside)")
+        return _controlled_step(g, optimizer)
     call = g.main.steps[0]
     joint = g.graphs[call.graph]
     params = _parameter_names(g, joint)
     slots = {p: {s: f"{optimizer.name}.{s}.{p}" for s in optimizer.slots()} for p in params}
     step_name = f"{optimizer.name}.{STEP}"
     graph = _step_graph(joint, call, g.output, params, slots, step_name, optimizer)
-    state = _state(joint, params, slots, step_name)
+    state = _state(joint.weights, params, slots, step_name)
     batch = tuple(v.name for v in g.main.inputs)
     updated = tuple(params) + tuple(n for p in params for n in slots[p].values()) + (step_name,)
     reads = batch + updated
@@ -105,10 +105,10 @@ def _step_graph(joint: TDAG, call: Call, loss: str, params, slots, step_name,
     return prune(builder.build([outs[loss]] + new_params + new_slots + [next_step]))
 
 
-def _state(joint: TDAG, params, slots, step_name) -> dict[str, Weight]:
+def _state(weights: dict, params, slots, step_name) -> dict[str, Weight]:
     state = {}
     for p in params:
-        w = joint.weights[p]
+        w = weights[p]
         if w.value is None:
             raise GradError(f"train_step: parameter {p!r} has no value (captured on meta?)")
         state[p] = Weight(TensorKind.parameter, w.type, w.value.detach().clone())
@@ -117,6 +117,71 @@ def _state(joint: TDAG, params, slots, step_name) -> dict[str, Weight]:
     state[step_name] = Weight(TensorKind.buffer, TensorType((), DType.f32),
                               torch.zeros((), dtype=torch.float32))
     return state
+
+
+# -- programs with loops and branches ----------------------------------------------------------
+
+def _controlled_step(g: GradProgram, optimizer: Optimizer) -> Program:
+    """A step over a program with controllers: every TDAG that holds a parameter takes it as
+    an input instead, each Call of it (at any depth) reads it from the state, and one update
+    Call after the gradient program writes the parameters, slots and step count back."""
+    weights = {n: w for graph in g.graphs.values() for n, w in graph.weights.items()}
+    params = tuple(n for n in g.wrt if n in weights)
+    if not params:
+        raise GradError("train_step: the program has no parameters to train")
+    tied = tied_weights(weights)
+    head = {n: tied.get(n, (n,))[0] for n in weights}
+    reads: dict[str, tuple[str, ...]] = {}
+    graphs = {}
+    for name, graph in g.graphs.items():
+        used = [w for w in graph.weights if head[w] in params]
+        graphs[name] = _with_inputs(graph, used) if used else graph
+        reads[name] = tuple(head[w] for w in used)
+    main = _read_state(g.main, reads)
+    slots = {p: {s: f"{optimizer.name}.{s}.{p}" for s in optimizer.slots()} for p in params}
+    step_name = f"{optimizer.name}.{STEP}"
+    update = _update_graph(weights, params, slots, step_name, optimizer)
+    graphs["optimizer_update"] = update
+    state_names = tuple(params) + tuple(n for p in params for n in slots[p].values()) + \
+        (step_name,)
+    grads = tuple(GRAD_PREFIX + p for p in params)
+    steps = main.steps + (Call("optimizer_update", state_names + grads, state_names),)
+    block = Block(g.main.inputs, steps, (g.output,))
+    return Program(graphs, block, {**g.state, **_state(weights, params, slots, step_name)})
+
+
+def _with_inputs(graph: TDAG, used: list[str]) -> TDAG:
+    """``graph`` reading the weights ``used`` as inputs (appended, under their names)."""
+    inputs = graph.inputs + tuple(Value(w, graph.weights[w].type) for w in used)
+    weights = {k: w for k, w in graph.weights.items() if k not in used}
+    return graph.replace(inputs=inputs, weights=weights)
+
+
+def _read_state(block: Block, reads: dict) -> Block:
+    steps = []
+    for step in block.steps:
+        if isinstance(step, Call) and reads.get(step.graph):
+            step = replace(step, inputs=step.inputs + reads[step.graph])
+        inner = nested_blocks(step)
+        if inner:
+            step = with_blocks(step, [_read_state(b, reads) for b in inner])
+        steps.append(step)
+    return Block(block.inputs, tuple(steps), block.outputs)
+
+
+def _update_graph(weights: dict, params, slots, step_name, optimizer) -> TDAG:
+    """(parameters, slots, step, gradients) -> (new parameters, new slots, new step)."""
+    builder = Builder()
+    values = {p: builder.input(p, weights[p].type) for p in params}
+    slot_values = {p: {s: builder.input(n, weights[p].type) for s, n in slots[p].items()}
+                   for p in params}
+    step = builder.input(step_name, TensorType((), DType.f32))
+    grads = {p: builder.input(GRAD_PREFIX + p, weights[p].type) for p in params}
+    with builder.active(), builder.scope(Origin(OPTIMIZER + optimizer.name, "optimizer")):
+        updates = [optimizer.update(values[p], grads[p], slot_values[p], step) for p in params]
+        next_step = step + 1.0
+    new_slots = [u[1][s] for u, p in zip(updates, params) for s in slots[p]]
+    return builder.build([u[0] for u in updates] + new_slots + [next_step])
 
 
 __all__ = ["OPTIMIZER", "train_step"]
