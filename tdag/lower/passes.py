@@ -39,4 +39,21 @@ def run_passes(prog: Program, names: Sequence[str], registry: Mapping[str, Pass]
     return manager(prog)[0]
 
 
-__all__ = ["Pass", "PassError", "rule_pass", "run_passes"]
+# the default pipeline, registered by tdag.lower.pipeline when it loads: a rule that lowers a
+# kernel's composition to build its template (the quant rules) runs it without importing the
+# module that holds it
+_DEFAULT: dict = {}
+
+
+def register_default(registry: Mapping[str, Pass], order: Sequence[str]) -> None:
+    """Record the default passes and their order (tdag.lower.pipeline, once)."""
+    _DEFAULT.update(registry=dict(registry), order=tuple(order))
+
+
+def default_pipeline() -> tuple[dict, tuple]:
+    """The default passes by name and their order."""
+    return dict(_DEFAULT["registry"]), _DEFAULT["order"]
+
+
+__all__ = ["Pass", "PassError", "default_pipeline", "register_default", "rule_pass",
+           "run_passes"]

@@ -23,7 +23,7 @@ from tdag.lower import (
     writes,
 )
 from tdag.refine.join_calls import join_calls
-from tdag.lower.passes import Pass, rule_pass, run_passes
+from tdag.lower.passes import Pass, register_default, rule_pass, run_passes
 from tdag.lower.recurrent_loop import lower_recurrent_loops
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
 from tdag.refine.simplify import PassManager
@@ -60,6 +60,9 @@ PASSES: dict[str, Pass] = {
 DEFAULT = ("simplify", "quant", "ml", "experts", "contraction", "activations", "softmax",
            "sorting", "norms", "conv", "pool", "resize", "attention", "movement", "fuse",
            "recurrent", "recurrent_loops", "join_calls")
+
+
+register_default(PASSES, DEFAULT)
 
 
 def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:

@@ -18,7 +18,6 @@ Only then is the node replaced, so a near miss stays the exact composition it wa
 """
 from __future__ import annotations
 
-import importlib
 import itertools
 from functools import lru_cache
 
@@ -45,7 +44,7 @@ from tdag.lower.match import (
     simplified,
     trace_axes,
 )
-from tdag.lower.passes import rule_pass, run_passes
+from tdag.lower.passes import default_pipeline, rule_pass, run_passes
 
 _CONE = 64  # nodes a proposal looks through: a composition is a few dozen
 _VIEWS = BROADCAST | {Op.ungroup}
@@ -73,18 +72,16 @@ def _template(op: Op, spec, types: tuple[TensorType, ...]) -> TDAG:
 
 
 def _lowered_without_quant(prog: Program) -> Program:
-    """``prog`` through lower's default passes but this one (the pipeline holds this
-    module, so it is looked up when first needed)."""
-    pipeline = importlib.import_module("tdag.lower.pipeline")
-    return pipeline.lower(prog, [p for p in pipeline.DEFAULT if p != "quant"])
+    """``prog`` through lower's default passes but this one."""
+    passes, order = default_pipeline()
+    return run_passes(prog, [p for p in order if p != "quant"], passes)
 
 
 def _lowered_without_requantize(prog: Program) -> Program:
     """``prog`` through lower's default passes, the quant pass without the requantizing
     kernels' rules."""
-    pipeline = importlib.import_module("tdag.lower.pipeline")
-    passes = dict(pipeline.PASSES, quant=rule_pass(*INTEGER_RULES))
-    return run_passes(prog, pipeline.DEFAULT, passes)
+    passes, order = default_pipeline()
+    return run_passes(prog, order, dict(passes, quant=rule_pass(*INTEGER_RULES)))
 
 
 def _matches(ctx: Context, root: Node, op: Op, spec, operands: tuple[str, ...]) -> bool:
