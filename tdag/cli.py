@@ -9,10 +9,15 @@
     tdag extract model.tdag --scope encoder.layer.1 -o block.tdag
     tdag simplify model.tdag -o smaller.tdag
     tdag rebatch model.onnx -o dynamic.onnx # a file exported at one batch size, made symbolic
+    tdag grad model.pt2 -o grad.onnx        # the loss and d loss / d every parameter
+    tdag train-step model.onnx --optimizer adamw --lr 1e-3 -o step.onnx
     tdag explain model.tdag %42             # why node %42 was or was not lowered
     tdag demo
 
-Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``. Any failure
+Inputs: ``.pt2`` (written by ``torch.export.save``), ``.onnx`` and ``.tdag``; grad and
+train-step differentiate a scalar output (the first, or ``--loss``) with respect to the
+parameters: a module's parameters, an ONNX file's floating-point initializers (not its
+Constant nodes). Any failure
 prints one line (two where the message is a list: its first entry and how many more) and
 exits with status 1, 2 for a usage error; ``--debug`` prints the full traceback instead.
 Also ``python -m tdag``.
@@ -36,6 +41,8 @@ from tdag.reify import write_onnx
 import tdag.lower
 from tdag.demo import main as demo_main
 from tdag.errors import TdagError
+from tdag.ir.program import Call
+from tdag.ir.types import TensorKind
 from tdag.view.page import write_page
 from tdag.lower.cost import lowered_for_cost
 from tdag.refine.cost import table as cost_table
@@ -138,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                       "Reshape's shape baked in) a symbolic batch axis", True)
     rebatch.add_argument("--name", default="batch",
                          help="the name of the symbolic batch size (default: batch)")
+    _train_arguments(command)
     explain = command("explain", "say which lowering rules looked at a node, and why they did "
                       "or did not fire")
     explain.add_argument("node", help="a node name, e.g. %%42")
@@ -146,6 +154,112 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the end-to-end demo", parents=[common])
     demo.add_argument("--out", default=None, help="folder for the files the demo writes")
     return parser
+
+
+def _train_arguments(command) -> None:
+    """``grad`` and ``train-step``: the loss output, what to differentiate, the optimizer."""
+    loss_help = "the scalar output to differentiate, by name or index (default: the first)"
+    grad = command("grad", "the program with the gradient of its loss: outputs the loss and "
+                   "grad.<name> per parameter; without -o a one-line summary")
+    grad.add_argument("-o", "--output", default=None, help="a .tdag or .onnx file")
+    grad.add_argument("--loss", default="0", metavar="NAME_OR_INDEX", help=loss_help)
+    grad.add_argument("--wrt", action="extend", nargs="+", default=None, metavar="NAME",
+                      help="inputs or weights to differentiate (default: every "
+                           "floating-point parameter: a module's parameters, an ONNX file's "
+                           "float initializers)")
+    step = command("train-step", "one optimizer step as a program: state holds the "
+                   "parameters, the optimizer's moments and its step count", True)
+    step.add_argument("--loss", default="0", metavar="NAME_OR_INDEX", help=loss_help)
+    step.add_argument("--optimizer", required=True, choices=sorted(_OPTIMIZERS))
+    step.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3)")
+    step.add_argument("--weight-decay", type=float, default=None,
+                      help="default: 0 for sgd, 1e-2 for adamw (torch's defaults)")
+    step.add_argument("--momentum", type=float, default=None, help="sgd only (default 0)")
+    step.add_argument("--betas", type=float, nargs=2, default=None, metavar=("B1", "B2"),
+                      help="adamw only (default 0.9 0.999)")
+    step.add_argument("--eps", type=float, default=None, help="adamw only (default 1e-8)")
+
+
+# each optimizer and the flags it takes (torch.optim's settings, torch's defaults)
+_OPTIMIZERS = {"sgd": (tdag.optim.SGD, ("lr", "momentum", "weight_decay")),
+               "adamw": (tdag.optim.AdamW, ("lr", "betas", "eps", "weight_decay"))}
+
+
+def _optimizer(args) -> tdag.optim.Optimizer:
+    """The optimizer of ``--optimizer`` with the settings given; a flag of the other
+    optimizer is an error rather than silently ignored."""
+    cls, takes = _OPTIMIZERS[args.optimizer]
+    given = {k: getattr(args, k) for k in ("lr", "momentum", "weight_decay", "betas", "eps")
+             if getattr(args, k) is not None}
+    wrong = sorted(given.keys() - set(takes))
+    if wrong:
+        raise TdagError(f"--{wrong[0].replace('_', '-')} is not a setting of {args.optimizer} "
+                        f"(it takes {', '.join('--' + t.replace('_', '-') for t in takes)})")
+    if "betas" in given:
+        given["betas"] = tuple(given["betas"])
+    return cls(**given)
+
+
+def _loss(prog, args) -> str:
+    """The name of the output ``--loss`` picks, checked to be one floating-point value here,
+    where the error can list the outputs to pick from instead."""
+    outputs = prog.main.outputs
+    name = args.loss
+    if name not in outputs:
+        if not name.lstrip("-").isdigit() or not -len(outputs) <= int(name) < len(outputs):
+            raise TdagError(f"--loss {name}: {args.file} has no such output (outputs: "
+                            f"{', '.join(outputs)}, or an index below {len(outputs)})")
+        name = outputs[int(name)]
+    types = _output_types(prog)
+    kind = types.get(name)
+    if kind is not None and not (kind.dtype.is_float and kind.numel == 1):
+        listed = ", ".join(f"{o} {t}" for o, t in types.items())
+        raise TdagError(f"output {name!r} of {args.file} is {kind}, not a float scalar (a loss): "
+                        f"pick one with --loss NAME_OR_INDEX (outputs: {listed})")
+    return name
+
+
+def _output_types(prog) -> dict:
+    """The type of each output a Call of the main block computes; a controller's outputs
+    are left to grad's own check."""
+    types = {}
+    for step in prog.main.steps:
+        if isinstance(step, Call):
+            types.update(zip(step.outputs, prog.graphs[step.graph].output_types))
+    return {o: types[o] for o in prog.main.outputs if o in types}
+
+
+def _check_parameters(prog, args) -> None:
+    """Refuse a file with nothing to train here, where the hint can name the flag."""
+    if args.command == "grad" and args.wrt:
+        return
+    if not any(w.kind is TensorKind.parameter and w.type.dtype.is_float
+               for g in prog.graphs.values() for w in g.weights.values()):
+        hint = "; name inputs to differentiate with --wrt NAME" if args.command == "grad" else ""
+        raise TdagError(f"{args.file} has no floating-point parameters{hint}")
+
+
+def _grad(prog, args) -> None:
+    """``tdag grad``: the gradient program written out, or a one-line summary of it."""
+    loss = _loss(prog, args)
+    _check_parameters(prog, args)
+    g = tdag.grad(prog, wrt=args.wrt, output=loss)
+    if args.output is not None:
+        _write(g, args.output)
+        return
+    types = {v.name: v.type for v in g.main.inputs}
+    for graph in g.graphs.values():
+        types.update((n, w.type) for n, w in graph.weights.items())
+    count = sum(types[n].numel for n in g.wrt)  # symbolic where an input has a symbolic size
+    shown = f"{count:,}" if isinstance(count, int) else str(count)
+    names = ", ".join(g.wrt[:4]) + (f", ... {len(g.wrt) - 4} more" if len(g.wrt) > 4 else "")
+    print(f"loss {g.output}: {len(g.wrt)} gradient(s) of {shown} value(s) ({names})")
+
+
+def _train_step(prog, args) -> None:
+    loss = _loss(prog, args)
+    _check_parameters(prog, args)
+    _write(tdag.train_step(prog, _optimizer(args), output=loss), args.output)
 
 
 def _cost_arguments(cost: argparse.ArgumentParser) -> None:
@@ -244,6 +358,10 @@ def _run(args) -> int:
     elif args.command == "rebatch":
         # per sample, then a batch axis 0 again: every size that was the batch is symbolic
         _write(tdag.add_batch(tdag.strip_batch(prog), args.name), args.output)
+    elif args.command == "grad":
+        _grad(prog, args)
+    elif args.command == "train-step":
+        _train_step(prog, args)
     elif args.command == "explain":
         print(tdag.lower.explain(prog, args.node, args.graph))
     return 0
