@@ -231,11 +231,15 @@ def logical_or(a, b) -> Tensor:
 def maximum(a, b) -> Tensor:
     """Elementwise max that propagates nan, as torch.maximum."""
     x, y = _operands(a, b, what="maximum")
+    if not x.dtype.is_float:  # no nan to propagate: one compare
+        return where(gt(x, y), x, y)
     return where(logical_or(gt(x, y), isnan(x)), x, y)
 
 
 def minimum(a, b) -> Tensor:
     x, y = _operands(a, b, what="minimum")
+    if not x.dtype.is_float:
+        return where(lt(x, y), x, y)
     return where(logical_or(lt(x, y), isnan(x)), x, y)
 
 

@@ -279,22 +279,34 @@ def _runs(items, keys, order, inverse: bool):
     """(values, first index, inverse, counts) of the runs of equal neighbours along axis 0
     of ``items`` (equal where every key is; NaN is never equal), which are ``x`` permuted by
     ``order`` (None: not permuted)."""
-    n = items.shape[0]
-    pos = creation.iota(n, "i64", items.builder)
-    prev = core.maximum(core.sub(pos, 1), 0)
-    first = core.eq(pos, 0)
-    for k in keys:
-        first = core.logical_or(first, core.ne(k, core.gather(k, prev, 0, wrap=False)))
+    first = _run_starts(items, keys)
     starts = flat_nonzero(first)                      # i64[u], u a fresh size
     values = core.gather(items, starts, 0, wrap=False)
     index = starts if order is None else core.gather(order, starts, 0, wrap=False)
     total = core.reshape(creation.size_tensor(items, (0,), DType.i64), (1,))
-    ends = arrays.concat([starts, total], 0)
-    following = core.add(creation.iota(starts.shape[0], "i64", items.builder), 1)
-    counts = core.sub(core.gather(ends, following, 0, wrap=False), starts)
+    counts = core.sub(core.slice(arrays.concat([starts, total], 0), 0, 1), starts)
     inv = None
     if inverse:  # the run of each sorted position, sent back to the input's positions
         run = core.sub(scans.cumsum(core.cast(first, DType.i64), 0), 1)
         inv = run if order is None else core.gather(run, inverse_permutation(order, 0), 0,
                                                    wrap=False)
     return values, index, inv, counts
+
+
+def _run_starts(items, keys):
+    """Where a run starts along axis 0: the first item, and each that differs from the one
+    before in some key: ``k != [pad, *k[:-1]]``, the shifted key a pad and a slice, one
+    copy where a gather at the clamped previous position took five passes. Every operand
+    is n long, a symbolic n that turns out 0 at run time too (``k[1:] != k[:-1]`` with a
+    True prepended has one flag there: ``k[1:]``'s n - 1 is 0, not -1)."""
+    n = items.shape[0]
+    nothing = creation.full((n,), False, DType.bool, like=items)
+    first = _shifted(nothing, True)                   # True at 0 alone
+    for k in keys:
+        first = core.logical_or(first, core.ne(k, _shifted(k, 0)))
+    return first
+
+
+def _shifted(x, fill):
+    """``[fill, *x[:-1]]`` along axis 0 of a 1-d x."""
+    return core.slice(core.pad(x, [(1, 0)], fill), 0, 0, x.shape[0])
