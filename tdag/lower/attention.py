@@ -93,8 +93,28 @@ def attention_rule(node: Node, ctx: Context):
         if plan is None:
             reason = "the axes of q, k, v and the output are not attention's"
             continue
+        if _read_outside(ctx, qk.name, node):
+            return NoMatch("the scores or probabilities are read outside the pattern (a "
+                           "backward pass, an output): the kernel would compute them twice")
         return _emit(node, ctx, plan, q, k, v, coef, masks)
     return NoMatch(reason)
+
+
+def _read_outside(ctx: Context, scores: str, root: Node, limit: int = 32) -> bool:
+    """Whether a value computed from ``scores`` is read by a node that does not lead to
+    ``root``, or is an output: walking the readers forward from the scores must end at the
+    root within ``limit`` nodes (the scale, masks, softmax and its safe test)."""
+    outputs = set(ctx.graph.outputs)
+    seen, todo = {scores}, [scores]
+    while todo:
+        name = todo.pop()
+        if name in outputs or len(seen) > limit:
+            return True
+        for reader in ctx.readers(name):  # a dead end is fine: nothing computes it twice
+            if reader.name != root.name and reader.name not in seen:
+                seen.add(reader.name)
+                todo.append(reader.name)
+    return False
 
 
 def _unscale_q(ctx: Context, qk: Node, coef: float):

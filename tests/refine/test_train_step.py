@@ -17,16 +17,6 @@ STEPS = 20
 RELATIVE = 1e-5
 
 
-class LanguageModelLoss(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids, labels):
-        logits = self.model(ids).logits
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-
-
 class RegressionLoss(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -91,10 +81,11 @@ def _assert_close(got, want, what):
 
 def test_adamw_gpt2_language_model_matches_torch_in_every_framework():
     transformers = pytest.importorskip("transformers")
+    from support.grad_models import CrossEntropyLM
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100,
                                      n_positions=32, attn_implementation="eager")
-    model = LanguageModelLoss(transformers.GPT2LMHeadModel(config)).eval()
+    model = CrossEntropyLM(transformers.GPT2LMHeadModel(config)).eval()
     batches = [(torch.randint(0, 100, (2, 8)), torch.randint(0, 100, (2, 8)))
                for _ in range(4)]
     reference = copy.deepcopy(model)

@@ -82,3 +82,24 @@ MODELS = {
         (torch.randn(2, 8, 32),), lambda o: o.last_hidden_state.pow(2).mean()),
     "unet-block": lambda: (UNetBlock(), (torch.randn(2, 8, 8, 8),), lambda y: y.pow(2).mean()),
 }
+
+
+class CrossEntropyLM(torch.nn.Module):
+    """A causal LM's next-token loss: cross-entropy of its logits against ``labels``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, labels):
+        logits = self.model(ids).logits
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def gpt2_cross_entropy(n_embd: int = 64, tokens: int = 16):
+    """GPT-2 (2 layers, vocabulary 100) under a cross-entropy loss on a batch of 2 x ``tokens``
+    -> (wrapped model, (ids, labels))."""
+    config = T.GPT2Config(n_layer=2, n_embd=n_embd, n_head=2, vocab_size=100, n_positions=32,
+                          **SMALL)
+    return CrossEntropyLM(T.GPT2LMHeadModel(config)), (_ids(shape=(2, tokens)),
+                                                        _ids(shape=(2, tokens)))

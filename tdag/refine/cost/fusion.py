@@ -147,12 +147,14 @@ def contraction_flops(graph: TDAG, access: dict[str, Access]) -> dict[str, Dim]:
 
     A contraction is a multiply whose operands both reach it through an axis-inserting view
     (each indexes an axis the other does not: matmul, conv windows, einsum), feeding a
-    reduce-sum directly or through views. This is torch.utils.flop_counter's 2*M*K*N.
-    (``x * x`` summed, a variance, is not: neither operand gains an axis.)
+    reduce-sum or an overlap-add (fold: a transposed convolution whose channels are not
+    summed, the input gradient of a depthwise conv) directly or through views. This is
+    torch.utils.flop_counter's 2*M*K*N. (``x * x`` summed, a variance, is not: neither
+    operand gains an axis.)
     """
     summed = set()
     for node in graph.nodes:
-        if node.op is Op.reduce and node.spec.kind is ReduceKind.sum:
+        if node.op is Op.fold or node.op is Op.reduce and node.spec.kind is ReduceKind.sum:
             summed.add(access[node.inputs[0]].source)
     result = {}
     for node in graph.nodes:

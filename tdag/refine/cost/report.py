@@ -26,6 +26,9 @@ passes in. Conventions:
 - **intensity** is flops per byte moved (lowered, unfused and fused).
 - **int_macs** (integer multiply-accumulates), **float_flops** and **bytes_by_dtype**: a
   quantized model's work and traffic by element type (``tdag.refine.cost.dtypes``).
+- **saved_bytes**: of a gradient or training program, the forward values its backward nodes
+  read (each once, on the forward node that computes it; lowered): the activations training
+  keeps (``tdag.refine.cost.saved``).
 
 Source figures are attributed to the lowered node of the same provenance (source op, module
 scope, line): the kernel that replaced them. A source node with no lowered counterpart (a
@@ -70,6 +73,7 @@ from tdag.refine.cost import table as cost_table
 from tdag.refine.cost.causal import CausalMasks
 from tdag.refine.cost.dtypes import bytes_by_dtype, int_macs
 from tdag.refine.cost.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
+from tdag.refine.cost.saved import saved_for_backward
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class Figures:
     fused_read: Dim = 0        # a fusing compiler over the source program
     fused_written: Dim = 0
     int_macs: Dim = 0          # multiply-accumulates of contractions over integer operands
+    saved_bytes: Dim = 0       # a forward value the backward reads: kept until it does
 
     @property
     def bytes(self) -> Dim:
@@ -149,7 +154,7 @@ class Figures:
 _FIELDS = tuple(f.name for f in fields(Figures))
 # what the lowered program decides, and what the source program does
 LOWERED = frozenset(("flops", "matmul_flops", "masked_flops", "bytes_read", "bytes_written",
-                     "int_macs"))
+                     "int_macs", "saved_bytes"))
 SOURCE = frozenset(_FIELDS) - LOWERED
 
 
@@ -287,6 +292,7 @@ class CostReport:
     flops = property(lambda self: self.total.flops)
     matmul_flops = property(lambda self: self.total.matmul_flops)
     int_macs = property(lambda self: self.total.int_macs)
+    saved_bytes = property(lambda self: self.total.saved_bytes)
     float_flops = property(lambda self: self.total.float_flops)
     masked_flops = property(lambda self: self.total.masked_flops)
     useful_flops = property(lambda self: self.total.useful_flops)
@@ -507,6 +513,7 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
     access = view_accesses(graph, sizes)
     reads, writes = fused_traffic(graph, access, sizes)
     matmul = contraction_flops(graph, access)
+    saved = saved_for_backward(graph, sizes)
     views = ops_with(Trait.VIEW)
     masks = None
     rule_cache: dict = {}
@@ -526,7 +533,7 @@ def graph_figures(graph: TDAG) -> dict[str, Figures]:
         moved = (0, 0) if node.op in views else (c.bytes_read, c.bytes_written)
         result[node.name] = Figures(c.flops, mm, masked, *moved, c.bytes_read, c.bytes_written,
                                     reads.get(node.name, 0), writes.get(node.name, 0),
-                                    int_macs(mm, node, in_types))
+                                    int_macs(mm, node, in_types), saved.get(node.name, 0))
     return result
 
 

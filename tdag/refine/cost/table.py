@@ -19,6 +19,7 @@ scope, flat), "node", "graph" or "step". The data of ``report.to_dict()`` (``tda
            "flops", "matmul_flops", "useful_flops", "masked_flops",
            "int_macs", "float_flops",  # integer MACs, and flops - 2 * int_macs (cost/dtypes.py)
            "bytes_read", "bytes_written", "bytes", "unfused_bytes", "fused_bytes",
+           "saved_bytes",              # forward values the backward reads (report.py)
            "intensity",                # flops per (lowered) byte; null when nothing moves
            "flops_share", "bytes_share",  # percent of the total
            "time_s", "bound"}          # with a device: the roofline estimate and what bounds
@@ -43,8 +44,8 @@ SCHEMA = "tdag.cost/1"
 BY = ("layer", "op", "scope", "node", "graph", "step", "phase")
 ROW_KEYS = ("name", "path", "depth", "op", "scope", "flops", "matmul_flops", "useful_flops",
             "masked_flops", "int_macs", "float_flops", "bytes_read", "bytes_written", "bytes",
-            "unfused_bytes", "fused_bytes", "intensity", "flops_share", "bytes_share", "time_s",
-            "bound")
+            "unfused_bytes", "fused_bytes", "saved_bytes", "intensity", "flops_share",
+            "bytes_share", "time_s", "bound")
 
 
 def to_dict(report, by: str = "layer", depth: int | None = None, sizes: dict | None = None,
@@ -87,8 +88,10 @@ def format_table(report, by: str = "layer", depth: int | None = None, sizes: dic
         columns.append(("useful_flops", "useful flops"))  # a causal kernel's
     if data["total"]["int_macs"] not in (0, "0"):  # a quantized model's integer products
         columns += [("int_macs", "int MACs"), ("float_flops", "float flops")]
-    columns += [("bytes_read", "bytes read"), ("bytes_written", "bytes written"),
-                ("intensity", "flops/byte"), ("flops_share", "% flops")]
+    columns += [("bytes_read", "bytes read"), ("bytes_written", "bytes written")]
+    if data["total"]["saved_bytes"] not in (0, "0"):  # a training program's activations
+        columns.append(("saved_bytes", "saved for backward"))
+    columns += [("intensity", "flops/byte"), ("flops_share", "% flops")]
     if sort == "bytes":
         columns.append(("bytes_share", "% bytes"))
     if device is not None:
@@ -200,7 +203,8 @@ def _row(report, row: _Row, device) -> dict:
            "int_macs": _value(fig.int_macs), "float_flops": _value(fig.float_flops),
            "bytes_read": _value(fig.bytes_read), "bytes_written": _value(fig.bytes_written),
            "bytes": _value(fig.bytes), "unfused_bytes": _value(fig.unfused_bytes),
-           "fused_bytes": _value(fig.fused_bytes), "intensity": _value(fig.intensity),
+           "fused_bytes": _value(fig.fused_bytes), "saved_bytes": _value(fig.saved_bytes),
+           "intensity": _value(fig.intensity),
            "flops_share": None, "bytes_share": None, "time_s": None, "bound": None}
     if device is not None:
         keys = list(report.per_node) if row.name == "total" and row.keys is None else row.keys
