@@ -130,10 +130,48 @@ def _onnx_run(prog, args):
     return session.run(None, {n: a.numpy() for n, a in zip(names, args)})
 
 
-def test_while_loops_are_refused():
-    from tdag.refine.grad.controllers import Reverse
+def _while_file(limit: float, weight):
+    """An ONNX Loop with a condition: h = tanh(h @ W) while sum(h^2) < limit (at most 10
+    trips); the loss is sum(h^2) of the last h."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as H
+    from onnx import numpy_helper as nh
 
-    loop = tdag.Loop((), tdag.Block((tdag.Value("i", tdag.TensorType((), "i64")),), (),
-                                    ()), (), cond="go")
-    with pytest.raises(tdag.GradError, match="while loop"):
-        Reverse(tdag.Program({}, tdag.Block((), (), ())), ())._keep_carried(loop)
+    value = H.make_tensor_value_info
+    body = H.make_graph([
+        H.make_node("MatMul", ["h", "W"], ["m"]), H.make_node("Tanh", ["m"], ["h2"]),
+        H.make_node("Mul", ["h2", "h2"], ["sq"]),
+        H.make_node("ReduceSum", ["sq"], ["s"], keepdims=0),
+        H.make_node("Less", ["s", "limit"], ["c_out"])], "body",
+        [value("i", T.INT64, []), value("c_in", T.BOOL, []), value("h", T.FLOAT, [2, 4])],
+        [value("c_out", T.BOOL, []), value("h2", T.FLOAT, [2, 4])],
+        [nh.from_array(np.array(limit, np.float32), "limit")])
+    graph = H.make_graph([
+        H.make_node("Loop", ["M", "go", "x"], ["last"], body=body),
+        H.make_node("Mul", ["last", "last"], ["q"]),
+        H.make_node("ReduceSum", ["q"], ["loss"], keepdims=0)], "g",
+        [value("x", T.FLOAT, [2, 4])], [value("loss", T.FLOAT, [])],
+        [nh.from_array(weight.numpy(), "W"), nh.from_array(np.array(10, np.int64), "M"),
+         nh.from_array(np.array(True), "go")])
+    return H.make_model(graph, opset_imports=[H.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("limit", [6.0, 7.5])
+def test_gradient_through_a_while_loop(limit):
+    """The reverse runs as many trips as the forward took (the length of its stacks)."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(4, 4) * 1.5, torch.randn(2, 4)
+    g = tdag.grad(tdag.from_onnx(_while_file(limit, weight)), wrt=["W", "x"])
+    tdag.verify(g)
+    w, h = weight.clone().requires_grad_(), x.clone().requires_grad_()
+    state, trips = h, 0
+    while trips < 10:
+        state, trips = torch.tanh(state @ w), trips + 1
+        if not bool((state * state).sum() < limit):
+            break
+    (state * state).sum().backward()
+    onnx_outs = _onnx_run(g, (x,))
+    for outs in (tdag.run(g, x), tdag.to_torch(g)(x), onnx_outs):
+        for got, want in zip(outs[1:], (w.grad, h.grad)):
+            torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-4, atol=1e-5)

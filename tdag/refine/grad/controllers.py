@@ -15,7 +15,8 @@ backward pass reads). Then, last step first:
 - an If becomes an If on the same condition over the two branches' reverses (the branch its
   predicate chose).
 
-State carries no gradient, and a while loop (one with a condition) is refused. Contributions
+State carries no gradient. A while loop (one with a condition) is reversed as many trips as
+it took, the length of its stacks, under a condition of its own. Contributions
 to one value's cotangent are summed by small add-graphs, as a TDAG's are by add nodes.
 """
 from __future__ import annotations
@@ -148,9 +149,8 @@ class Reverse:
 
     def _keep_carried(self, loop: Loop) -> tuple[Loop, list[str]]:
         """The loop, also stacking the values carried into each trip (its residuals)."""
-        if loop.cond is not None:
-            raise GradError("grad: a while loop (one with a condition) is not differentiated; "
-                            "only counted loops")
+        if loop.cond is not None and not loop.inputs:
+            raise GradError("grad: a while loop that carries nothing has no gradient to take")
         carried_in = tuple(v.name for v in loop.body.inputs[1:])
         body = replace(loop.body, outputs=loop.body.outputs + carried_in)
         stacked = [self.fresh(f"{name}.stack") for name in carried_in]
@@ -164,14 +164,20 @@ class Reverse:
         if not any(o in back.cotangents for o in finals + scans):
             return
         body = replace(loop.body, outputs=loop.body.outputs[:len(loop.body.outputs) - n])
-        params = sorted(p for s in all_steps(body) if isinstance(s, Call)
-                        for p in self.graphs[s.graph].weights if p in self.wrt)
+        params = sorted({p for s in all_steps(body) if isinstance(s, Call)
+                         for p in self.graphs[s.graph].weights if p in self.wrt})
         start = self._prelude(loop, finals, scans, stacked, params, types, back)
         inner, plan = self._reverse_body(body, loop, scans, stacked, params, types)
         names = [self.fresh(f"d.{x}") for x in loop.inputs] + \
             [self.fresh(f"grad.{p}") for p in params] + \
             [self.fresh("pass") for _ in range(len(plan))]
-        back.steps.append(Loop(tuple(start), inner, tuple(names), count=loop.count))
+        if loop.cond is None:
+            back.steps.append(Loop(tuple(start), inner, tuple(names), count=loop.count))
+        else:  # as many trips as the forward loop took: the length of its stacks
+            first = self.fresh("any_trips")
+            back.steps.append(Call(self.graph("any_trips", _any_trips(types[stacked[0]])),
+                                   (stacked[0],), (first,)))
+            back.steps.append(Loop(tuple(start), inner, tuple(names), cond=first))
         for x, d in zip(loop.inputs, names):
             if self._differentiable(x, types[x]):
                 self._add(back.cotangents, x, d, types[x], back.steps)
@@ -191,8 +197,11 @@ class Reverse:
         return start
 
     def _reverse_body(self, body: Block, loop: Loop, scans, stacked, params, types):
-        """The reverse loop's body: (j, d carried..., grad sums..., stacks..., d scans...)."""
+        """The reverse loop's body: (j, d carried..., grad sums..., stacks..., d scans...);
+        a while loop's reverse also says whether a trip is left (its first output)."""
         n = len(loop.inputs)
+        go = loop.cond is not None  # a while body's first output is its condition
+        next_carried, scanned = body.outputs[go:go + n], body.outputs[go + n:]
         carried = list(body.inputs[1:])
         d_in = [Value(self.fresh(f"d.{v.name}"), v.type) for v in carried]
         sums = [Value(self.fresh(f"sum.{p}"), self._param_type(p)) for p in params]
@@ -200,15 +209,17 @@ class Reverse:
         d_scans = [Value(self.fresh(f"d.{s}.in"), types[s]) for s in scans]
         j = Value(self.fresh("j"), _I64)
         trip = self.graph("reverse_trip", _trip_graph([v.type for v in stacks],
-                                                       [v.type for v in d_scans]))
-        picked = [self.fresh(f"d.{o}") for o in body.outputs[n:]]
+                                                       [v.type for v in d_scans], go))
+        picked = [self.fresh(f"d.{o}") for o in scanned]
+        more = [self.fresh("more_trips")] if go else []
         pick = Call(trip, (j.name,) + tuple(v.name for v in stacks + d_scans),
-                    (body.inputs[0].name,) + tuple(v.name for v in carried) + tuple(picked))
-        seeds = {o: d.name for o, d in zip(body.outputs[:n], d_in)}
-        seeds.update(zip(body.outputs[n:], picked))
+                    tuple(more) + (body.inputs[0].name,) + tuple(v.name for v in carried)
+                    + tuple(picked))
+        seeds = {o: d.name for o, d in zip(next_carried, d_in)}
+        seeds.update(zip(scanned, picked))
         fwd, rev = self.block(Block(body.inputs, body.steps, ()), seeds)
         steps = [pick, *fwd.steps, *rev.steps]
-        outs = [self.or_zeros(rev.cotangents, v, steps) for v in carried]
+        outs = more + [self.or_zeros(rev.cotangents, v, steps) for v in carried]
         for p, s in zip(params, sums):
             if p in rev.grads:
                 outs.append(self.sum(s.name, rev.grads[p], s.type, steps))
@@ -279,9 +290,10 @@ class Reverse:
         return self._param_weight(p).type
 
 
-def _trip_graph(stacks: list[TensorType], d_scans: list[TensorType]) -> TDAG:
-    """(j, stacks..., d scans...) -> (t, each stack's row t..., each d scan's row t...),
-    where t = trips - 1 - j counts the forward trips backwards."""
+def _trip_graph(stacks: list[TensorType], d_scans: list[TensorType], go: bool) -> TDAG:
+    """(j, stacks..., d scans...) -> ([more], t, each stack's row t..., each d scan's row
+    t...), where t = trips - 1 - j counts the forward trips backwards and ``more`` (for a
+    while loop's reverse) says whether a trip is left after this one."""
     b = Builder()
     j = b.input("j", _I64)
     tensors = [b.input(f"s{k}", t) for k, t in enumerate(stacks + d_scans)]
@@ -290,7 +302,17 @@ def _trip_graph(stacks: list[TensorType], d_scans: list[TensorType]) -> TDAG:
         t = trips - 1 - j
         rows = [ops.squeeze(ops.gather(x, ops.reshape(t, (1,)), 0, wrap=False), 0)
                 for x in tensors]
-    return b.build([t] + rows)
+        more = [j + 1 < trips] if go else []
+    return b.build(more + [t] + rows)
+
+
+def _any_trips(stack: TensorType) -> TDAG:
+    """A stack of a while loop's trips -> whether it holds any (the reverse's first cond)."""
+    b = Builder()
+    x = b.input("stack", stack)
+    with b.active():
+        out = ops.size_tensor(x, (0,), "i64") > 0
+    return b.build([out])
 
 
 def _block_names(block: Block) -> set[str]:
