@@ -67,6 +67,7 @@ class Op(enum.Enum):
     einsum = "einsum"
     conv = "conv"
     conv_transpose = "conv_transpose"
+    conv_weight_grad = "conv_weight_grad"  # a convolution's gradient for its weight
     max_pool = "max_pool"
     avg_pool = "avg_pool"
     resize = "resize"

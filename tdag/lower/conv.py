@@ -1,7 +1,10 @@
-"""Convolutions: einsum over windows -> conv;  folds of an einsum -> conv_transpose.
+"""Convolutions: einsum over windows -> conv;  folds of an einsum -> conv_transpose;
+windows contracted with a cotangent over batch and positions -> conv_weight_grad.
 
     einsum(reshape?(unfold+(pad?(x))), reshape?(w))   -> conv(x', w')
     fold+(reshape?(einsum(reshape?(x), reshape?(w)))) -> conv_transpose(x', w')
+    fold+(reshape?(multiply(x, w)))                   -> conv_transpose(x', w') (depthwise)
+    einsum(reshape?(unfold+(pad?(x))), reshape?(dy))  -> conv_weight_grad(dy', x')
 
 Each einsum letter is classified by where it comes from (a window axis of x, a kernel
 offset, x's channels or batch, one of w's axes, a group split) and whether it is summed, so
@@ -10,14 +13,17 @@ layout and the result is reshaped and permuted back into the einsum's layout.
 """
 from __future__ import annotations
 
+import string
+
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, parse_equation
+from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.layout import Reshape
 from tdag.deinops.movement import Permute
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, Emitter, NoMatch, Rule
-from tdag.ir.symbols import as_dim, is_static
-from tdag.lower.match import reshape_groups, trace_axes
+from tdag.ir.symbols import as_dim, dims_equal, is_static
+from tdag.lower.match import is_unit, reshape_groups, trace_axes
 from tdag.lower.windows import split_of, symmetric_padding, windows_of
 
 
@@ -102,19 +108,29 @@ def _restore(emit: Emitter, ctx: Context, out: str, r: _Roles, spatial, lo: str,
     return _arrange(emit, ctx, out, [layout.index(r.letters[c]) for c in lo])
 
 
-def conv_rule(node: Node, ctx: Context):
-    """einsum(windows of x, w) -> conv(x', w') in any layout"""
+def _windowed(node: Node, ctx: Context):
+    """(output letters, letter sizes, [(x letters, windows of x, other letters, other
+    operand)] for each operand that is windows of x) of a float two-operand einsum."""
     if len(node.inputs) != 2 or not node.type.dtype.is_float:
-        return NoMatch("not a float contraction of two operands")
+        return None
     (la, lb), lo = parse_equation(node.spec.equation)
     sizes = {c: d for labels, n in ((la, node.inputs[0]), (lb, node.inputs[1]))
              for c, d in zip(labels, ctx.type(n).shape)}
+    pairs = [(lx, win, lw, wn) for (lx, xn), (lw, wn) in
+             (((la, node.inputs[0]), (lb, node.inputs[1])),
+              ((lb, node.inputs[1]), (la, node.inputs[0])))
+             if (win := windows_of(ctx, xn)) is not None]
+    return lo, sizes, pairs
+
+
+def conv_rule(node: Node, ctx: Context):
+    """einsum(windows of x, w) -> conv(x', w') in any layout"""
+    found = _windowed(node, ctx)
+    if found is None:
+        return NoMatch("not a float contraction of two operands")
+    lo, sizes, pairs = found
     reason = "no operand is windows of x (unfolds, maybe of a pad)"
-    for (lx, xn), (lw, wn) in (((la, node.inputs[0]), (lb, node.inputs[1])),
-                               ((lb, node.inputs[1]), (la, node.inputs[0]))):
-        win = windows_of(ctx, xn)
-        if win is None:
-            continue
+    for lx, win, lw, wn in pairs:
         w, w_axes = split_of(ctx, wn)
         r = _classify(lx, win.axes, lw, w_axes, lo, sizes)
         if r is None:
@@ -167,7 +183,32 @@ def _feeds_from_einsum(ctx: Context, name: str) -> bool:
     node = ctx.producer(name)
     if node is not None and node.op in (Op.group, Op.reshape):
         node = ctx.producer(node.inputs[0])
-    return node is not None and node.op is Op.einsum
+    return node is not None and node.op in (Op.einsum, Op.multiply)
+
+
+def _broadcast_source(ctx: Context, name: str) -> str:
+    """``name`` before a broadcast (repeat, or the expand kernel it lowers to)."""
+    node = ctx.producer(name)
+    return node.inputs[0] if node is not None and node.op in (Op.repeat, Op.expand) else name
+
+
+def _letters(ctx: Context, node: Node):
+    """``((la, lb), lo, operands)``: an einsum's equation, or a broadcast product
+    ``multiply(a, b)`` (expands seen through) read as an einsum that sums nothing (a
+    depthwise convolution's input gradient has no channel to sum); None for a product of
+    operands of other ranks."""
+    if node.op is Op.einsum:
+        return (*parse_equation(node.spec.equation), node.inputs)
+    out = node.type.shape
+    operands = tuple(_broadcast_source(ctx, n) for n in node.inputs)
+    shapes = [ctx.type(n).shape for n in operands]
+    if any(len(shape) != len(out) for shape in shapes) or len(out) > 26:
+        return None
+    lo = string.ascii_letters[:len(out)]
+    fresh = iter(string.ascii_letters[len(out):])
+    la, lb = ("".join(lo[i] if dims_equal(d, out[i]) and not is_unit(d) else next(fresh)
+                      for i, d in enumerate(shape)) for shape in shapes)  # units: no role
+    return (la, lb), lo, operands
 
 
 def _transpose_roles(ctx: Context, base: str, folds):
@@ -180,25 +221,28 @@ def _transpose_roles(ctx: Context, base: str, folds):
     merge = None
     if node is not None and node.op in (Op.group, Op.reshape):
         merge, node = node, ctx.producer(node.inputs[0])
-    if node is None or node.op is not Op.einsum or len(node.inputs) != 2:
+    if node is None or node.op not in (Op.einsum, Op.multiply) or len(node.inputs) != 2:
         return None
-    einsum = node
-    ly = _y_letters(ctx, einsum, merge)  # Y axis -> tuple of einsum letters
+    einsum, letters = node, _letters(ctx, node)
+    ly = letters and _y_letters(einsum, letters[1], merge)  # Y axis -> einsum letters
     if ly is None:
         return None
-    (la, lb), lo = parse_equation(einsum.spec.equation)
-    for (lx, xn), (lw, wn) in (((la, einsum.inputs[0]), (lb, einsum.inputs[1])),
-                               ((lb, einsum.inputs[1]), (la, einsum.inputs[0]))):
+    (la, lb), lo, (a, b) = letters
+    for (lx, xn), (lw, wn) in (((la, a), (lb, b)), ((lb, b), (la, a))):
         x, ax = split_of(ctx, xn)
         w, aw = split_of(ctx, wn)
-        roles = _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsum)
+        roles = _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx,
+                                    einsum, letters)
+        if roles is not None and roles["groups_letter"] == "depthwise" and \
+                not _depthwise_weight(ctx.type(w), roles):
+            continue
         if roles is not None:
             return x, w, roles, ly
     return None
 
 
-def _y_letters(ctx: Context, einsum: Node, merge) -> list | None:
-    (_, _), lo = parse_equation(einsum.spec.equation)
+def _y_letters(einsum: Node, lo: str, merge) -> list | None:
+    """The letters each Y axis merges, less size-1 ones merged with a real axis."""
     if merge is None:
         return [(c,) for c in lo]
     if merge.op is Op.group:
@@ -208,10 +252,12 @@ def _y_letters(ctx: Context, einsum: Node, merge) -> list | None:
     groups = reshape_groups(einsum.type.shape, merge.type.shape)
     if groups is None or any(len(outs) != 1 for _, outs in groups):
         return None
-    return [tuple(lo[i] for i in ins) for ins, _ in groups]
+    shape = einsum.type.shape
+    return [tuple(lo[i] for i in ins if len(ins) == 1 or not is_unit(shape[i])) or
+            tuple(lo[i] for i in ins) for ins, _ in groups]
 
 
-def _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsum):
+def _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsum, letters):
     x_of = {c: a for c, a in zip(lx, ax)}
     w_of = {c: a for c, a in zip(lw, aw)}
     roles = {"spatial": [], "batch": None, "channel": None, "cin_w": None, "cout_w": None,
@@ -225,18 +271,23 @@ def _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsu
         roles["spatial"].append((a.axis, k.axis, y_axis))
     others = [i for i in range(len(ly)) if i not in window_axes and i not in kernel_axes]
     for i in others:
-        letters = ly[i]
-        if len(letters) == 1 and letters[0] in x_of and letters[0] not in w_of:
-            a = x_of[letters[0]]
+        if len(ly[i]) == 1 and ly[i][0] in x_of and ly[i][0] not in w_of:
+            a = x_of[ly[i][0]]
             if a.kind != "src" or a.parts != 1 or roles["batch"] is not None:
                 return None
             roles["batch"] = (a.axis, i)
-        elif all(c in w_of for c in letters) and len(letters) in (1, 2):
-            if not _out_channels(letters, x_of, w_of, roles, i, ctx, einsum):
+        elif len(ly[i]) == 1 and _depthwise(ly[i][0], x_of, w_of, roles, i, ctx, einsum,
+                                            letters):
+            continue
+        elif all(c in w_of for c in ly[i]) and len(ly[i]) in (1, 2):
+            if not _out_channels(ly[i], x_of, w_of, roles, i, ctx, einsum, letters):
                 return None
         else:
             return None
-    contracted = [c for c in lx if c in w_of and all(c not in y for y in ly)]
+    contracted = [c for c in lx if c in w_of and all(c not in y for y in ly) and
+                  x_of[c].kind != "unit"]
+    if roles["groups_letter"] == "depthwise":
+        return roles if not contracted and roles["cout_w"] is not None else None
     if len(contracted) != 1 or roles["cout_w"] is None:
         return None
     a, w = x_of[contracted[0]], w_of[contracted[0]]
@@ -252,7 +303,36 @@ def _transpose_classify(lx, ax, lw, aw, ly, window_axes, kernel_axes, ctx, einsu
     return roles
 
 
-def _out_channels(letters, x_of, w_of, roles, y_axis, ctx, einsum) -> bool:
+def _depthwise(c, x_of, w_of, roles, y_axis, ctx, einsum, letters) -> bool:
+    """A channel both sides keep, one per group (a depthwise convolution's input gradient):
+    x's channels and one axis of w, which reshapes to [C, 1, *K]."""
+    a, w = x_of.get(c), w_of.get(c)
+    if a is None or w is None or a.kind != "src" or w.kind != "src" or a.parts != 1 or \
+            w.parts != 1 or roles["cout_w"] is not None:
+        return False
+    size = _letter_size(c, ctx, einsum, letters)
+    if not is_static(size):
+        return False
+    roles["channel"], roles["cout_y"] = a.axis, y_axis
+    roles["cin_w"] = roles["cout_w"] = w.axis  # w reshapes to [C, 1, *K]
+    roles["groups"], roles["groups_letter"] = int(size), "depthwise"
+    return True
+
+
+def _depthwise_weight(w, roles) -> bool:
+    """A reshape of [C, 1, *K] (one output channel per group): the channels, then the
+    kernel axes in x's order, every other axis of size 1."""
+    used = [roles["cin_w"]] + [k for _, k, _ in sorted(roles["spatial"])]
+    return used == sorted(used) and \
+        all(is_unit(d) for i, d in enumerate(w.shape) if i not in used)
+
+
+def _letter_size(c, ctx, einsum, letters):
+    (la, lb), _, (a, b) = letters
+    return dict(zip(la + lb, tuple(ctx.type(a).shape) + tuple(ctx.type(b).shape)))[c]
+
+
+def _out_channels(letters, x_of, w_of, roles, y_axis, ctx, einsum, ein_letters) -> bool:
     """Y's output-channel axis: one w axis, or (group letter, per-group w axis)."""
     if roles["cout_w"] is not None:
         return False  # a second w-only axis kept: not a transposed convolution
@@ -268,9 +348,7 @@ def _out_channels(letters, x_of, w_of, roles, y_axis, ctx, einsum) -> bool:
     if xg is None or og in x_of or xg.parts != 2 or xg.part != 0 or wg.parts != 2 or \
             wg.part != 0 or wo.parts != 1:
         return False
-    (la, lb), _ = parse_equation(einsum.spec.equation)
-    size = dict(zip(la + lb, tuple(ctx.type(einsum.inputs[0]).shape) +
-                    tuple(ctx.type(einsum.inputs[1]).shape)))[g]
+    size = _letter_size(g, ctx, einsum, ein_letters)
     if not is_static(size):
         return False
     roles["cout_w"], roles["cout_y"], roles["groups"], roles["groups_letter"] = \
@@ -286,7 +364,11 @@ def _emit_conv_transpose(node: Node, ctx: Context, folds, x: str, w: str, roles,
                   [s[0] for s in by_x])
     if batch is None:
         xp = emit(Op.reshape, Reshape((1,) + tuple(ctx.type(xp).shape)), xp)
-    wp = _arrange(emit, ctx, w, [roles["cin_w"], roles["cout_w"]] + [s[1] for s in by_x])
+    if roles["groups_letter"] == "depthwise":
+        kernel = tuple(ctx.type(w).shape[s[1]] for s in by_x)
+        wp = emit(Op.reshape, Reshape((ctx.type(w).shape[roles["cin_w"]], 1) + kernel), w)
+    else:
+        wp = _arrange(emit, ctx, w, [roles["cin_w"], roles["cout_w"]] + [s[1] for s in by_x])
     fold_of = {f.spec.axis: f.spec for f in folds}
     stride, dilation, extra = [], [], []
     for x_axis, w_axis, y_axis in by_x:
@@ -347,8 +429,98 @@ def conv_bias_rule(node: Node, ctx: Context):
     return NoMatch("not a convolution plus a channel bias")
 
 
+def weight_grad_rule(node: Node, ctx: Context):
+    """einsum(windows of x, dy) summed over batch and positions -> conv_weight_grad(dy', x')"""
+    found = _windowed(node, ctx)
+    if found is None:
+        return NoMatch("not a float contraction of two operands")
+    lo, sizes, pairs = found
+    for lx, win, ld, dn in pairs:
+        dy, dy_axes = split_of(ctx, dn)
+        r = _grad_roles(lx, win, ld, dy_axes, lo, sizes)
+        if r is not None:
+            return _emit_weight_grad(node, ctx, win, dy, r, lo)
+    return NoMatch("not windows of x contracted with a cotangent over batch and positions, "
+                   "keeping channels and kernel offsets")
+
+
+class _GradRoles:
+    """Axes of x and dy in a weight gradient, and a layout key per output letter."""
+
+    def __init__(self):
+        self.batch = None     # (x axis, dy axis)
+        self.channel = None   # x axis of the input channels
+        self.cout = None      # dy axis of the output channels
+        self.groups, self.grouped = 1, False
+        self.spatial = {}     # x axis -> dy axis of its window positions
+        self.kernel = set()   # x axes whose kernel offsets are kept
+        self.letters = {}     # output letter -> ("g",) ("co",) ("ci",) or ("ker", x axis)
+
+
+def _grad_roles(lx: str, win, ld: str, dy_axes: tuple, lo: str, sizes) -> _GradRoles | None:
+    r, d_of = _GradRoles(), dict(zip(ld, dy_axes))
+    for c, a in zip(lx, win.axes):
+        d, kept = d_of.get(c), c in lo
+        if a.kind == "win" and d is not None and d.kind == "src" and d.parts == 1 and not kept:
+            r.spatial[a.axis] = d.axis
+        elif a.kind == "ker" and d is None and kept:
+            r.kernel.add(a.axis)
+            r.letters[c] = ("ker", a.axis)
+        elif a.kind == "src" and a.parts == 1 and d is not None and d.kind == "src" and \
+                d.parts == 1 and not kept and r.batch is None:
+            r.batch = (a.axis, d.axis)
+        elif a.kind == "src" and a.part == a.parts - 1 and d is None and kept and \
+                r.channel in (None, a.axis):
+            r.channel = a.axis
+            r.letters[c] = ("ci",)
+        elif a.kind == "src" and a.parts == 2 and a.part == 0 and d is not None and \
+                d.kind == "src" and d.parts == 2 and d.part == 0 and kept:
+            r.groups, r.grouped = sizes[c], True
+            r.letters[c] = ("g",)
+        elif a.kind == "unit" and (d is None or d.kind == "unit"):
+            r.letters[c] = ("unit", c)
+        else:
+            return None
+    for c, d in zip(ld, dy_axes):
+        if c in lx:
+            continue
+        if d.kind == "unit":
+            r.letters[c] = ("unit", c)
+            continue
+        if c not in lo or d.kind != "src" or d.part != d.parts - 1 or r.cout is not None:
+            return None
+        r.cout = d.axis
+        r.letters[c] = ("co",)
+    ok = None not in (r.batch, r.channel, r.cout) and set(lo) <= set(r.letters) and \
+        1 <= len(r.spatial) <= 3 and set(r.spatial) == set(win.unfolds) >= r.kernel and \
+        all(win.unfolds[a].size == 1 for a in set(r.spatial) - r.kernel) and \
+        is_static(r.groups)  # a kernel offset of size 1 may show as a unit axis
+    return r if ok else None
+
+
+def _emit_weight_grad(node: Node, ctx: Context, win, dy: str, r: _GradRoles, lo: str):
+    spatial = sorted(r.spatial)
+    source, padding = symmetric_padding(win, spatial, ctx.type(win.source).rank)
+    specs = [win.unfolds[a] for a in spatial]
+    emit = ctx.emitter(node)
+    x = _arrange(emit, ctx, source, [r.batch[0], r.channel] + spatial)
+    d = _arrange(emit, ctx, dy, [r.batch[1], r.cout] + [r.spatial[a] for a in spatial])
+    spec = ConvWeightGrad(tuple(s.size for s in specs), tuple(s.step for s in specs), padding,
+                          tuple(s.dilation for s in specs), int(r.groups))
+    out = emit(Op.conv_weight_grad, spec, d, x)
+    layout = ([("g",)] if r.grouped else []) + [("co",), ("ci",)] + \
+        [("ker", a) for a in spatial if a in r.kernel] + \
+        [r.letters[c] for c in lo if r.letters[c][0] == "unit"]
+    size = {r.letters[c]: n for c, n in zip(lo, node.type.shape)}
+    target = tuple(size[key] for key in layout)
+    if tuple(ctx.type(out).shape) != target:
+        out = emit(Op.reshape, Reshape(target), out)
+    return emit.finish(_arrange(emit, ctx, out, [layout.index(r.letters[c]) for c in lo]))
+
+
 RULES = (
     Rule(Op.einsum, conv_rule),           # einsum(windows of x, w) -> conv(x', w')
+    Rule(Op.einsum, weight_grad_rule),    # einsum(windows of x, dy) -> conv_weight_grad(dy', x')
     Rule(Op.fold, conv_transpose_rule),   # fold+(einsum(x, w)) -> conv_transpose(x', w')
     Rule(Op.slice, crop_rule),            # slice(conv_transpose(x, w), p, L - p) -> padding p
 )

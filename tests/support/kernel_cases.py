@@ -18,6 +18,7 @@ from tdag.ir.record import NoSpec
 from tdag.ir.types import DType
 from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
+from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
@@ -116,6 +117,10 @@ CASES = [
     Case(Op.conv_transpose, ConvTranspose((2, 2), (1, 1), (1, 1), (1, 1)),
          ((1, 4, 5, 5), (4, 3, 3, 3), (3,))),
     Case(Op.conv_transpose, ConvTranspose((2,), (0,), (0,), (1,)), ((2, 3, 6), (3, 2, 4))),
+    Case(Op.conv_weight_grad, ConvWeightGrad((3, 3), (2, 2), (1, 1), (1, 1)),
+         ((2, 4, 5, 5), (2, 3, 9, 9))),
+    Case(Op.conv_weight_grad, ConvWeightGrad((3,), (1,), (0,), (2,), 2),
+         (("b", 6, 5), ("b", 4, 9))),
     Case(Op.reshape, Reshape((6, 4)), ((2, 3, 4),)),
     Case(Op.reshape, Reshape((2, 12)), ((2, 3, 4),)),
     Case(Op.expand, Expand((3, 4, 5)), ((4, 1),), xfail=_EXPAND_UNIT),

@@ -15,7 +15,9 @@ import torch
 import tdag
 from tdag import ops
 from tdag.ir.op import Op
+from tdag.ir.record import record
 from tdag.ir.types import DType
+from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.ops.ml import (
     linear_label,
     linear_scores,
@@ -341,6 +343,9 @@ def _kernel_programs():
     tables.append(("conv-transpose", lambda x: ops.conv_transpose(
         x, ops.param("w", torch.randn(4, 3, 3, 3)), ops.param("b", torch.randn(6)), stride=2,
         padding=1, output_padding=1, groups=2), [S(("b", 4, 5, 5))]))
+    tables.append(("conv-weight-grad", lambda dy, x: record(Op.conv_weight_grad).decompose(
+        ConvWeightGrad((3, 3), (2, 2), (1, 1), (1, 1)), dy, x),
+        [S(("b", 4, 5, 5)), S(("b", 3, 9, 9))]))
     tables.append(("lstm", lambda x, h, c: hand_lstm(x, h, c, True),
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("lstm-bidirectional-stack", hand_bilstm_stack,

@@ -14,6 +14,7 @@ understand lowered programs.
 from tdag.lower.kernels import (  # noqa: F401
     activations,
     contraction,
+    conv_grad,
     experts,
     layout,
     ml,

@@ -242,12 +242,12 @@ def _conv_jax(node, a, cx):
     return out if len(a) == 2 else out + a[2].reshape((-1,) + (1,) * len(s.stride))
 
 
-_CONV_BATCH = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch "
+CONV_BATCH = Refuse("works on the framework's fixed (N, C, *S) layout: strip the batch "
                      "before lowering")
 
 primitive(Op.conv, Conv, range(2, 4), _conv_shape, _conv_eval, _conv_cost,
           "pad + unfold + multiply + reduce materialises every window; conv kernels do not",
-          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx,
+          traits=Trait.KERNEL, batch=CONV_BATCH, torch=_conv_torch, onnx=_conv_onnx,
           jax=_conv_jax,
           decompose=lambda s, x, w, *bias: ops.conv(x, w, *bias, stride=s.stride,
                                                     padding=s.padding, dilation=s.dilation,
@@ -324,7 +324,7 @@ def _conv_transpose_jax(node, a, cx):
 primitive(Op.conv_transpose, ConvTranspose, range(2, 4), _conv_t_shape, _conv_t_eval,
           _conv_t_cost, "fold of a windowed product materialises every window; "
           "transposed-conv kernels do not",
-          traits=Trait.KERNEL, batch=_CONV_BATCH, torch=_conv_transpose_torch,
+          traits=Trait.KERNEL, batch=CONV_BATCH, torch=_conv_transpose_torch,
           onnx=_conv_transpose_onnx, jax=_conv_transpose_jax,
           decompose=lambda s, x, w, *bias: ops.conv_transpose(
               x, w, *bias, stride=s.stride, padding=s.padding, output_padding=s.output_padding,

@@ -64,9 +64,10 @@ class AdamW:
         exp_avg_sq = slots["exp_avg_sq"] * beta2 + grad * grad * (1.0 - beta2)
         correction1 = 1.0 - ops.pow(ops.full((), beta1, step.dtype, like=step), count)
         correction2 = 1.0 - ops.pow(ops.full((), beta2, step.dtype, like=step), count)
-        step_size = self.lr / correction1
+        # -(lr / c1) is exactly (-lr) / c1: the sign goes on the scalar, not on every element
+        negative_step = -self.lr / correction1
         denom = ops.sqrt(exp_avg_sq) / ops.sqrt(correction2) + self.eps
-        param = param - exp_avg / denom * step_size
+        param = param + exp_avg / denom * negative_step
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
 
