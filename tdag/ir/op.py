@@ -68,6 +68,7 @@ class Op(enum.Enum):
     conv = "conv"
     conv_transpose = "conv_transpose"
     conv_weight_grad = "conv_weight_grad"  # a convolution's gradient for its weight
+    adamw_update = "adamw_update"  # one parameter's AdamW step, moments stacked after it
     max_pool = "max_pool"
     avg_pool = "avg_pool"
     resize = "resize"
@@ -80,6 +81,8 @@ class Op(enum.Enum):
     attention = "attention"
     lstm = "lstm"
     gelu = "gelu"
+    softmax_backward = "softmax_backward"  # the input gradient of softmax, as torch's
+    gelu_backward = "gelu_backward"  # the input gradient of gelu, as torch's
     silu = "silu"
     sigmoid = "sigmoid"
     relu = "relu"

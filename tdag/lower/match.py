@@ -312,13 +312,48 @@ def matches_kernel(ctx: Context, root, op: Op, spec, operands: tuple[str, ...],
     return _unify(ctx, graph, producers, graph.outputs[0], root.name, bound) is not None
 
 
-def _unify(ctx, template: TDAG, producers, t: str, g: str, bound: dict) -> dict | None:
+def kernel_operands(ctx: Context, root, op: Op, spec, types: tuple[TensorType, ...],
+                    template: Callable[..., TDAG] = kernel_template) -> tuple[str, ...] | None:
+    """The operands with which ``root`` computes ``op[spec]`` of operands of ``types`` as
+    ``template`` writes it, found by the match itself (for a kernel whose operands lie deep
+    in its composition: a gradient's cotangent and forward input); None if it does not."""
+    try:
+        record(op).shape(spec, types)
+        graph = template(op, spec, types)
+    except TdagError:
+        return None
+    bound = bind_template(ctx, root, graph)
+    return None if bound is None else tuple(bound[v.name] for v in graph.inputs)
+
+
+def bind_template(ctx: Context, root, template: TDAG, free_consts: bool = False) -> dict | None:
+    """The binding of ``template``'s names to graph names that makes its output compute
+    ``root``: its inputs bind to whatever they meet (type-checked), and with
+    ``free_consts`` its scalar constants to the graph's constants (a probe spec whose
+    constants say which hyperparameter each graph constant is); None where they differ."""
+    producers = {n.name: n for n in template.nodes}
+    bound = _unify(ctx, template, producers, template.outputs[0], root.name, {}, free_consts)
+    if bound is None or any(v.name not in bound for v in template.inputs):
+        return None
+    return bound
+
+
+def _input_type(template: TDAG, name: str) -> TensorType:
+    return next(v.type for v in template.inputs if v.name == name)
+
+
+def _unify(ctx, template: TDAG, producers, t: str, g: str, bound: dict,
+           free_consts: bool = False) -> dict | None:
     """The binding of template names to graph names that makes ``t`` compute ``g`` (a
     template node reached twice is bound once, so a walk of any depth unifies in one pass)."""
     if t in bound:
         return bound if bound[t] == g else None
     node = producers.get(t)
+    if node is None and t not in template.weights:  # an operand left free: bound where met
+        return dict(bound, **{t: g}) if ctx.type(g).same_as(_input_type(template, t)) else None
     if node is None:
+        if free_consts:
+            return _any_const(ctx, template.weights[t], g, bound, t)
         return _same_const(ctx, template.weights[t], g, bound, t)
     other = ctx.producer(g)
     if other is None or other.op is not node.op or other.spec != node.spec or \
@@ -330,12 +365,20 @@ def _unify(ctx, template: TDAG, producers, t: str, g: str, bound: dict) -> dict 
     for inputs in orders:
         trial = dict(bound, **{t: g})
         for ti, gi in zip(node.inputs, inputs):
-            trial = _unify(ctx, template, producers, ti, gi, trial)
+            trial = _unify(ctx, template, producers, ti, gi, trial, free_consts)
             if trial is None:
                 break
         if trial is not None:
             return trial
     return None
+
+
+def _any_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
+    got = ctx.weight(g)
+    if got is None or got.kind is not TensorKind.const or got.value is None or \
+            not got.type.same_as(weight.type):
+        return None
+    return dict(bound, **{t: g})
 
 
 def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:

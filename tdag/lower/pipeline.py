@@ -7,12 +7,14 @@ from tdag.ir.program import Program
 from tdag.lower import (
     activations,
     attention,
+    backward,
     contraction,
     conv,
     experts,
     ml,
     movement,
     norms,
+    optim,
     pool,
     quant,
     recurrent,
@@ -34,6 +36,8 @@ PASSES: dict[str, Pass] = {
     "simplify": PassManager(SIMPLIFY),
     # before the others take the compositions apart: Q/DQ and MatMulInteger stay integer ops
     "quant": rule_pass(*quant.RULES),
+    # before the movement rules take the stack of the update's three results apart
+    "optim": rule_pass(*optim.RULES),
     # a forest's walk, before its gathers and selects become movement kernels; an embedding
     # bag, before bincount takes its count of the offsets
     "ml": rule_pass(*ml.RULES, *writes.BAG_RULES),
@@ -41,6 +45,8 @@ PASSES: dict[str, Pass] = {
     "experts": rule_pass(*experts.RULES),
     "contraction": rule_pass(*contraction.RULES),
     "activations": rule_pass(*activations.RULES),
+    # the input gradients of softmax and gelu, before softmax's rule takes their exp apart
+    "backward": rule_pass(*backward.RULES),
     "softmax": rule_pass(*softmax.RULES),
     "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES),
     "norms": rule_pass(*norms.RULES),
@@ -57,9 +63,9 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("simplify", "quant", "ml", "experts", "contraction", "activations", "softmax",
-           "sorting", "norms", "conv", "pool", "resize", "attention", "movement", "fuse",
-           "recurrent", "recurrent_loops", "join_calls")
+DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "activations",
+           "backward", "softmax", "sorting", "norms", "conv", "pool", "resize", "attention",
+           "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
 
 
 register_default(PASSES, DEFAULT)

@@ -46,6 +46,7 @@ from tdag.ops.nn.functional import (
 from tdag.ops.nn.pool import (
     adaptive_avg_pool, adaptive_max_pool, avg_pool, interpolate, max_pool,
 )
+from tdag.ops.optim import adamw_update
 from tdag.ops.promotion import broadcast_shapes, result_dtype
 from tdag.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp, scan
 from tdag.ops.sorting import (
@@ -58,7 +59,8 @@ from tdag.ops.writes import scatter, scatter_elements, take_along
 tensor_methods.install()
 
 __all__ = [
-    "abs", "acos", "acosh", "adaptive_avg_pool", "adaptive_max_pool", "add", "amax", "amin",
+    "abs", "acos", "acosh", "adamw_update", "adaptive_avg_pool", "adaptive_max_pool", "add",
+    "amax", "amin",
     "arange", "arange_of", "argmax", "argmin", "argsort", "as_tensor", "asin", "asinh", "atan",
     "atanh", "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to",
     "buffer",

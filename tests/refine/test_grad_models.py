@@ -14,7 +14,7 @@ import tdag
 from tdag.refine.grad.reverse import BACKWARD
 
 pytest.importorskip("transformers")
-from support.grad_models import MODELS, Loss  # noqa: E402
+from support.grad_models import MODELS, Loss, onnx_outputs  # noqa: E402
 
 RELATIVE = 1e-4
 
@@ -114,20 +114,13 @@ def test_gradient_through_loops_and_branches(name):
     model(*args).backward()
     params = dict(model.named_parameters())
     scale = max(p.grad.abs().max().item() for p in params.values() if p.grad is not None)
-    onnx_outs = _onnx_run(g, args)
+    onnx_outs = onnx_outputs(g, args)
     for outs in (tdag.run(g, *args), tdag.to_torch(g)(*args), onnx_outs):
         for n, got in zip(g.wrt, outs[1:]):
             want = params[n].grad if params[n].grad is not None else torch.zeros_like(got)
             err = (torch.as_tensor(got) - want).abs().max().item()
             assert err <= RELATIVE * scale, f"{name}: {n} off by {err:.2e}"
 
-
-def _onnx_run(prog, args):
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    return session.run(None, {n: a.numpy() for n, a in zip(names, args)})
 
 
 def _while_file(limit: float, weight):
@@ -171,7 +164,7 @@ def test_gradient_through_a_while_loop(limit):
         if not bool((state * state).sum() < limit):
             break
     (state * state).sum().backward()
-    onnx_outs = _onnx_run(g, (x,))
+    onnx_outs = onnx_outputs(g, (x,))
     for outs in (tdag.run(g, x), tdag.to_torch(g)(x), onnx_outs):
         for got, want in zip(outs[1:], (w.grad, h.grad)):
             torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-4, atol=1e-5)

@@ -103,3 +103,16 @@ def gpt2_cross_entropy(n_embd: int = 64, tokens: int = 16):
                           **SMALL)
     return CrossEntropyLM(T.GPT2LMHeadModel(config)), (_ids(shape=(2, tokens)),
                                                         _ids(shape=(2, tokens)))
+
+
+def onnx_outputs(prog, args) -> list:
+    """``prog`` written by to_onnx and run on onnxruntime's CPU provider (its batch only:
+    the state, if any, keeps the file's initializers)."""
+    import onnxruntime as ort
+
+    import tdag
+
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, {n: a.numpy() for n, a in zip(names, args)})

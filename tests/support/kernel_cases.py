@@ -23,6 +23,7 @@ from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
 from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.optim import AdamWUpdate
 from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
     ConvInteger,
@@ -91,6 +92,10 @@ CASES = [
     Case(Op.log_softmax, Softmax(1), ((4, 6),)),
     Case(Op.gelu, Gelu("none"), ((3, 4),)),
     Case(Op.gelu, Gelu("tanh"), ((3, 4),)),
+    Case(Op.softmax_backward, Softmax(1), ((2, 5, 3),) * 2),
+    Case(Op.softmax_backward, Softmax(0), (("b", 6),) * 2),
+    Case(Op.gelu_backward, Gelu("none"), ((3, 4),) * 2),
+    Case(Op.gelu_backward, Gelu("tanh"), (("b", 4),) * 2),
     Case(Op.silu, NoSpec(), ((3, 4),)),
     Case(Op.sigmoid, NoSpec(), ((3, 4),)),
     Case(Op.relu, NoSpec(), ((3, 4),)),
@@ -121,6 +126,10 @@ CASES = [
          ((2, 4, 5, 5), (2, 3, 9, 9))),
     Case(Op.conv_weight_grad, ConvWeightGrad((3,), (1,), (0,), (2,), 2),
          (("b", 6, 5), ("b", 4, 9))),
+    Case(Op.adamw_update, AdamWUpdate(1e-3, 0.9, 0.999, 1e-8, 1e-2), ((4, 5),) * 4 + ((),),
+         positive=(3, 4)),
+    Case(Op.adamw_update, AdamWUpdate(0.1, 0.8, 0.95, 1e-6, 0.0), (("b", 3),) * 4 + ((),),
+         positive=(3, 4), id="no weight decay"),
     Case(Op.reshape, Reshape((6, 4)), ((2, 3, 4),)),
     Case(Op.reshape, Reshape((2, 12)), ((2, 3, 4),)),
     Case(Op.expand, Expand((3, 4, 5)), ((4, 1),), xfail=_EXPAND_UNIT),

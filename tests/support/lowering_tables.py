@@ -17,6 +17,7 @@ from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.record import record
 from tdag.ir.types import DType
+from tdag.lower.kernels.activations import Gelu, Softmax
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.ops.ml import (
     linear_label,
@@ -331,6 +332,17 @@ def _top_p(x):
     return ops.where(remove, -1e9, x)
 
 
+def _adamw(p, g, m, v, step):
+    """One AdamW update, the second moment and the step count drawn non-negative."""
+    return ops.adamw_update(p, g, m, ops.abs(v), ops.abs(step), 1e-3, 0.9, 0.999, 1e-8, 1e-2)
+
+
+# input gradients as tdag.grad writes them (the decomposition is that chain)
+BACKWARDS = {"softmax-backward": (Op.softmax_backward, Softmax(2)),
+             "gelu-backward": (Op.gelu_backward, Gelu("none")),
+             "gelu-tanh-backward": (Op.gelu_backward, Gelu("tanh"))}
+
+
 def _kernel_programs():
     tables = [(k, v[0], v[1]) for k, v in CONTRACTIONS.items()]
     tables += [(k, v[0], [v[1]]) for k, v in CONVS.items()]
@@ -346,6 +358,9 @@ def _kernel_programs():
     tables.append(("conv-weight-grad", lambda dy, x: record(Op.conv_weight_grad).decompose(
         ConvWeightGrad((3, 3), (2, 2), (1, 1), (1, 1)), dy, x),
         [S(("b", 4, 5, 5)), S(("b", 3, 9, 9))]))
+    tables += [(k, (lambda op, spec: lambda dy, x: record(op).decompose(spec, dy, x))(*v),
+                [S(("b", 5, 8))] * 2) for k, v in BACKWARDS.items()]
+    tables.append(("adamw-update", _adamw, [S(("b", 4))] * 4 + [S(())]))
     tables.append(("lstm", lambda x, h, c: hand_lstm(x, h, c, True),
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
     tables.append(("lstm-bidirectional-stack", hand_bilstm_stack,

@@ -13,6 +13,7 @@ understand lowered programs.
 """
 from tdag.lower.kernels import (  # noqa: F401
     activations,
+    backward,
     contraction,
     conv_grad,
     experts,
@@ -20,6 +21,7 @@ from tdag.lower.kernels import (  # noqa: F401
     ml,
     ml_classifiers,
     norms,
+    optim,
     qlinear,
     quant,
     scans,

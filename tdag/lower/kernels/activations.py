@@ -31,7 +31,7 @@ def _softmax_shape(spec: Softmax, ins):
 
 
 # works along its axis only: any other axis may be the batch
-_SOFTMAX_BATCH = AxisRule(
+SOFTMAX_BATCH = AxisRule(
     lambda s, t: {s.axis}, same_axis, lambda s, t, p: Softmax(s.axis - (p < s.axis)),
     lambda s: Softmax(s.axis + 1), mixing="normalises along the batch axis")
 
@@ -52,13 +52,13 @@ def _log_softmax_onnx(node, ins, g, cx):
 primitive(Op.softmax, Softmax, 1, _softmax_shape,
           lambda s, xs, r: torch.softmax(xs[0], s.axis), per_element(5),
           "exp/reduce/reciprocal chain makes five passes over memory; softmax makes one",
-          traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch, onnx=_softmax_onnx,
+          traits=Trait.KERNEL, batch=SOFTMAX_BATCH, torch=_softmax_torch, onnx=_softmax_onnx,
           jax=lambda node, a, cx: cx.nn.softmax(a[0], axis=node.spec.axis),
           decompose=lambda s, x: ops.softmax(x, s.axis))
 primitive(Op.log_softmax, Softmax, 1, _softmax_shape,
           lambda s, xs, r: torch.log_softmax(xs[0], s.axis), per_element(5),
           "x - max - log(sum(exp)) makes five passes over memory; log_softmax makes one",
-          traits=Trait.KERNEL, batch=_SOFTMAX_BATCH, torch=_softmax_torch,
+          traits=Trait.KERNEL, batch=SOFTMAX_BATCH, torch=_softmax_torch,
           onnx=_log_softmax_onnx,
           jax=lambda node, a, cx: cx.nn.log_softmax(a[0], axis=node.spec.axis),
           decompose=lambda s, x: ops.log_softmax(x, s.axis))

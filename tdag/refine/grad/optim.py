@@ -58,16 +58,9 @@ class AdamW:
 
     def update(self, param: Tensor, grad: Tensor, slots: dict, step: Tensor):
         beta1, beta2 = self.betas
-        count = step + 1.0
-        param = param * (1.0 - self.lr * self.weight_decay)
-        exp_avg = slots["exp_avg"] + (grad - slots["exp_avg"]) * (1.0 - beta1)  # lerp
-        exp_avg_sq = slots["exp_avg_sq"] * beta2 + grad * grad * (1.0 - beta2)
-        correction1 = 1.0 - ops.pow(ops.full((), beta1, step.dtype, like=step), count)
-        correction2 = 1.0 - ops.pow(ops.full((), beta2, step.dtype, like=step), count)
-        # -(lr / c1) is exactly (-lr) / c1: the sign goes on the scalar, not on every element
-        negative_step = -self.lr / correction1
-        denom = ops.sqrt(exp_avg_sq) / ops.sqrt(correction2) + self.eps
-        param = param + exp_avg / denom * negative_step
+        stacked = ops.adamw_update(param, grad, slots["exp_avg"], slots["exp_avg_sq"], step,
+                                   self.lr, beta1, beta2, self.eps, self.weight_decay)
+        param, exp_avg, exp_avg_sq = (ops.select(stacked, 0, i) for i in range(3))
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
 

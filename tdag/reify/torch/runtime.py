@@ -10,6 +10,7 @@ from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
+from tdag.lower.kernels.optim import adamw_step  # noqa: F401  (generated code)
 from tdag.lower.kernels.sorting import topk_positions  # noqa: F401  (generated code)
 
 
