@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import tdag
 from tdag.refine.grad.reverse import BACKWARD
 
 pytest.importorskip("transformers")
-from support.grad_models import MODELS, Loss, onnx_outputs  # noqa: E402
+from support.grad_models import MODELS, Loss, Tagger, onnx_outputs  # noqa: E402
 
 RELATIVE = 1e-4
 
@@ -55,18 +54,6 @@ def test_backward_nodes_are_marked():
     marks = [n.origin.op.startswith(BACKWARD) for n in g.graph.nodes]
     assert any(marks) and not all(marks)
 
-
-class Tagger(torch.nn.Module):
-    """An LSTM tagger: embedding, LSTM (a Loop over the cell), a linear head, cross-entropy."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb, self.out = torch.nn.Embedding(20, 8), torch.nn.Linear(16, 5)
-        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
-
-    def forward(self, ids, tags):
-        hidden, _ = self.lstm(self.emb(ids))
-        return F.cross_entropy(self.out(hidden).flatten(0, 1), tags.flatten())
 
 
 class StackedGRU(torch.nn.Module):

@@ -130,21 +130,12 @@ def test_state_holds_parameters_slots_and_step():
     assert step.main.outputs and len(step.main.outputs) == 1
 
 
-class Tagger(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb, self.out = torch.nn.Embedding(20, 8), torch.nn.Linear(16, 5)
-        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
-
-    def forward(self, ids, tags):
-        hidden, _ = self.lstm(self.emb(ids))
-        logits = self.out(hidden)
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tags.flatten())
-
 
 def test_adamw_lstm_tagger_trains_through_its_loop():
     """A program with a Loop: its TDAGs read the parameters from the state, and one update
     after the gradient program writes them back."""
+    from support.grad_models import Tagger
+
     torch.manual_seed(0)
     model = Tagger().eval()
     batches = [(torch.randint(0, 20, (2, 6)), torch.randint(0, 5, (2, 6))) for _ in range(3)]

@@ -105,6 +105,19 @@ def gpt2_cross_entropy(n_embd: int = 64, tokens: int = 16):
                                                         _ids(shape=(2, tokens)))
 
 
+class Tagger(torch.nn.Module):
+    """An LSTM tagger: embedding, LSTM (a Loop over the cell), a linear head, cross-entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = torch.nn.Embedding(20, 8), torch.nn.Linear(16, 5)
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+
+    def forward(self, ids, tags):
+        hidden, _ = self.lstm(self.emb(ids))
+        return F.cross_entropy(self.out(hidden).flatten(0, 1), tags.flatten())
+
+
 def onnx_outputs(prog, args) -> list:
     """``prog`` written by to_onnx and run on onnxruntime's CPU provider (its batch only:
     the state, if any, keeps the file's initializers)."""

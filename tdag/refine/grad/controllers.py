@@ -53,7 +53,7 @@ class Reverse:
         self.prog, self.wrt = prog, set(wrt)
         self.graphs = dict(prog.graphs)
         self.names = FreshNames(_block_names(prog.main) | set(prog.state))
-        self._adders: dict = {}
+        self._adders: dict = {}  # (shape, dtype) -> the add graph; ("zeros", ...) zeros
 
     # -- blocks ---------------------------------------------------------------------------
 
@@ -79,12 +79,11 @@ class Reverse:
 
     def types(self, block: Block) -> dict:
         """The type of every name a block defines (its inputs, its steps' outputs, state)."""
-        prog = Program(self.graphs, block, self.prog.state)
+        named = tuple(n for step in block.steps for n in step.outputs)
+        whole = Block(block.inputs, block.steps, named)
         env = {v.name: v.type for v in block.inputs}
         env.update((k, w.type) for k, w in self.prog.state.items())
-        for k, step in enumerate(block.steps):
-            head = Block(block.inputs, block.steps[:k + 1], tuple(step.outputs))
-            env.update(zip(step.outputs, block_types(replace(prog, main=head), head)))
+        env.update(zip(named, block_types(Program(self.graphs, whole, self.prog.state), whole)))
         return env
 
     # -- steps ----------------------------------------------------------------------------
@@ -264,11 +263,10 @@ class Reverse:
         return out
 
     def _zeros_graph(self, type: TensorType) -> str:
-        b = Builder()
-        x = b.input("like", type)
-        with b.active():
-            zero = ops.full(x.shape, 0.0, x.dtype, like=x)
-        return self.graph("zeros", b.build([zero]))
+        key = ("zeros", type.shape, type.dtype)
+        if key not in self._adders:
+            self._adders[key] = self.graph("zeros", filled_like(type, 0.0))
+        return self._adders[key]
 
     def zeros_of_param(self, p: str, steps: list) -> str:
         b = Builder()
@@ -315,6 +313,15 @@ def _any_trips(stack: TensorType) -> TDAG:
     return b.build([out])
 
 
+def filled_like(type: TensorType, value: float) -> TDAG:
+    """The TDAG (like) -> ``value`` in like's shape: a seed, zeros for a missing cotangent."""
+    b = Builder()
+    x = b.input("like", type)
+    with b.active():
+        out = ops.full(x.shape, value, x.dtype, like=x)
+    return b.build([out])
+
+
 def _block_names(block: Block) -> set[str]:
     names = {v.name for v in block.inputs} | set(block.outputs)
     for step in block.steps:
@@ -326,4 +333,4 @@ def _block_names(block: Block) -> set[str]:
     return names
 
 
-__all__ = ["Reverse", "Reversed"]
+__all__ = ["Reverse", "Reversed", "filled_like"]

@@ -12,11 +12,10 @@ from typing import Sequence
 
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Block, Call, Program
-from tdag import ops
 from tdag.ir.symbols import is_static
 from tdag.ir.types import TensorKind, TensorType
 from tdag.ops.builder import Builder
-from tdag.refine.grad.controllers import Reverse
+from tdag.refine.grad.controllers import Reverse, filled_like
 from tdag.refine.grad.reverse import GradError, joint_graph
 from tdag.refine.join_calls import join_calls
 
@@ -85,7 +84,7 @@ def _through_controllers(joined: Program, loss: str, wrt) -> GradProgram:
     seed = reverse.fresh(f"d.{loss}")
     forward, back = reverse.block(joined.main, {loss: seed})
     steps = list(forward.steps)
-    steps.append(Call(reverse.graph("ones", _ones(types[loss])), (loss,), (seed,)))
+    steps.append(Call(reverse.graph("ones", filled_like(types[loss], 1.0)), (loss,), (seed,)))
     steps += back.steps
     grads, grad_types = [], []
     for name in names:
@@ -118,14 +117,6 @@ def _check_scalar(loss: str, type: TensorType) -> None:
     if not type.dtype.is_float or not all(is_static(d) and d == 1 for d in type.shape):
         raise GradError(f"grad: the output {loss!r} is {type}; it must be a floating-point "
                         "scalar (a loss)")
-
-
-def _ones(type: TensorType) -> TDAG:
-    b = Builder()
-    x = b.input("like", type)
-    with b.active():
-        one = ops.full(x.shape, 1.0, x.dtype, like=x)
-    return b.build([one])
 
 
 def _identity(types) -> TDAG:
