@@ -8,6 +8,10 @@ must equal eager within rtol 1e-4 (atol 1e-4 of the output's scale; nan where to
 
     python benchmarks/opinfo_sweep.py             # the whole database, a table and the rates
     python benchmarks/opinfo_sweep.py --ops add,mul --verbose
+    python benchmarks/opinfo_sweep.py --targets run,torch,onnx   # also to_torch, to_onnx on ORT
+
+With ``--targets`` each captured program is also reified (``to_torch``; ``to_onnx`` run on
+onnxruntime's CPU provider) and compared with eager the same way; a column per target.
 
 Ops in EXCLUDED are still swept but counted apart; each has the reason tdag leaves it out.
 """
@@ -29,22 +33,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the sweep; ops that pass were taken off the list. Sorting is not excluded: sort, topk,
 # median, mode and quantile are compositions over the sort primitive (aten/sorting.py).
 EXCLUSION_REASONS = {
-    "random": "random sampling, or uninitialised memory (empty*): eager's values are arbitrary",
+    "random": "random sampling (svd_lowrank and pca_lowrank draw a random projection), or "
+              "uninitialised memory (empty*): eager's values are arbitrary",
     "data-dependent": "the output's shape depends on the values (nonzero, unique, item, "
                       "masked_select); torch.export itself marks these sizes unbacked "
                       "(combinations: C(n, r) is static, but torch's graph computes it "
                       "with masked_select)",
     "complex": "complex dtypes and FFTs: tdag's dtypes are real",
-    "factorization": "factorizations, solvers and matrix functions: SVD, eig/eigh and "
-                     "lstsq iterate to convergence (value-dependent step counts); the direct "
-                     "ones (Cholesky, LU with pivoting, QR, triangular solves, inverse, det, "
-                     "matrix_exp) would unroll to O(n) dependent steps per matrix and are out "
-                     "of scope for inference graphs, not inexpressible",
-    "special": "special functions not mapped yet (gamma family, Bessel, zeta, erfcx, ndtri): "
-               "torch evaluates most with fixed Chebyshev/rational fits or bounded loops, "
-               "so they are expressible, but need torch's coefficient tables ported; the "
-               "orthogonal polynomials take the degree n as a tensor: a recurrence whose "
-               "length is a value",
+    "factorization": "factorizations tdag does not compose: LDL^T (Bunch-Kaufman pivoting "
+                     "picks 1x1 or 2x2 blocks by value); lstsq, whose residuals' size "
+                     "depends on the driver's rank test (torch.export itself fails on it). "
+                     "The others are compositions over a static n (tdag/ops/linalg): LU, "
+                     "Cholesky, triangular solves, Householder QR, matrix_exp, Jacobi "
+                     "eigh and SVD",
+    "special": "special functions with convergence loops tdag does not unroll yet: airy_ai "
+               "(a power series summed to machine epsilon), igamma/igammac (SciPy's "
+               "series, continued fraction and asymptotic branches chosen by value)",
     "bitwise": "bit manipulation of floats (frexp, nextafter, hash): no bitwise primitive",
     "sparse": "sparse layouts",
     "training": "training-mode normalisation writes the running statistics it is given "
@@ -58,7 +62,7 @@ EXCLUDED = {
         "rand_like", "randint", "randint_like", "nn.functional.rrelu",
         "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
         "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-        "empty_permuted"], "random"),
+        "empty_permuted", "svd_lowrank", "pca_lowrank"], "random"),
     **dict.fromkeys([
         "item", "combinations", "masked_select", "tensor_split", "unique", "unique_consecutive",
         "nonzero", "nonzero_static", "argwhere", "nn.functional.ctc_loss",
@@ -70,32 +74,10 @@ EXCLUDED = {
         "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft", "fft.irfft2",
         "fft.irfftn"], "complex"),
     **dict.fromkeys([
-        "cholesky", "cholesky_inverse", "cholesky_solve", "geqrf", "lu", "lu_solve", "lu_unpack",
-        "matrix_exp", "ormqr", "qr", "triangular_solve", "svd", "svd_lowrank", "pca_lowrank",
-        "pinverse", "logdet", "norm.nuc", "linalg.det", "linalg.cholesky", "linalg.cholesky_ex",
-        "linalg.cond", "linalg.eigh", "linalg.eigvalsh", "linalg.householder_product",
         "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve", "linalg.lstsq",
-        "linalg.lstsq.grad_oriented", "linalg.qr", "linalg.slogdet", "linalg.lu_factor",
-        "linalg.lu_factor_ex", "linalg.lu", "linalg.lu_solve", "linalg.inv", "linalg.inv_ex",
-        "linalg.solve", "linalg.solve_ex", "linalg.solve_triangular", "linalg.matrix_rank",
-        "linalg.matrix_rank.hermitian", "linalg.pinv", "linalg.pinv.singular",
-        "linalg.pinv.hermitian", "linalg.svd", "linalg.svdvals", "linalg.tensorinv",
-        "linalg.tensorsolve"], "factorization"),
+        "linalg.lstsq.grad_oriented"], "factorization"),
     **dict.fromkeys([
-        "lgamma", "digamma", "polygamma", "mvlgamma", "igamma", "igammac", "i0", "special.i0e",
-        "special.i1", "special.i1e", "special.polygamma", "special.zeta", "special.ndtri",
-        "special.log_ndtr", "special.erfcx", "special.airy_ai", "special.bessel_j0",
-        "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
-        "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
-        "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w",
-        "special.hermite_polynomial_h", "special.hermite_polynomial_he",
-        "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
-        "special.modified_bessel_i0", "special.modified_bessel_i1",
-        "special.modified_bessel_k0", "special.modified_bessel_k1",
-        "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
-        "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
-        "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
-        "special.spherical_bessel_j0"], "special"),
+        "igamma", "igammac", "special.airy_ai"], "special"),
     **dict.fromkeys(["frexp", "nextafter", "hash_tensor"], "bitwise"),
     **dict.fromkeys(["to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"], "sparse"),
     **dict.fromkeys(["native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",
@@ -105,40 +87,94 @@ EXCLUDED = {
 }
 
 
-def sweep_one(op, verbose: bool = False) -> tuple[str, str]:
-    """(status, detail) for one OpInfo entry: pass, export-fail, unsupported, mismatch,
-    error or no-sample."""
+TARGETS = ("run", "torch", "onnx")
+
+
+def sweep_one(op, verbose: bool = False, targets=("run",)) -> dict[str, tuple[str, str]]:
+    """{target: (status, detail)} for one OpInfo entry: pass, export-fail, unsupported,
+    mismatch, error or no-sample; a status before the program exists is every target's."""
     import torch
 
     import tdag
     from tdag.canonicalize import from_torch
 
+    def every(status, detail=""):
+        return dict.fromkeys(targets, (status, detail))
+
     sample = _first_sample(op)
     if sample is None:
-        return "no-sample", ""
+        return every("no-sample")
     module, tensors = _wrap(op, sample)
     try:
         with torch.no_grad():
             expected = module(*tensors)
     except Exception as exc:  # noqa: BLE001  (eager itself rejects the sample)
-        return "no-sample", f"eager: {type(exc).__name__}"
+        return every("no-sample", f"eager: {type(exc).__name__}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exported = torch.export.export(module, tuple(tensors), strict=False)
     except Exception as exc:  # noqa: BLE001
-        return "export-fail", _short(exc)
+        return every("export-fail", _short(exc))
     try:
         prog = from_torch(exported)
         tdag.verify(prog)
-        got = tdag.run(prog, *tensors)
+    except tdag.UnsupportedOpError as exc:
+        return every("unsupported", _short(exc, 160))
+    except Exception as exc:  # noqa: BLE001
+        if verbose:
+            traceback.print_exc()
+        return every("error", _short(exc))
+    return {target: _through(target, prog, tensors, expected, op.name, verbose)
+            for target in targets}
+
+
+def _through(target: str, prog, tensors, expected, name: str,
+             verbose: bool) -> tuple[str, str]:
+    """The program run on one target, compared with eager."""
+    import tdag
+    try:
+        got = _RUNNERS[target](prog, tensors)
     except tdag.UnsupportedOpError as exc:
         return "unsupported", _short(exc, 160)
     except Exception as exc:  # noqa: BLE001
         if verbose:
             traceback.print_exc()
         return "error", _short(exc)
-    return _compare(got, expected)
+    return _compare(got, expected, name)
+
+
+def _run_tdag(prog, tensors):
+    import tdag
+    return tdag.run(prog, *tensors)
+
+
+def _run_torch(prog, tensors):
+    import torch
+
+    import tdag
+    with torch.no_grad():
+        return tdag.to_torch(prog)(*tensors)
+
+
+def _run_onnx(prog, tensors):
+    """to_onnx on onnxruntime's CPU provider, one thread."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    import tdag
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
+    outs = tuple(torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds))
+    return outs[0] if len(outs) == 1 else outs
+
+
+_RUNNERS = {"run": _run_tdag, "torch": _run_torch, "onnx": _run_onnx}
 
 
 def _first_sample(op):
@@ -168,7 +204,12 @@ def _wrap(op, sample):
     return OpModule().eval(), [leaves[i].detach().clone() for i in slots]
 
 
-def _compare(got, expected) -> tuple[str, str]:
+# outputs whose columns are unique up to sign (eigenvectors): LAPACK's choice of sign is not
+# specified, so both sides are compared with each column's largest entry made positive
+SIGN_FREE = {"linalg.eigh": (1,)}
+
+
+def _compare(got, expected, op_name: str = "") -> tuple[str, str]:
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -176,6 +217,8 @@ def _compare(got, expected) -> tuple[str, str]:
     want = [torch.as_tensor(x) for x in tree_leaves(expected) if x is not None]
     if len(got) != len(want):
         return "mismatch", f"{len(got)} outputs, eager has {len(want)}"
+    for i in SIGN_FREE.get(op_name, ()):
+        got[i], want[i] = _column_signs(got[i]), _column_signs(want[i])
     for out, ref in zip(got, want):
         if out.shape != ref.shape or out.dtype != ref.dtype:
             return "mismatch", f"{out.dtype}{list(out.shape)} vs eager {ref.dtype}{list(ref.shape)}"
@@ -193,30 +236,43 @@ def _compare(got, expected) -> tuple[str, str]:
     return "pass", ""
 
 
+def _column_signs(x):
+    """x (..., n, k) with each column's largest-magnitude entry positive."""
+    import torch
+    top = x.abs().argmax(-2, keepdim=True)
+    sign = torch.sign(torch.gather(x, -2, top))
+    return x * torch.where(sign == 0, 1.0, sign)
+
+
 def _short(exc, n: int = 110) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:n]
 
 
-def _job(index_and_verbose):
-    index, verbose = index_and_verbose
+def _job(job):
+    index, verbose, targets = job
     from torch.testing._internal.common_methods_invocations import op_db
     op = op_db[index]
     started = time.perf_counter()
     try:
-        status, detail = sweep_one(op, verbose)
+        statuses = sweep_one(op, verbose, targets)
     except Exception as exc:  # noqa: BLE001
-        status, detail = "error", _short(exc)
-    return index, status, detail, time.perf_counter() - started
+        statuses = dict.fromkeys(targets, ("error", _short(exc)))
+    return index, statuses, time.perf_counter() - started
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ops", help="comma-separated op names (default: all)")
+    parser.add_argument("--targets", default="run",
+                        help=f"comma-separated, of {', '.join(TARGETS)} (default: run)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--failures-only", action="store_true")
     args = parser.parse_args(argv)
+    targets = tuple(args.targets.split(","))
+    if not set(targets) <= set(TARGETS):
+        parser.error(f"--targets: each of {', '.join(TARGETS)}")
 
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
@@ -224,41 +280,53 @@ def main(argv=None) -> int:
     todo = [i for i, op in enumerate(op_db) if torch.float32 in op.supported_dtypes("cpu")
             and (wanted is None or op.name in wanted)]
     started = time.perf_counter()
+    jobs = [(i, args.verbose, targets) for i in todo]
     if args.jobs > 1 and len(todo) > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=50) as pool:
-            results = pool.map(_job, [(i, args.verbose) for i in todo], chunksize=4)
+            results = pool.map(_job, jobs, chunksize=4)
     else:
-        results = [_job((i, args.verbose)) for i in todo]
-    _report(op_db, sorted(results), time.perf_counter() - started, args.failures_only)
+        results = [_job(job) for job in jobs]
+    _report(op_db, sorted(results, key=lambda r: r[0]), targets,
+            time.perf_counter() - started, args.failures_only)
     return 0
 
 
-def _report(op_db, results, elapsed: float, failures_only: bool) -> None:
-    counts = collections.Counter()
-    print(f"{'op':44s} {'status':12s} detail")
-    for index, status, detail, _ in results:
+def _report(op_db, results, targets, elapsed: float, failures_only: bool) -> None:
+    counts = {target: collections.Counter() for target in targets}
+    print(f"{'op':44s} " + " ".join(f"{t:12s}" for t in targets) + " detail")
+    for index, statuses, _ in results:
         op = op_db[index]
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         excluded = EXCLUDED.get(name) or EXCLUDED.get(op.name)
-        shown = status if status == "pass" or not excluded else f"excluded ({excluded})"
-        counts[status] += 1
-        if excluded and status not in ("pass", "no-sample", "export-fail"):
-            counts["excluded"] += 1
-        if not (failures_only and status == "pass"):
-            print(f"{name:44s} {shown:12s} {detail}")
-    total = len(results) - counts["no-sample"]
-    captured = total - counts["export-fail"]
-    passed = counts["pass"]
-    print("\n" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
-    print(f"torch.export captured {captured}/{total} OpInfo ops ({100 * captured / total:.1f}%)")
-    print(f"from_torch matched eager on {passed}/{captured} captured ops "
-          f"({100 * passed / captured:.1f}%); "
-          f"{passed}/{captured - counts['excluded']} outside the justified exclusions "
-          f"({100 * passed / max(1, captured - counts['excluded']):.1f}%)")
+        for target, (status, _) in statuses.items():
+            counts[target][status] += 1
+            if excluded and status not in ("pass", "no-sample", "export-fail"):
+                counts[target]["excluded"] += 1
+        if failures_only and all(status == "pass" for status, _ in statuses.values()):
+            continue
+        shown = [status if status == "pass" or not excluded else f"excluded ({excluded})"
+                 for status, _ in statuses.values()]
+        detail = next((d for s, d in statuses.values() if s != "pass"), "")
+        print(f"{name:44s} " + " ".join(f"{s:12s}" for s in shown) + f" {detail}")
+    for target in targets:
+        _rates(target, counts[target])
     print(f"swept in {elapsed:.0f} s")
     print("\nexclusion reasons:")
     for key, reason in EXCLUSION_REASONS.items():
         print(f"  {key}: {reason}")
+
+
+def _rates(target: str, counts: collections.Counter) -> None:
+    total = sum(counts.values()) - counts["no-sample"] - counts["excluded"]  # excluded: a tag
+    captured = total - counts["export-fail"]
+    passed = counts["pass"]
+    print(f"\n[{target}] " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    print(f"torch.export captured {captured}/{total} OpInfo ops ({100 * captured / total:.1f}%)")
+    print(f"[{target}] matched eager on {passed}/{captured} captured ops "
+          f"({100 * passed / captured:.1f}%); "
+          f"{passed}/{captured - counts['excluded']} outside the justified exclusions "
+          f"({100 * passed / max(1, captured - counts['excluded']):.1f}%); "
+          f"wrong (mismatch): {counts['mismatch']}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from tdag.errors import (
                          ConversionError,
                          FileFormatError,
                          InvalidModelError,
+                         MemoryBudgetError,
                          PatternError,
                          ShapeError,
                          TdagError,
@@ -49,6 +50,8 @@ from tdag.refine import (
 )
 from tdag.reify import to_onnx, to_torch
 from tdag.lower.cost import cost  # tdag.refine.cost.report on the program and its lowered kernels
+from tdag.reify.torch.memory import memory  # peak bytes as to_torch's module runs it
+from tdag.reify.torch.remat import remat  # recompute activations to fit a budget
 from tdag.view import to_networkx
 
 __version__ = "0.1.0"
@@ -75,10 +78,11 @@ __all__ = [
     "BatchError", "CostReport", "GradError", "add_batch", "compose", "cost", "decode_loop",
     "extract", "grad", "optim", "replace", "simplify", "strip_batch", "train_step",
     # reify
-    "to_jax", "to_onnx", "to_torch",
+    "memory", "remat", "to_jax", "to_onnx", "to_torch",
     # view
     "to_networkx",
     # errors
-    "CaptureError", "ConversionError", "FileFormatError", "InvalidModelError", "PatternError",
+    "CaptureError", "ConversionError", "FileFormatError", "InvalidModelError",
+    "MemoryBudgetError", "PatternError",
     "ShapeError", "TdagError", "UnsupportedOpError",
 ]

@@ -48,6 +48,7 @@ from tdag.lower.cost import lowered_for_cost
 from tdag.refine.cost import table as cost_table
 from tdag.refine.cost import roofline
 from tdag.refine.cost.report import cost as cost_of
+from tdag.refine.memory.plot import plot as memory_plot
 
 
 def _load(path: str, dynamic_batch: bool = False):
@@ -286,10 +287,14 @@ def _cost_arguments(cost: argparse.ArgumentParser) -> None:
                       help="draw the rows on the device's roofline (needs matplotlib)")
     cost.add_argument("--unlowered", action="store_true",
                       help="cost the program as it stands, op by op, without lowering it")
+    cost.add_argument("--memory", action="store_true",
+                      help="peak memory as to_torch's module runs it: a table, --json, --plot")
 
 
 def _cost(prog, args) -> None:
     """``tdag cost``: the report as a table, JSON or CSV; a roofline with a device."""
+    if args.memory:
+        return _memory(prog, args)
     dev = _device(args)
     if args.plot and dev is None:
         raise TdagError("--plot needs a device: --device NAME or --peak-tflops/--bandwidth-gbs")
@@ -311,6 +316,15 @@ def _cost(prog, args) -> None:
         print(cost_table.to_csv(data), end="")
     else:
         print(report.table(args.by, args.depth, dev, args.sort, **sizes))
+
+
+def _memory(prog, args) -> None:
+    """``tdag cost --memory``: ``tdag.memory``'s table, JSON, or its curve with --plot."""
+    report = tdag.memory(prog, **_sizes(args.size))
+    if args.plot:
+        memory_plot(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report.table())
 
 
 def _device(args) -> roofline.Device | None:
@@ -375,8 +389,19 @@ def _show(prog, args) -> None:
     if not args.output.endswith((".html", ".htm")):
         raise TdagError(f"show -o writes an HTML page: expected a .html file, got "
                         f"{args.output!r}")
-    size = write_page(prog, args.output, os.path.basename(args.file), **_sizes(args.size))
+    sizes = _sizes(args.size)
+    size = write_page(prog, args.output, os.path.basename(args.file), _page_memory(prog, sizes),
+                      **sizes)
     print(f"wrote {args.output} ({size:,} bytes)")
+
+
+def _page_memory(prog, sizes: dict):
+    """The memory report the page highlights, or None where tdag.memory cannot replay the
+    program (a while loop with no trip bound): the page shows the rest."""
+    try:
+        return tdag.memory(prog, **sizes)
+    except TdagError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

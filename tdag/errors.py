@@ -51,3 +51,12 @@ class CaptureError(TdagError):
 class ConversionError(TdagError):
     """The converter failed on a captured graph in a way it did not foresee: a gap in tdag
     rather than in the model. The original exception is the cause."""
+
+
+class MemoryBudgetError(TdagError):
+    """No program within a memory budget (``tdag.remat``); ``smallest`` is the smallest peak
+    in bytes that recomputing activations reaches."""
+
+    def __init__(self, message: str, *, smallest: int):
+        self.smallest = smallest
+        super().__init__(message)

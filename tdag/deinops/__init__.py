@@ -8,6 +8,7 @@ from tdag.deinops import bitcast  # noqa: F401,I001  (after cast: PRIMITIVES kee
 from tdag.deinops import scatter  # noqa: F401,I001
 from tdag.deinops import scan  # noqa: F401,I001
 from tdag.deinops import sort  # noqa: F401,I001
+from tdag.deinops import fft  # noqa: F401,I001
 from tdag.ir.record import REGISTRY, Cost, NoSpec, OpRecord, Trait, ops_with, record
 
 # kernels are placeholders for fused framework calls (made by tdag.lower), not primitives

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tdag.deinops import pairs
+from tdag.deinops.approximations import erfinv_onnx
 from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import NoSpec, elementwise_cost, primitive, traffic
 from tdag.errors import ShapeError
@@ -49,10 +51,17 @@ _UNARY = {
 }
 
 
+# complex values: torch's arithmetic, with the few functions complex code uses
+_COMPLEX_UNARY = frozenset({Op.neg, Op.exp})
+
+
 def _unary_shape_rule(op: Op, float_only: bool):
     def rule(spec, ins):
         (x,) = ins
-        if float_only and not x.dtype.is_float:
+        if x.dtype.is_complex and op not in _COMPLEX_UNARY:
+            raise ShapeError(f"{op.value}: takes no complex operand (got {x}); of the unary "
+                             "ops only neg and exp do")
+        if float_only and not (x.dtype.is_float or x.dtype.is_complex):
             raise ShapeError(f"{op.value}: needs a floating-point operand, got {x.dtype.value}")
         if x.dtype is DType.bool:
             raise ShapeError(f"{op.value}: not defined on bool")
@@ -77,7 +86,7 @@ def _unary_torch(node, a, code):
     return f"{_TORCH_UNARY[node.op]}({a[0]})"
 
 
-# erfinv has no ONNX op: _erfinv_onnx composes it
+# erfinv has no ONNX op: approximations.erfinv_onnx composes it
 _ONNX_UNARY = {Op.neg: "Neg", Op.reciprocal: "Reciprocal", Op.exp: "Exp", Op.log: "Log",
                Op.sin: "Sin", Op.cos: "Cos", Op.tan: "Tan", Op.asin: "Asin", Op.acos: "Acos",
                Op.atan: "Atan", Op.sinh: "Sinh", Op.cosh: "Cosh", Op.tanh: "Tanh",
@@ -91,51 +100,14 @@ _ONNX_F32_ONLY = frozenset({Op.tan, Op.asin, Op.acos, Op.atan, Op.sinh, Op.cosh,
 
 def _unary_onnx(node, ins, g, cx):
     dtype = node.type.dtype
+    if dtype.is_complex:  # exp; neg runs on the pair as it is (reify/onnx/complex.py)
+        return pairs.exp(g, ins[0])
     if node.op in _ONNX_F32_ONLY and dtype is not DType.f32:
         return g.cast(g.node(_ONNX_UNARY[node.op], [g.cast(ins[0], DType.f32)]), dtype)
     if node.op is Op.sign and dtype.is_float:  # torch: sign(nan) = 0
         zero = g.const(0.0, dtype)
         return g.node("Where", [g.node("IsNaN", ins), zero, g.node("Sign", ins)])
     return g.node(_ONNX_UNARY[node.op], ins)
-
-
-def _erfinv_onnx(node, ins, g, cx):
-    """Giles' single-precision approximation, then two Newton steps on erf(y) = x."""
-    dtype = node.type.dtype
-    if dtype is not DType.f32:
-        x32 = g.cast(ins[0], DType.f32)
-        return g.cast(_erfinv_f32(g, x32), dtype)
-    return _erfinv_f32(g, ins[0])
-
-
-def _erfinv_f32(g, x: str) -> str:
-    dtype = DType.f32
-    c = lambda v: g.const(v, dtype)  # noqa: E731
-    w = g.node("Neg", [g.node("Log", [g.node("Mul", [g.node("Sub", [c(1.0), x]),
-                                                     g.node("Add", [c(1.0), x])])])])
-    central = _poly(g, g.node("Sub", [w, c(2.5)]), dtype,
-                    [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                     0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941])
-    tail = _poly(g, g.node("Sub", [g.node("Sqrt", [w]), c(3.0)]), dtype,
-                 [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
-                  0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682])
-    p = g.node("Where", [g.node("Less", [w, c(5.0)]), central, tail])
-    y = g.node("Mul", [p, x])
-    for _ in range(2):
-        err = g.node("Sub", [g.node("Erf", [y]), x])
-        slope = g.node("Mul", [c(2.0 / math.sqrt(math.pi)),
-                               g.node("Exp", [g.node("Neg", [g.node("Mul", [y, y])])])])
-        y = g.node("Sub", [y, g.node("Div", [err, slope])])
-    edge = g.node("Equal", [g.node("Abs", [x]), c(1.0)])  # erfinv(+-1) = +-inf
-    return g.node("Where", [edge, g.node("Mul", [x, c(float("inf"))]), y])
-
-
-def _poly(g, t, dtype, coefficients):
-    """Horner's rule: coefficients from the highest power down."""
-    out = g.const(coefficients[0], dtype)
-    for a in coefficients[1:]:
-        out = g.node("Add", [g.node("Mul", [out, t]), g.const(a, dtype)])
-    return out
 
 
 # lax's elementwise functions by name; sign is torch's (sign(nan) = 0)
@@ -161,7 +133,7 @@ def _neg_values(spec, facts, batch, types) -> Affine:
 _UNARY_VJP = {
     Op.neg: lambda x, y, dy, ops: -dy,
     Op.reciprocal: lambda x, y, dy, ops: -dy * y * y,
-    Op.exp: lambda x, y, dy, ops: dy * y,
+    Op.exp: lambda x, y, dy, ops: dy * conj(y, ops),
     Op.log: lambda x, y, dy, ops: dy / x,
     Op.sin: lambda x, y, dy, ops: dy * ops.cos(x),
     Op.cos: lambda x, y, dy, ops: -dy * ops.sin(x),
@@ -181,6 +153,12 @@ _UNARY_VJP = {
 }
 
 
+def conj(t, ops):
+    """``t``'s complex conjugate, ``t`` itself when real: the cotangent of a complex product
+    is the cotangent times the other factor's conjugate (torch's convention)."""
+    return ops.conj(t) if t.dtype.is_complex else t
+
+
 def _unary_vjp(op: Op):
     rule = _UNARY_VJP[op]
     if rule is None:
@@ -193,8 +171,8 @@ for _op, (_fn, _float_only, _reason) in _UNARY.items():
               elementwise_cost, _reason,
               traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
               batch=Aligned(values=_neg_values if _op is Op.neg else None),
-              torch=_unary_torch, onnx=_erfinv_onnx if _op is Op.erfinv else _unary_onnx,
-              jax=_unary_jax, vjp=_unary_vjp(_op))
+              torch=_unary_torch, onnx=erfinv_onnx if _op is Op.erfinv else _unary_onnx,
+              jax=_unary_jax, vjp=_unary_vjp(_op), complex_values=_op in _COMPLEX_UNARY)
 
 
 def same_operands(op: str, ins) -> None:
@@ -231,6 +209,8 @@ def _multiply_torch(node, a, code):
 
 
 def _multiply_onnx(node, ins, g, cx):
+    if node.type.dtype.is_complex:
+        return pairs.product(g, *ins)
     return g.node("And" if node.type.dtype is DType.bool else "Mul", ins)
 
 
@@ -257,7 +237,7 @@ primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] 
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_add_values),
           torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1],
-          vjp=lambda spec, xs, y, dy, ops: (dy, dy))
+          vjp=lambda spec, xs, y, dy, ops: (dy, dy), complex_values=True)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
@@ -266,7 +246,8 @@ primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           batch=Aligned(values=_multiply_values),
           torch=_multiply_torch, onnx=_multiply_onnx,
           jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1],
-          vjp=lambda spec, xs, y, dy, ops: (dy * xs[1], dy * xs[0]))
+          vjp=lambda spec, xs, y, dy, ops: (dy * conj(xs[1], ops), dy * conj(xs[0], ops)),
+          complex_values=True)
 
 
 class DivideMode(enum.Enum):
@@ -286,7 +267,9 @@ class Divide:
 
 def _divide_shape(spec: Divide, ins):
     out = _binary_shape_rule(Op.divide)(spec, ins)
-    if spec.mode is DivideMode.true and not out.dtype.is_float:
+    if out.dtype.is_complex and spec.mode is not DivideMode.true:
+        raise ShapeError(f"divide: mode {spec.mode.value} takes no complex operand (got {out})")
+    if spec.mode is DivideMode.true and not (out.dtype.is_float or out.dtype.is_complex):
         raise ShapeError("divide: true division needs floats; cast first or use mode=floor")
     return out
 
@@ -311,6 +294,8 @@ def _divide_torch(node, a, code):
 def _divide_onnx(node, ins, g, cx):
     a, b = ins
     mode, dtype = node.spec.mode, node.type.dtype
+    if dtype.is_complex:
+        return pairs.quotient(g, a, b)
     if mode is DivideMode.true:
         return g.node("Div", ins)
     if mode is DivideMode.fmod:
@@ -371,7 +356,7 @@ def _divide_vjp(spec: Divide, xs, y, dy, ops):
     constant, so no cotangent flows through it."""
     a, b = xs
     if spec.mode is DivideMode.true:
-        return dy / b, -dy * a / (b * b)
+        return dy / conj(b, ops), -dy * conj(y / b, ops)
     if spec.mode is DivideMode.remainder:
         return dy, -dy * ops.floor_divide(a, b)
     if spec.mode is DivideMode.fmod:
@@ -384,7 +369,8 @@ primitive(Op.divide, Divide, 2, _divide_shape, _divide_eval, elementwise_cost,
           "a - b*floor(a/b) is not an exact remainder in floats",
           traits=Trait.ELEMENTWISE | Trait.BINARY | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(),
-          torch=_divide_torch, onnx=_divide_onnx, jax=_divide_jax, vjp=_divide_vjp)
+          torch=_divide_torch, onnx=_divide_onnx, jax=_divide_jax, vjp=_divide_vjp,
+          complex_values=True)
 
 
 def _pow_torch(node, a, code):
@@ -439,6 +425,8 @@ def _where_values(spec, facts, batch, types) -> Affine | Pick | None:
 
 
 def _where_onnx(node, ins, g, cx):
+    if node.type.dtype.is_complex:
+        return pairs.select(g, *ins)
     if node.type.dtype is DType.bool:  # onnxruntime has no bool Where: c & a | !c & b
         c, a, b = ins
         return g.node("Or", [g.node("And", [c, a]), g.node("And", [g.node("Not", [c]), b])])
@@ -453,7 +441,7 @@ primitive(Op.where, NoSpec, 3, _where_shape,
           torch=_where_torch, onnx=_where_onnx,
           jax=lambda node, a, cx: cx.jnp.where(a[0], a[1], a[2]),
           vjp=lambda spec, xs, y, dy, ops: (None, ops.where(xs[0], dy, 0.0),
-                                            ops.where(xs[0], 0.0, dy)))
+                                            ops.where(xs[0], 0.0, dy)), complex_values=True)
 
 
 class CompareKind(enum.Enum):
@@ -476,6 +464,9 @@ class Compare:
 
 def _compare_shape(spec: Compare, ins):
     same_operands("compare", ins)
+    if ins[0].dtype.is_complex and spec.kind not in (CompareKind.eq, CompareKind.ne):
+        raise ShapeError(f"compare[{spec.kind.value}]: complex values have no order "
+                         f"(got {ins[0]})")
     return ins[0].with_dtype(DType.bool)
 
 
@@ -526,6 +517,9 @@ def _compare_values(spec: Compare, facts, batch, types) -> Affine | None:
 
 
 def _compare_onnx(node, ins, g, cx):
+    if cx.type(node.inputs[0]).dtype.is_complex:  # eq or ne
+        same = pairs.equal(g, *ins)
+        return same if node.spec.kind is CompareKind.eq else g.node("Not", [same])
     if node.spec.kind is CompareKind.ne:
         return g.node("Not", [g.node("Equal", ins)])
     if cx.type(node.inputs[0]).dtype is DType.bool and node.spec.kind is not CompareKind.eq:
@@ -538,7 +532,8 @@ primitive(Op.compare, Compare, 2, _compare_shape,
           "comparisons make masks; no arithmetic composition yields a bool exactly",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_compare_values),
-          torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax, vjp=no_gradient)
+          torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax, vjp=no_gradient,
+          complex_values=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,10 +542,15 @@ class Cast:
 
 
 def _cast_torch(node, a, code):
+    if code.ctx.type(node.inputs[0]).dtype.is_complex and not node.spec.dtype.is_complex:
+        return f"{a[0]}.real.to({dtype_expr(node.spec.dtype)})"  # torch's cast, no warning
     return f"{a[0]}.to({dtype_expr(node.spec.dtype)})"
 
 
 def _cast_onnx(node, ins, g, cx):
+    source = cx.type(node.inputs[0])
+    if source.dtype.is_complex or node.spec.dtype.is_complex:
+        return pairs.cast(g, ins[0], source.dtype, node.spec.dtype, source.rank)
     return g.cast(ins[0], node.spec.dtype)
 
 
@@ -568,18 +568,34 @@ def _cast_values(spec: Cast, facts, batch, types) -> Affine | None:
     return UNKNOWN
 
 
-def _cast_vjp(spec: Cast, xs, y, dy, ops):
-    """Between float types the cotangent is cast back; to or from an integer, none flows."""
+def _cast_eval(spec: Cast, xs, resolve):
+    """torch's cast; complex to real keeps the real part (torch warns that it does)."""
     (x,) = xs
-    if x.dtype.is_float and spec.dtype.is_float:
-        return (ops.cast(dy, x.dtype),)
-    return (None,)
+    return (x.real if x.is_complex() and not spec.dtype.is_complex else x).to(spec.dtype.torch)
+
+
+def _cast_jax(node, a, cx):
+    x = cx.jnp.real(a[0]) if cx.jnp.iscomplexobj(a[0]) and not node.spec.dtype.is_complex \
+        else a[0]
+    return x.astype(cx.dtype(node.spec.dtype))
+
+
+def _cast_vjp(spec: Cast, xs, y, dy, ops):
+    """Between float and complex types the cotangent is cast back (complex to real keeps the
+    real part, as torch's cast does); to or from an integer, none flows."""
+    (x,) = xs
+    inexact = (x.dtype.is_float or x.dtype.is_complex, spec.dtype.is_float or spec.dtype.is_complex)
+    if not all(inexact):
+        return (None,)
+    if dy.dtype.is_complex and not x.dtype.is_complex:
+        dy = ops.real(dy)
+    return (ops.cast(dy, x.dtype),)
 
 
 primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
-          lambda s, xs, r: xs[0].to(s.dtype.torch), lambda s, ins, out: traffic(ins, out),
+          _cast_eval, lambda s, ins, out: traffic(ins, out),
           "changes the element type; no arithmetic composition does",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE,
           batch=Aligned(values=_cast_values),
           torch=_cast_torch, onnx=_cast_onnx,
-          jax=lambda node, a, cx: a[0].astype(cx.dtype(node.spec.dtype)), vjp=_cast_vjp)
+          jax=_cast_jax, vjp=_cast_vjp, complex_values=True)

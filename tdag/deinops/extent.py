@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from tdag.deinops.movement import Squeeze, check_axis, format_shape
 from tdag.deinops.primitive import movement_cost, primitive
+from tdag.deinops.strides import expand_view
 from tdag.errors import ShapeError
 from tdag.ir.batching import (
     AxisRule,
@@ -134,11 +135,17 @@ def _slice_vjp(spec: Slice, xs, y, dy, ops):
     return (dy,)
 
 
+def _slice_view(spec, shape, strides, out):
+    """``x[..., start::step]``: a sliced axis strides ``step`` times as far."""
+    steps = dict(zip(spec.axes, spec.steps))
+    return tuple(s * steps.get(i, 1) for i, s in enumerate(strides))
+
+
 primitive(Op.slice, Slice, 1, _slice_shape, _slice_eval, movement_cost,
           "takes a strided range of an axis; slice of pad recovers the input",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
           batch=_SLICE_BATCH, torch=_slice_torch, onnx=_slice_onnx, jax=_slice_jax,
-          vjp=_slice_vjp)
+          vjp=_slice_vjp, view=_slice_view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,12 +274,17 @@ def _select_vjp(spec: Select, xs, y, dy, ops):
     return (ops.pad(ops.unsqueeze(dy, spec.axis), widths),)
 
 
+def _select_view(spec, shape, strides, out):
+    """``x.select(axis, i)``: the selected axis' stride dropped."""
+    return tuple(s for i, s in enumerate(strides) if i != spec.axis)
+
+
 primitive(Op.select, Select, 1, _select_shape,
           lambda spec, xs, r: xs[0].select(spec.axis, r(spec.index)), movement_cost,
           "picks one index of an axis and drops the axis; repeat undoes it for size-1 axes",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.PICKS,
           batch=_SELECT_BATCH, torch=_select_torch, onnx=_select_onnx, jax=_select_jax,
-          vjp=_select_vjp)
+          vjp=_select_vjp, view=_select_view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,4 +366,5 @@ primitive(Op.repeat, Repeat, 1, _repeat_shape, _repeat_eval, movement_cost,
           traits=(Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.EXPANDING
                   | Trait.INSERTING),
           batch=_REPEAT_BATCH, torch=_repeat_torch, onnx=_repeat_onnx, jax=broadcast_jax,
-          vjp=lambda spec, xs, y, dy, ops: (ops.sum(dy, spec.axes, keepdim=True),))
+          vjp=lambda spec, xs, y, dy, ops: (ops.sum(dy, spec.axes, keepdim=True),),
+          view=expand_view)

@@ -17,6 +17,7 @@ import sympy
 
 from tdag.deinops.codegen import tuple_expr
 from tdag.deinops.primitive import movement_cost, primitive
+from tdag.deinops.strides import reshape_view
 from tdag.errors import ShapeError
 from tdag.ir.batching import (
     AxisRule,
@@ -68,7 +69,10 @@ def _permute_torch(node, a, code):
 def _permute_onnx(node, ins, g, cx):
     if not node.spec.perm:
         return g.node("Identity", ins)
-    return g.node("Transpose", ins, perm=list(node.spec.perm))
+    perm = list(node.spec.perm)
+    if node.type.dtype.is_complex:  # to_onnx's (real, imaginary) pair stays last
+        perm.append(len(perm))
+    return g.node("Transpose", ins, perm=perm)
 
 
 def _permute_jax(node, a, cx):
@@ -82,11 +86,17 @@ _PERMUTE_BATCH = AxisRule(
     lambda s: Permute((0,) + plus1(s.perm)), values=same_values)
 
 
+def _permute_view(spec, shape, strides, out):
+    """``x.permute(perm)``: the strides permuted."""
+    return tuple(strides[p] for p in spec.perm) if spec.perm else strides
+
+
 primitive(Op.permute, Permute, 1, _permute_shape,
           lambda spec, xs, r: xs[0].permute(spec.perm), movement_cost,
           "reorders axes; the mirror of itself (inverse permutation)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
           batch=_PERMUTE_BATCH, torch=_permute_torch, onnx=_permute_onnx, jax=_permute_jax,
+          view=_permute_view,
           vjp=lambda spec, xs, y, dy, ops: (
               ops.permute(dy, tuple(spec.perm.index(i) for i in range(len(spec.perm)))),))
 
@@ -154,6 +164,7 @@ primitive(Op.group, Group, 1, _group_shape, _group_eval, movement_cost,
           "merges adjacent axes (einops parentheses on the right); mirror of ungroup",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
           batch=_GROUP_BATCH, torch=_group_torch, onnx=reshape_onnx, jax=reshape_jax,
+          view=reshape_view,
           vjp=lambda spec, xs, y, dy, ops: (
               ops.ungroup(dy, spec.axis, xs[0].shape[spec.axis:spec.axis + spec.count]),))
 
@@ -265,6 +276,7 @@ primitive(Op.ungroup, Ungroup, 1, _ungroup_shape, _ungroup_eval, movement_cost,
           "splits one axis into several (einops parentheses on the left); mirror of group",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
           batch=_UNGROUP_BATCH, torch=_ungroup_torch, onnx=reshape_onnx, jax=reshape_jax,
+          view=reshape_view,
           vjp=lambda spec, xs, y, dy, ops: (ops.group(dy, spec.axis, len(spec.sizes)),))
 
 
@@ -308,10 +320,16 @@ _SQUEEZE_BATCH = AxisRule(
     values=same_values)
 
 
+def _squeeze_view(spec, shape, strides, out):
+    """``x.squeeze(axes)``: the squeezed axes' strides dropped."""
+    return tuple(s for i, s in enumerate(strides) if i not in spec.axes)
+
+
 primitive(Op.squeeze, Squeeze, 1, _squeeze_shape, _squeeze_eval, movement_cost,
           "drops size-1 axes; mirror of unsqueeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES,
           batch=_SQUEEZE_BATCH, torch=_squeeze_torch, onnx=_squeeze_onnx, jax=reshape_jax,
+          view=_squeeze_view,
           vjp=lambda spec, xs, y, dy, ops: (ops.unsqueeze(dy, spec.axes),))
 
 
@@ -362,8 +380,16 @@ _UNSQUEEZE_BATCH = AxisRule(
     lambda s: Unsqueeze(plus1(s.axes)), values=same_values)
 
 
+def _unsqueeze_view(spec, shape, strides, out):
+    """``x.unsqueeze``: the new size-1 axes (positions in the output) take a stride no view
+    rule reads."""
+    kept = iter(strides)
+    return tuple(1 if i in spec.axes else next(kept) for i in range(len(out)))
+
+
 primitive(Op.unsqueeze, Unsqueeze, 1, _unsqueeze_shape, _unsqueeze_eval, movement_cost,
           "inserts size-1 axes; mirror of squeeze",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.INSERTING,
           batch=_UNSQUEEZE_BATCH, torch=_unsqueeze_torch, onnx=_unsqueeze_onnx,
-          jax=_unsqueeze_jax, vjp=lambda spec, xs, y, dy, ops: (ops.squeeze(dy, spec.axes),))
+          jax=_unsqueeze_jax, vjp=lambda spec, xs, y, dy, ops: (ops.squeeze(dy, spec.axes),),
+          view=_unsqueeze_view)

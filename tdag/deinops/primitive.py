@@ -21,23 +21,49 @@ from tdag.ir.record import (
     ShapeRule,
     TorchEmitter,
     Trait,
+    ViewRule,
     VjpRule,
+    WorkspaceRule,
     register,
 )
+from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim
 from tdag.ir.types import TensorType
+
+# the ops that move or pick values take every element type, complex included
+_MOVES_VALUES = Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.PICKS | Trait.KERNEL
 
 
 def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
               cost: CostRule, reason: str, *, traits: Trait, batch: BatchRule | None = None,
               torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
               jax: JaxEmitter, decompose: Decomposer | None = None,
-              vjp: VjpRule | None = None) -> OpRecord:
+              vjp: VjpRule | None = None, complex_values: bool | None = None,
+              view: ViewRule | None = None, workspace: WorkspaceRule | None = None) -> OpRecord:
     """Register the record of ``op``; called once per op by the module that defines it. A
     kernel gives ``decompose``, the composition it stands for; a primitive has none. Every
-    primitive gives ``vjp``; a kernel may leave it to its composition."""
+    primitive gives ``vjp``; a kernel may leave it to its composition. ``complex_values``:
+    whether the op takes complex operands (its shape rule then says which of its kinds do);
+    by default the ops that only move or pick values do, and no arithmetic does. ``view`` and
+    ``workspace``: what the torch call holds (``tdag/ir/record.py``)."""
+    if complex_values is None:
+        complex_values = bool(traits & _MOVES_VALUES)
+    if not complex_values:
+        shape = _real_only(op, shape)
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
-                             torch, onnx, jax, decompose, vjp))
+                             torch, onnx, jax, decompose, vjp, view, workspace))
+
+
+def _real_only(op: Op, shape: ShapeRule) -> ShapeRule:
+    """``shape``, refusing complex operands: the op has no complex semantics in tdag."""
+    def rule(spec, ins):
+        for t in ins:
+            if t.dtype.is_complex:
+                raise ShapeError(f"{op.value}: takes no complex operand (got {t}); tdag "
+                                 "defines complex values for movement, add, multiply, divide, "
+                                 "neg, exp, cast, reduce[sum] and fft only")
+        return shape(spec, ins)
+    return rule
 
 
 def traffic(in_types: Sequence[TensorType], out: TensorType, flops: Dim = 0,

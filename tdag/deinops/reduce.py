@@ -32,6 +32,9 @@ def _reduce_shape(spec: Reduce, ins):
     (x,) = ins
     if len(set(spec.axes)) != len(spec.axes) or any(not 0 <= a < x.rank for a in spec.axes):
         raise ShapeError(f"reduce: axes {spec.axes} invalid for rank {x.rank}")
+    if x.dtype.is_complex and spec.kind is not ReduceKind.sum:
+        raise ShapeError(f"reduce[{spec.kind.value}]: complex values have no order; of the "
+                         f"reductions only sum takes them (got {x})")
     return x.with_shape(d for i, d in enumerate(x.shape) if i not in spec.axes)
 
 
@@ -167,4 +170,5 @@ def _product_of_others(x, axes: tuple, ops):
 primitive(Op.reduce, Reduce, 1, _reduce_shape, _reduce_eval, _reduce_cost,
           "sum/max/min/prod over axes: contractions, pooling, norms, softmax; repeat mirrors it",
           traits=Trait.ACCUMULATES, batch=_REDUCE_BATCH,
-          torch=_reduce_torch, onnx=_reduce_onnx, jax=_reduce_jax, vjp=_reduce_vjp)
+          torch=_reduce_torch, onnx=_reduce_onnx, jax=_reduce_jax, vjp=_reduce_vjp,
+          complex_values=True)

@@ -71,7 +71,11 @@ def _nonzero_cost(spec, ins, out: TensorType) -> Cost:
 
 
 def _nonzero_onnx(node, ins, g, cx):
-    return g.node("Transpose", [g.node("NonZero", ins)], perm=[1, 0])
+    rows = g.node("Transpose", [g.node("NonZero", ins)], perm=[1, 0])
+    if node.type.shape[1] != 0:
+        return rows
+    # onnxruntime reads a 0-d input as one element: (count, 1) where torch gives (count, 0)
+    return g.node("Slice", [rows, g.const([0]), g.const([0]), g.const([1])])
 
 
 primitive(Op.nonzero, NonZero, 1, _nonzero_shape, lambda s, xs, r: torch.nonzero(xs[0]),
@@ -109,7 +113,7 @@ def _arange_shape(spec: Arange, ins):
 def _arange_eval(spec: Arange, xs, resolve):
     n = int(xs[0])
     if n < 0:  # a size, never a negative one: refuse rather than give an empty range
-        raise TdagError(f"arange: the length is {n}, a size must be >= 0")
+        raise TdagError(f"arange: the length of {spec.length} is {n}, a size must be >= 0")
     return torch.arange(n, device=xs[0].device)
 
 

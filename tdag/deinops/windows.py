@@ -101,12 +101,22 @@ _UNFOLD_BATCH = AxisRule(lambda s, t: {s.axis}, same_axis, _axis_drop, _axis_ins
                          mixing="slides windows along the batch axis")
 
 
+def _unfold_view(spec, shape, strides, out):
+    """``x.unfold(axis, span, step)[..., ::dilation]``: the window axis strides as the
+    unfolded one did, which now strides ``step`` times as far."""
+    base = list(strides)
+    inner = base[spec.axis]
+    base[spec.axis] = inner * spec.step
+    return tuple(base) + (inner * spec.dilation,)
+
+
 primitive(Op.unfold, Unfold, 1, _unfold_shape, _unfold_eval, movement_cost,
           "sliding windows of an axis, the window axis appended last (conv, pooling)",
           traits=Trait.MOVEMENT | Trait.VIEW | Trait.EXPANDING | Trait.INSERTING,
           batch=_UNFOLD_BATCH, torch=_unfold_torch, onnx=_unfold_onnx, jax=_unfold_jax,
           vjp=lambda spec, xs, y, dy, ops: (ops.fold(dy, spec.axis, xs[0].shape[spec.axis],
-                                                     spec.step, spec.dilation),))
+                                                     spec.step, spec.dilation),),
+          view=_unfold_view)
 
 
 @dataclass(frozen=True, slots=True)

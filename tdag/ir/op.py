@@ -59,6 +59,7 @@ class Op(enum.Enum):
     # order and accumulation along an axis, at the framework kernels' complexity
     sort = "sort"  # the stable sorting permutation: n log n, where ranking pairs is n^2
     scan = "scan"  # the cumulative sum/prod/max/min: n, where an unfolded axis is n^2
+    fft = "fft"  # a DFT along an axis: n log n, where the cos/sin matrix product is n^2
     # sizes that only data decides: each output has a fresh symbol, bound at run time
     nonzero = "nonzero"
     arange = "arange"
@@ -83,6 +84,13 @@ class Op(enum.Enum):
     gelu = "gelu"
     softmax_backward = "softmax_backward"  # the input gradient of softmax, as torch's
     gelu_backward = "gelu_backward"  # the input gradient of gelu, as torch's
+    layer_norm_backward = "layer_norm_backward"  # the input gradient of layer_norm
+    rms_norm_backward = "rms_norm_backward"  # the input gradient of rms_norm
+    relu_backward = "relu_backward"  # input gradients of CNN activations, as torch's
+    clamp_backward = "clamp_backward"
+    silu_backward = "silu_backward"
+    max_pool_backward = "max_pool_backward"  # all to the first maximum, as torch's
+    batch_norm_backward = "batch_norm_backward"  # inference batch norm's input gradient
     silu = "silu"
     sigmoid = "sigmoid"
     relu = "relu"
@@ -99,6 +107,7 @@ class Op(enum.Enum):
     argmin = "argmin"
     cum_extreme = "cum_extreme"  # cummax/cummin values or indices, one pass for both
     bincount = "bincount"  # an integer target plus the count of each index: one pass
+    bincount_sized = "bincount_sized"  # torch.bincount, its length max + 1: no size pass
     searchsorted = "searchsorted"  # one call, where the binary search unrolled is ~13 passes
     take_along = "take_along"  # a sort's permutation read row by row: no flat gather
     put_along = "put_along"  # ... written back row by row: no dedupe of the writes
@@ -114,3 +123,13 @@ class Op(enum.Enum):
     linear_classifier = "linear_classifier"  # a label or scores of ai.onnx.ml LinearClassifier
     svm_label = "svm_label"  # SVMClassifier's label: one-vs-one votes of its pair scores
     grouped_mm = "grouped_mm"  # each expert's rows by its matrix (mixture of experts)
+    # torch.linalg's factorizations (LAPACK, any n), where the compositions unroll over n
+    linalg_inv = "linalg_inv"
+    linalg_solve = "linalg_solve"
+    linalg_cholesky = "linalg_cholesky"
+    linalg_det = "linalg_det"
+    linalg_slogdet = "linalg_slogdet"  # sign and log|det| stacked on a last axis of 2
+    linalg_eigh = "linalg_eigh"  # eigenvectors' rows, then the eigenvalues
+    linalg_svd = "linalg_svd"  # U's rows, S, V's rows (reduced)
+    linalg_qr = "linalg_qr"  # Q's rows, then R^T's (reduced)
+    linalg_solve_triangular = "linalg_solve_triangular"

@@ -158,6 +158,13 @@ def _origin(line: Line) -> Origin:
 
 # -- statements -------------------------------------------------------------------------------
 
+def _complex_values(line: Line, literal, ttype) -> torch.Tensor:
+    pairs = torch.tensor(literal, dtype=ttype.dtype.real.torch)
+    if pairs.ndim == 0 or pairs.shape[-1] != 2:
+        line.error(f"the values of a {ttype.dtype.value} are (real, imaginary) pairs")
+    return torch.view_as_complex(pairs)
+
+
 def _weight(line: Line, kind: TensorKind) -> tuple[str, Weight]:
     """``%name: type [= values]`` after the kind word."""
     name = line.name()
@@ -169,7 +176,10 @@ def _weight(line: Line, kind: TensorKind) -> tuple[str, Weight]:
         literal = _literal(line.value())
         if not shape_is_static(ttype.shape):
             line.error("inline values need a static shape")
-        value = torch.tensor(literal, dtype=ttype.dtype.torch)
+        if ttype.dtype.is_complex:  # printed as (real, imaginary) pairs
+            value = _complex_values(line, literal, ttype)
+        else:
+            value = torch.tensor(literal, dtype=ttype.dtype.torch)
         if ttype.dtype.is_integer and value.tolist() != literal:  # torch wraps -1 into a u8
             line.error(f"the values do not fit {ttype.dtype.value}")
         if value.numel() != product(ttype.shape):

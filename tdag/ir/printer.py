@@ -27,6 +27,7 @@ import math
 import re
 
 import sympy
+import torch
 
 from tdag.ir.graph import TDAG, Node, Weight
 from tdag.ir.program import Block, Call, If, Loop, Program
@@ -140,7 +141,10 @@ def inline_values(weight: Weight) -> str | None:
     if (weight.kind is not TensorKind.const or value is None or value.device.type == "meta"
             or not shape_is_static(weight.type.shape) or value.numel() > MAX_INLINE):
         return None
-    return _format_list(value.detach().cpu().tolist())
+    value = value.detach().cpu()
+    if value.is_complex():  # as (real, imaginary) pairs; the type says they are complex
+        value = torch.view_as_real(value.resolve_conj())
+    return _format_list(value.tolist())
 
 
 def _format_list(v) -> str:

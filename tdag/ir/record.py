@@ -28,7 +28,15 @@ registers a primitive's rules beside it. One ``OpRecord`` per op holds:
   with). The values are Tensors of the gradient graph under construction and ``ops`` is
   ``tdag.ops``, handed in by ``tdag.refine.grad`` as JAX emitters get jax from ``ctx``, so the
   records never import the compositions. A kernel without one is differentiated through its
-  ``decompose``.
+  ``decompose``;
+- ``view``: for an op the torch emitter runs as a view (every ``Trait.VIEW`` op), the strides
+  torch gives its output, ``(spec, in shape, in strides, out shape) -> strides``, or None
+  where the call copies (a reshape of a permuted tensor); None for every other op;
+- ``workspace``: for a kernel whose torch call allocates scratch it frees before returning
+  (ATen's layer norm keeps a mean and a 1/std per row), its bytes, ``(spec, input types,
+  output type, which inputs are contiguous) -> bytes`` (a call may first copy a strided
+  operand); None where the call allocates only its output. ``tdag.memory``
+  reads both.
 
 A new target or a new analysis is one new field here, filled in every record; a new op is
 one new record, written next to its spec in ``tdag/deinops``. ``tdag.ir`` reads the registry
@@ -108,6 +116,8 @@ OnnxEmitter = Callable[..., str]    # (node, operand names, GraphBuilder, contex
 JaxEmitter = Callable[..., object]  # (node, operand arrays, JaxContext) -> jax.Array
 Decomposer = Callable[..., object]  # (spec, *operand Tensors) -> Tensor: a kernel's composition
 VjpRule = Callable[..., tuple]      # (spec, operands, output, cotangent, ops) -> cotangents
+ViewRule = Callable[..., "tuple | None"]  # (spec, in shape, in strides, out shape) -> strides
+WorkspaceRule = Callable[..., Dim]  # (spec, in types, out type, contiguous flags) -> bytes
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,8 @@ class OpRecord:
     jax: JaxEmitter
     decompose: Decomposer | None = None  # kernels only
     vjp: VjpRule | None = None  # every primitive; a kernel may differentiate its decompose
+    view: ViewRule | None = None  # the ops torch runs as views (Trait.VIEW)
+    workspace: WorkspaceRule | None = None  # calls that allocate scratch beside the output
 
     def takes(self, count: int) -> bool:
         """Whether ``count`` operands are accepted."""
@@ -173,5 +185,5 @@ def has(op: Op, trait: Trait) -> bool:
     return op in ops_with(trait)
 
 
-__all__ = ["Cost", "NoSpec", "OpRecord", "REGISTRY", "Trait", "has", "no_gradient", "ops_with",
-           "record", "register"]
+__all__ = ["Cost", "NoSpec", "OpRecord", "REGISTRY", "Trait", "ViewRule", "WorkspaceRule", "has",
+           "no_gradient", "ops_with", "record", "register"]

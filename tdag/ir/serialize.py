@@ -69,6 +69,8 @@ class _TensorTable:
         if value is None or value.device.type == "meta":
             return None  # shape-only: the text form already holds the type
         value = value.detach()
+        if value.is_complex():  # safetensors has no complex128: every complex as its pairs
+            value = torch.view_as_real(value.resolve_conj())
         if name in self.tensors and _same_tensor(self.tensors[name], value):
             return name
         # the name, else scope/name, else _scope/name, __scope/name ...
@@ -265,6 +267,9 @@ def _check_version(path: str, metadata: dict) -> None:
 
 def _attach(path: str, value: torch.Tensor, weight: Weight, where: str) -> Weight:
     declared = weight.type
+    if declared.dtype.is_complex and value.dtype == declared.dtype.real.torch and \
+            value.ndim and value.shape[-1] == 2:  # saved as its (real, imaginary) pairs
+        value = torch.view_as_complex(value.contiguous())
     try:
         dtype = DType.of(value.dtype)
     except TdagError:

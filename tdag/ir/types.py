@@ -35,6 +35,9 @@ class DType(enum.Enum):
     f8e5m2 = "f8e5m2"
     f8e5m2fnuz = "f8e5m2fnuz"
     f8e8m0fnu = "f8e8m0fnu"
+    # complex: a (real, imaginary) pair of f32 / f64; ONNX carries one as a trailing axis of 2
+    c64 = "c64"
+    c128 = "c128"
 
     @property
     def torch(self) -> torch.dtype:
@@ -53,6 +56,15 @@ class DType(enum.Enum):
     @property
     def is_float(self) -> bool:
         return self in _FLOATS or self in FLOAT8
+
+    @property
+    def is_complex(self) -> bool:
+        return self in COMPLEX
+
+    @property
+    def real(self) -> "DType":
+        """The type of a complex type's parts (c64 -> f32); a real type is its own."""
+        return COMPLEX.get(self, self)
 
     @property
     def is_float8(self) -> bool:
@@ -93,6 +105,7 @@ _TO_TORCH = {
     DType.bool: torch.bool, DType.f8e4m3fn: torch.float8_e4m3fn,
     DType.f8e4m3fnuz: torch.float8_e4m3fnuz, DType.f8e5m2: torch.float8_e5m2,
     DType.f8e5m2fnuz: torch.float8_e5m2fnuz, DType.f8e8m0fnu: torch.float8_e8m0fnu,
+    DType.c64: torch.complex64, DType.c128: torch.complex128,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 _TO_ONNX = {
@@ -103,12 +116,14 @@ _TO_ONNX = {
     DType.bool: TensorProto.BOOL, DType.f8e4m3fn: TensorProto.FLOAT8E4M3FN,
     DType.f8e4m3fnuz: TensorProto.FLOAT8E4M3FNUZ, DType.f8e5m2: TensorProto.FLOAT8E5M2,
     DType.f8e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ, DType.f8e8m0fnu: TensorProto.FLOAT8E8M0,
+    DType.c64: TensorProto.COMPLEX64, DType.c128: TensorProto.COMPLEX128,
 }
 _FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
 _SIGNED = frozenset({DType.i64, DType.i32, DType.i16, DType.i8})
 UNSIGNED = frozenset({DType.u64, DType.u32, DType.u16, DType.u8})
 FLOAT8 = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz,
                     DType.f8e8m0fnu})
+COMPLEX = {DType.c64: DType.f32, DType.c128: DType.f64}  # each complex type to its parts' type
 
 
 class TensorKind(enum.Enum):
@@ -157,6 +172,8 @@ class TensorType:
 
 BACKWARD = "vjp:"         # an origin op so prefixed: a node of a backward pass (tdag.grad)
 OPTIMIZER = "optimizer:"  # ... of an optimizer's update (tdag.train_step)
+RECOMPUTE = "recompute:"  # ... of a forward value a backward step computes again for itself
+REMAT = RECOMPUTE + "remat:"  # ... a copy tdag.remat made: CSE keeps it apart from its original
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +194,16 @@ class Origin:
 
     @property
     def phase(self) -> str:
-        """"forward", "backward" or "optimizer": the part of a training step the node is."""
-        if self.op.startswith(BACKWARD):
-            return "backward"
-        return "optimizer" if self.op.startswith(OPTIMIZER) else "forward"
+        """"forward", "recompute", "backward" or "optimizer": the part of a training step
+        the node is ("recompute": a forward node that a backward step of a program with
+        control flow runs again, since only the values between its steps are kept)."""
+        for prefix, phase in _PHASES:
+            if self.op.startswith(prefix):
+                return phase
+        return "forward"
+
+
+_PHASES = ((BACKWARD, "backward"), (OPTIMIZER, "optimizer"), (RECOMPUTE, "recompute"))
 
 
 def spec_of(value) -> TensorType:

@@ -1,17 +1,33 @@
-"""The chains ``tdag.grad`` writes for the input gradient of softmax and of GELU ->
-softmax_backward and gelu_backward (tdag/lower/kernels/backward.py).
+"""The chains ``tdag.grad`` writes for the input gradient of softmax, GELU, layer norm and
+RMS norm -> softmax_backward, gelu_backward, layer_norm_backward and rms_norm_backward
+(tdag/lower/kernels/backward.py).
 
 Each chain ends in the sum of an operand's cotangent contributions (an add); the rule tries
 the kernel's template at that add for each axis (softmax) or mode (GELU), and the match
-itself finds the cotangent and the forward input deep inside it.
+itself finds the cotangent and the forward input deep inside it. Layer norm's input is a
+residual stream, whose other uses' contributions the sum takes between the kernel's two
+terms; its rule finds the two terms inside the sum, and its epsilon by a probe (RMS
+norm's rule likewise, with three terms: x * x gives x two contributions).
 """
 from __future__ import annotations
 
-from tdag.ir.graph import Node
+import math
+from functools import lru_cache
+
+from tdag import ops
+from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
+from tdag.ir.program import Program
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.lower.kernels.activations import Gelu, Softmax
-from tdag.lower.match import kernel_operands
+from tdag.lower.kernels.backward import vjp_of
+from tdag.lower.kernels.norms import LayerNorm, RMSNorm
+from tdag.lower.match import (BROADCAST, bind_sum_template, kernel_operands, kernel_template,
+                              met_constant, simplified)
+from tdag.ops.builder import Builder
+
+# an epsilon no other constant of layer norm's gradient equals (7 * 2**-15, exact in f32)
+EPS_PROBE = 7 * 2.0 ** -15
 
 
 def _lower(node: Node, ctx: Context, op: Op, specs):
@@ -36,7 +52,92 @@ def gelu_backward_rule(node: Node, ctx: Context):
     return _lower(node, ctx, Op.gelu_backward, [Gelu("none"), Gelu("tanh")])
 
 
+def gelu_new(v):
+    """transformers' gelu_new (GPT-2's NewGELUActivation) as torch computes it: the tanh
+    GELU, its cube a pow, in an order of its own (ops.gelu writes x * x * x)."""
+    half = v * 0.5  # first: the order of x's uses is the order its gradient sums them
+    inner = (v + ops.pow(v, 3.0) * 0.044715) * math.sqrt(2.0 / math.pi)
+    return half * (ops.tanh(inner) + 1.0)
+
+
+@lru_cache(maxsize=64)
+def _gelu_new_template(op: Op, spec, types) -> TDAG:
+    """gelu_backward's template for ``gelu_new``: the gradient ``tdag.grad`` writes for it."""
+    builder = Builder()
+    with builder.active():
+        dy, x = (builder.input(f"t{i}", t) for i, t in enumerate(types))
+        out = vjp_of(gelu_new, x, dy)
+    return simplified(Program.from_tdag(builder.build([out])))
+
+
+def gelu_new_backward_rule(node: Node, ctx: Context):
+    """the derivative chain of gelu_new(x) at dy -> gelu_backward(dy, x, 'tanh')"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    found = kernel_operands(ctx, node, Op.gelu_backward, Gelu("tanh"), (node.type,) * 2,
+                            _gelu_new_template)
+    if found is None:
+        return NoMatch("not gelu_new's chain")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.gelu_backward, Gelu("tanh"), *found))
+
+
+def layer_norm_backward_rule(node: Node, ctx: Context):
+    """r + (the derivative chain of layer_norm(x) at dy) -> r + layer_norm_backward(dy, x)"""
+    return _norm_backward(node, ctx, Op.layer_norm_backward, LayerNorm)
+
+
+def rms_norm_backward_rule(node: Node, ctx: Context):
+    """r + (the derivative chain of rms_norm(x) at dy) -> r + rms_norm_backward(dy, x)"""
+    return _norm_backward(node, ctx, Op.rms_norm_backward, RMSNorm, _uncentred)
+
+
+def _uncentred(ctx: Context, bound: dict, template: TDAG) -> bool:
+    """Layer norm holds RMS norm's chain on x - mean(x): that x is left to its own rule."""
+    x = ctx.producer(bound[template.inputs[1].name])  # x - m is add(x, neg(m) broadcast)
+    return x is None or x.op is not Op.add or not any(
+        _under_views(ctx, i) is Op.neg for i in x.inputs)
+
+
+def _under_views(ctx: Context, name: str) -> Op | None:
+    """The op that makes ``name`` under its broadcast views, None for an input."""
+    node = ctx.producer(name)
+    while node is not None and node.op in BROADCAST:
+        node = ctx.producer(node.inputs[0])
+    return None if node is None else node.op
+
+
+def _norm_backward(node: Node, ctx: Context, op: Op, kind: type, accept=None):
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    types = (node.type, node.type)
+    for count in range(1, node.type.rank + 1):
+        spec = _probed_spec(ctx, node, op, kind, count, types)
+        template = None if spec is None else kernel_template(op, spec, types)
+        found = None if template is None else bind_sum_template(ctx, node, template)
+        if found is not None and (accept is None or accept(ctx, found[0], template)):
+            bound, rest = found
+            emit = ctx.emitter(node)
+            total = emit(op, spec, *(bound[v.name] for v in template.inputs))
+            for term in rest:
+                total = emit(Op.add, node.spec, term, total)
+            return emit.finish(total)
+    return NoMatch(f"not {op.value}'s chain")
+
+
+def _probed_spec(ctx: Context, node: Node, op: Op, kind: type, count: int, types):
+    """The spec whose epsilon is the graph constant that the probe's epsilon met, where
+    the probe's template binds at ``node`` with its constants free."""
+    probe = kernel_template(op, kind(count, EPS_PROBE), types)
+    found = bind_sum_template(ctx, node, probe, free_consts=True)
+    eps = None if found is None else met_constant(ctx, probe, found[0], EPS_PROBE)
+    return None if eps is None else kind(count, eps)
+
+
 RULES = (
     Rule(Op.add, softmax_backward_rule),
     Rule(Op.add, gelu_backward_rule),
+    Rule(Op.add, gelu_new_backward_rule),
+    Rule(Op.add, layer_norm_backward_rule),
+    Rule(Op.add, rms_norm_backward_rule),
 )

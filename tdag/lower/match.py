@@ -338,6 +338,17 @@ def bind_template(ctx: Context, root, template: TDAG, free_consts: bool = False)
     return bound
 
 
+def met_constant(ctx: Context, template: TDAG, bound: dict, probe: float) -> float | None:
+    """The value of the graph constant that ``template``'s one-element constant ``probe``
+    met in ``bound`` (from ``bind_template(..., free_consts=True)``): a probe spec's
+    hyperparameter read back from the graph."""
+    for t, g in bound.items():
+        weight = template.weights.get(t)
+        if weight is not None and weight.value.numel() == 1 and float(weight.value) == probe:
+            return scalar(ctx, g)
+    return None
+
+
 def _input_type(template: TDAG, name: str) -> TensorType:
     return next(v.type for v in template.inputs if v.name == name)
 
@@ -388,3 +399,77 @@ def _same_const(ctx, weight, g: str, bound: dict, t: str) -> dict | None:
             not bool((got.value == weight.value).all()):
         return None
     return dict(bound, **{t: g})
+
+
+# a sum of at most this many terms is searched for a kernel's two terms (a gradient's
+# accumulation over a value's uses: a residual stream's has three or four)
+SUM_TERMS = 8
+
+
+def bind_sum_template(ctx: Context, root, template: TDAG,
+                      free_consts: bool = False) -> tuple[dict, list[str]] | None:
+    """Like ``bind_template`` for a template whose output is a sum of terms (a tree of
+    adds), met inside a larger sum at ``root``: ``(binding, the sum's other terms)``, where
+    the template's terms bind to disjoint terms of the tree of adds at ``root`` (its inner
+    adds used once). ``tdag.grad`` sums a value's cotangent contributions in the order it
+    meets the uses, so a kernel's terms (layer norm's centring and mean paths) may lie
+    apart, the residual's between them: ``(r + a) + b`` is ``r + kernel``."""
+    producers = {n.name: n for n in template.nodes}
+    out = producers.get(template.outputs[0])
+    leaves = _sum_tree(ctx, root.name, root.type, {})
+    if out is None or out.op is not Op.add or leaves is None:
+        return None
+    # each leaf by its position (a term added twice is two), and each inner sum
+    terms_at = [(leaf[0], [leaf]) for leaf in leaves[root.name]] + \
+        [(g, mine) for g, mine in leaves.items() if len(mine) > 1]
+    # the output add's two operands as terms, else every term of the template's add tree
+    # (RMS norm's x * x gives x two contributions: (a + b) + b)
+    for terms in (list(out.inputs), _template_terms(producers, out.name)):
+        found = _bind_terms(ctx, template, producers, terms, terms_at, {}, frozenset(),
+                            free_consts)
+        if found is not None and all(v.name in found[0] for v in template.inputs):
+            bound, used = found
+            return bound, [leaf[0] for leaf in leaves[root.name] if leaf not in used]
+    return None
+
+
+def _template_terms(producers: dict, name: str) -> list[str]:
+    """The terms of the tree of adds at ``name`` in a template (itself where no add)."""
+    node = producers.get(name)
+    if node is None or node.op is not Op.add:
+        return [name]
+    return [t for i in node.inputs for t in _template_terms(producers, i)]
+
+
+def _bind_terms(ctx, template, producers, terms, terms_at, bound, used, free_consts):
+    """``terms`` bound in order to graph terms ``(name, its leaves)`` of ``terms_at`` whose
+    leaves are not in ``used``: ``(binding, leaves used)``, or None."""
+    if not terms:
+        return bound, used
+    for g, mine in terms_at:
+        if used & set(mine):
+            continue
+        trial = _unify(ctx, template, producers, terms[0], g, bound, free_consts)
+        found = None if trial is None else _bind_terms(
+            ctx, template, producers, terms[1:], terms_at, trial, used | set(mine),
+            free_consts)
+        if found is not None:
+            return found
+    return None
+
+
+def _sum_tree(ctx: Context, name: str, type_: TensorType, out: dict) -> dict | None:
+    """``{term: its leaves}`` for every node of the tree of same-typed adds at ``name``
+    (leaves as positions, ``(name, path)``, so a term added twice counts twice); None past
+    ``SUM_TERMS``."""
+    def walk(cur: str, path: str, top: bool) -> list:
+        node = ctx.producer(cur)
+        if node is None or node.op is not Op.add or not (top or ctx.single_use(cur)) or \
+                not all(ctx.type(i).same_as(type_) for i in node.inputs):
+            out[cur] = [(cur, path)]
+            return out[cur]
+        mine = walk(node.inputs[0], path + "0", False) + walk(node.inputs[1], path + "1", False)
+        out[cur] = mine
+        return mine
+    walk(name, "", True)
+    return out if len(out[name]) <= SUM_TERMS else None

@@ -8,6 +8,7 @@ from tdag.lower import (
     activations,
     attention,
     backward,
+    cnn_backward,
     contraction,
     conv,
     experts,
@@ -44,6 +45,9 @@ PASSES: dict[str, Pass] = {
     # before contraction makes the product of gathered expert matrices an einsum
     "experts": rule_pass(*experts.RULES),
     "contraction": rule_pass(*contraction.RULES),
+    # the input gradients of relu, clamp, silu and max pooling, while the forward masks they
+    # read are still compositions (before activations and pool make them kernels)
+    "cnn_backward": rule_pass(*cnn_backward.RULES),
     "activations": rule_pass(*activations.RULES),
     # the input gradients of softmax and gelu, before softmax's rule takes their exp apart
     "backward": rule_pass(*backward.RULES),
@@ -63,9 +67,9 @@ PASSES: dict[str, Pass] = {
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
 }
 
-DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "activations",
-           "backward", "softmax", "sorting", "norms", "conv", "pool", "resize", "attention",
-           "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
+DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "cnn_backward",
+           "activations", "backward", "softmax", "sorting", "norms", "conv", "pool", "resize",
+           "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
 
 
 register_default(PASSES, DEFAULT)

@@ -1,5 +1,7 @@
 """Windowed reductions -> max_pool / avg_pool, on any spatial axes of any layout.
 
+    sum(where(first_max(W), W, -0.0), kernel axes)              -> reduce[max](W, kernel axes)
+        (in the cnn_backward pass, before the max inside the mask becomes a max_pool here)
     reduce[max](unfold+(pad?(x, -inf)), kernel axes)            -> max_pool
     reduce[sum](unfold+(pad?(x, 0)), kernel axes) / prod(kernel) -> avg_pool (padding counted)
     reduce[sum](unfold+(pad(x, 0)), kernel axes) / real cells   -> avg_pool[exclude_pad]
@@ -10,6 +12,7 @@ kernel sees x[N, C, *S]; the result is reshaped and permuted back.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -19,12 +22,16 @@ from tdag.lower.kernels.windows import Pool
 from tdag.deinops.movement import Permute
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.windows import Unfold
-from tdag.ir.graph import Node
+from tdag.ir.graph import TDAG, Node
+from tdag.ir.program import Program
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import product, shape_is_static
-from tdag.ir.types import DType, TensorKind
-from tdag.lower.match import close, scalar, trace_axes
+from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.lower.match import bind_template, close, scalar, simplified, trace_axes
+from tdag.ops import core
+from tdag.ops.builder import Builder
+from tdag.ops.nn.pool import first_max
 from tdag.lower.windows import symmetric_padding, windows_of
 
 
@@ -43,6 +50,35 @@ def _pooled(ctx: Context, name: str, kind: ReduceKind):
     if not (dtype.is_float or kind is ReduceKind.max and dtype in (DType.u8, DType.i8)):
         return None
     return win
+
+
+@lru_cache(maxsize=64)
+def _first_max_template(windows: TensorType, d: int) -> TDAG:
+    """ops.max_pool's value over windows of this type: the sum of each window's first max."""
+    builder = Builder()
+    with builder.active():
+        w = builder.input("w", windows)
+        mask = first_max(w, tuple(int(k) for k in windows.shape[-d:]))
+        out = core.sum(core.where(mask, w, -0.0), tuple(range(windows.rank - d, windows.rank)))
+    return simplified(Program.from_tdag(builder.build([out])))
+
+
+def first_max_rule(node: Node, ctx: Context):
+    """sum(where(first_max(W), W, -0.0), K) -> reduce[max](W, K): the same value (the mask
+    only routes the gradient), and the windowed max the rule below makes a max_pool"""
+    pick = ctx.made(node.inputs[0], Op.where)
+    if node.spec.kind is not ReduceKind.sum or pick is None:
+        return NoMatch("not a sum of selected window cells")
+    windows = ctx.type(pick.inputs[1])
+    d = len(node.spec.axes)
+    if not d or node.spec.axes != tuple(range(windows.rank - d, windows.rank)) or \
+            not shape_is_static(windows.shape[-d:]) or not windows.dtype.is_float:
+        return NoMatch("not a sum over static trailing window axes")
+    bound = bind_template(ctx, node, _first_max_template(windows, d))
+    if bound is None:
+        return NoMatch("not each window's first maximum")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.reduce, Reduce(ReduceKind.max, node.spec.axes), bound["w"]))
 
 
 def max_pool_rule(node: Node, ctx: Context):

@@ -1,29 +1,46 @@
 """A scatter-add of ones -> torch's bincount; bincount's range check -> one min; rows
-gathered and scattered into bags -> embedding_bag.
+gathered and scattered into bags -> embedding_bag; bincount with the length it computes ->
+one torch.bincount.
 
     scatter[add](t, index, 1, axis 0), t an integer vector   -> bincount(t, index)
     max(x < c) over every axis, x integer, c one number      -> min(x) < c
     tdag.ops.embedding_bag(w, i, o[, p]) (its slice)         -> embedding_bag(w, i, o[, p])
+    tdag.ops.writes.bincount(x, minlength=m)                 -> bincount_sized(x)
 
 The second is the check the bincount front end makes (no negative index): ``x < 0`` and an
 ``any`` are two passes and a bool tensor as large as x, the min one pass (for integers the
 two agree; a float min would be NaN where x holds one, so floats keep theirs; an x that may
 be empty too, as torch's min of nothing fails). The third proposes the operands from the
 composition's landmarks (the scatter into the bags, its gather, the offsets' count) and
-matches the kernel's decomposition of them (``matches_kernel``); it runs before bincount
-takes the bag count apart (``BAG_RULES``, the "ml" pass).
+matches the kernel's decomposition of them (``matches_kernel``); a 2-D input's offsets (an
+arange) are folded with their count into constants, matched with the decomposition over
+offsets folded the same way (``_equal_bags``); it runs before bincount
+takes the bag count apart (``BAG_RULES``, the "ml" pass). The last matches torch.bincount's
+whole composition (its length max(x) + 1 behind a check for negative values, the zeros of
+that length, the count) against ``bincount_sized``'s decomposition, with the fresh size of
+the matched count and each non-negative constant on the way as minlength: torch.bincount
+makes the min and max passes itself, where the composition makes them again before it.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from tdag.deinops.elementwise import Compare
 from tdag.deinops.reduce import Reduce, ReduceKind
-from tdag.ir.graph import Node
+from tdag.deinops.extent import Slice
+from tdag.deinops.indexing import Iota
+from tdag.ir.graph import TDAG, Node
+from tdag.ir.program import Program
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.kernels.writes import EmbeddingBag
-from tdag.lower.match import matches_kernel, scalar, trace_axes
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag
+from tdag.lower.match import bind_template, matches_kernel, scalar, simplified, trace_axes
+from tdag.ops import core
+from tdag.ops.builder import Builder
+from tdag.ops.creation import iota
+from tdag.ops.nn.functional import embedding_bag
 
 
 def bincount_rule(node: Node, ctx: Context):
@@ -36,6 +53,28 @@ def bincount_rule(node: Node, ctx: Context):
         return NoMatch("adds values other than ones")
     emit = ctx.emitter(node)
     return emit.finish(emit(Op.bincount, NoSpec(), target, index))
+
+
+def bincount_sized_rule(node: Node, ctx: Context):
+    """scatter[add](zeros[u], x, 1), u = max(x) + 1 checked (ops.writes.bincount)
+    -> bincount_sized(x)"""
+    length = node.type.shape[0] if node.type.rank == 1 else 0
+    if node.spec.combine != "add" or is_static(length) or not length.is_Symbol:
+        return NoMatch("not an add into a length data decides")
+    for minlength in _minlengths(ctx, node.inputs[0]):
+        spec = BincountSized(length.name, minlength)
+        if matches_kernel(ctx, node, Op.bincount_sized, spec, (node.inputs[1],)):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.bincount_sized, spec, node.inputs[1]))
+    return NoMatch("not the length and count bincount decomposes to")
+
+
+def _minlengths(ctx: Context, target: str) -> list[int]:
+    """The non-negative integer constants on the way to the count's target: minlength is
+    one of them."""
+    found = {int(value) for n in _cone(ctx, target) for i in n.inputs
+             if (value := scalar(ctx, i)) is not None and value >= 0 and value == int(value)}
+    return sorted(found)
 
 
 def any_below_rule(node: Node, ctx: Context):
@@ -70,8 +109,10 @@ def embedding_bag_rule(node: Node, ctx: Context):
     if (scaled := ctx.made(rows, Op.multiply)) is not None:
         rows, weights = scaled.inputs[0], (trace_axes(ctx, scaled.inputs[1])[0],)
     pick, counts = ctx.made(rows, Op.gather), _offsets_count(ctx, scatter.inputs[1])
-    if pick is None or counts is None:
-        return NoMatch("no gathered rows, or no count of the offsets")
+    if pick is not None and counts is None:
+        return _equal_bags(node, ctx, mode, pick, weights, scatter)
+    if pick is None:
+        return NoMatch("no gathered rows")
     indices, offsets = (_uncast(ctx, x) for x in (pick.inputs[1], counts.inputs[1]))
     operands = (pick.inputs[0], indices, offsets, *weights)
     last = not dims_equal(ctx.type(offsets).shape[0], node.type.shape[0])
@@ -81,6 +122,42 @@ def embedding_bag_rule(node: Node, ctx: Context):
             emit = ctx.emitter(node)
             return emit.finish(emit(Op.embedding_bag, spec, *operands))
     return NoMatch("not the bags embedding_bag decomposes to")
+
+
+def _equal_bags(node: Node, ctx: Context, mode: str, pick: Node, weights: tuple, scatter: Node):
+    """Bags of n consecutive indices each: F.embedding_bag of a 2-D input, whose offsets
+    (torch's arange(0, b * n, n)) simplify folds, with their count, into a constant bag
+    number per position. Matched against the kernel's decomposition with those offsets
+    folded the same way; the kernel gets them back as iota(b * n)[::n]."""
+    weight, indices = pick.inputs[0], _uncast(ctx, pick.inputs[1])
+    total, bags = ctx.type(indices).shape[0], node.type.shape[0]
+    if not is_static(total) or not is_static(bags) or bags == 0 or total % bags:
+        return NoMatch("no count of the offsets, and not bags of equal static size")
+    operands = (weight, indices, *weights)
+    types = tuple(ctx.type(x) for x in operands)
+    for padding in (None, *_padding(ctx, scatter.inputs[1], pick.inputs[1])):
+        spec = EmbeddingBag(mode, False, padding)
+        template = _equal_bags_template(spec, types, bags)
+        bound = bind_template(ctx, node, template)
+        if bound is not None and tuple(bound[v.name] for v in template.inputs) == operands:
+            emit = ctx.emitter(node)
+            offsets = emit(Op.slice, Slice((0,), (0,), (total,), (total // bags,)),
+                           emit(Op.iota, Iota(total)))
+            return emit.finish(emit(Op.embedding_bag, spec, weight, indices, offsets, *weights))
+    return NoMatch("not the equal bags embedding_bag decomposes to")
+
+
+@lru_cache(maxsize=64)
+def _equal_bags_template(spec: EmbeddingBag, types: tuple, bags: int) -> TDAG:
+    """The kernel's decomposition over offsets iota(n)[::n / bags], simplified."""
+    builder = Builder()
+    with builder.active():
+        weight, indices, *weights = (builder.input(f"t{i}", t) for i, t in enumerate(types))
+        n = indices.shape[0]
+        offsets = core.slice(iota(n, "i64", builder), 0, 0, n, n // bags)
+        out = embedding_bag(weight, indices, offsets, spec.mode, *weights[:1],
+                            padding_idx=spec.padding_idx)
+    return simplified(Program.from_tdag(builder.build([out])))
 
 
 _CONE = 24  # nodes between a position's bag and the offsets' count: about a dozen
@@ -125,5 +202,8 @@ RULES = (
     Rule(Op.reduce, any_below_rule),  # any(x < c) -> min(x) < c
 )
 
-# before "sorting"'s bincount takes the count of the offsets apart
-BAG_RULES = (Rule(Op.slice, embedding_bag_rule),)  # bags of gathered rows -> embedding_bag
+# before "sorting"'s bincount takes the count of the offsets (and any_below bincount's check) apart
+BAG_RULES = (
+    Rule(Op.slice, embedding_bag_rule),  # bags of gathered rows -> embedding_bag
+    Rule(Op.scatter, bincount_sized_rule),  # zeros[max(x) + 1] + count of x -> bincount_sized
+)

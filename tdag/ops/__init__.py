@@ -14,6 +14,10 @@ from tdag.ops.arrays import (
     argmax, argmin, cat, chunk, concat, index, linear, matmul, mean, repeat_interleave,
     split, stack, tile, var,
 )
+from tdag.ops.complex import (
+    angle, atan2, complex, conj, fft, fftn, imag, polar, real, real_to_complex, view_as_complex,
+    view_as_real,
+)
 from tdag.ops.contraction import einsum
 from tdag.ops.core import (
     abs, acos, acosh, add, amax, amin, as_tensor, asin, asinh, atan, atanh, broadcast_to, cast,
@@ -60,10 +64,11 @@ tensor_methods.install()
 
 __all__ = [
     "abs", "acos", "acosh", "adamw_update", "adaptive_avg_pool", "adaptive_max_pool", "add",
-    "amax", "amin",
+    "amax", "amin", "angle", "atan2",
     "arange", "arange_of", "argmax", "argmin", "argsort", "as_tensor", "asin", "asinh", "atan",
     "atanh", "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to",
-    "buffer",
+    "buffer", "complex", "conj", "fft", "fftn", "imag", "polar", "real", "real_to_complex",
+    "view_as_complex", "view_as_real",
     "cast", "cat", "ceil", "checked_size", "checked_zero", "chunk", "clamp", "concat", "const",
     "conv", "conv_transpose", "cos", "cosh", "cummax", "cummin", "cumprod", "cumsum",
     "dim_tensor", "div", "dropout",

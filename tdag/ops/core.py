@@ -25,6 +25,7 @@ from tdag.ops.promotion import (
 )
 from tdag.ops.reshape_plan import reshape_segments, resolve_wildcard
 from tdag.ops.tensor import Tensor
+from tdag.deinops.bitcast import bitcast
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather
 from tdag.deinops.extent import Pad, Repeat, Select, Slice
@@ -111,7 +112,7 @@ def sub(a, b) -> Tensor:
 def div(a, b) -> Tensor:
     """True division; integers are promoted to float as in torch."""
     dtype = result_dtype(a, b)
-    if not dtype.is_float:
+    if not (dtype.is_float or dtype.is_complex):
         dtype = DType.f32
     return _binary(Op.divide, a, b, Divide(DivideMode.true), dtype)
 
@@ -145,8 +146,9 @@ def reciprocal(x: Tensor) -> Tensor:
 
 
 def to_float(x: Tensor) -> Tensor:
-    """x, or x cast to f32 where it is not float (as torch computes exp or sqrt of an int)."""
-    return x if x.dtype.is_float else cast(x, DType.f32)
+    """x, or x cast to f32 where it is neither float nor complex (as torch computes exp or
+    sqrt of an int)."""
+    return x if x.dtype.is_float or x.dtype.is_complex else cast(x, DType.f32)
 
 
 def _unary(op: Op):
@@ -166,7 +168,11 @@ erf, erfinv, sign = _unary(Op.erf), _unary(Op.erfinv), _unary(Op.sign)
 
 
 def abs(x: Tensor) -> Tensor:
-    """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own."""
+    """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own; a complex
+    x's modulus, sqrt(re^2 + im^2) of its pair (a bitcast)."""
+    if x.dtype.is_complex:
+        pair = bitcast(x, x.dtype.real)
+        return sqrt(sum(mul(pair, pair), -1))
     return x if x.dtype.is_unsigned else mul(x, sign(x))
 
 
@@ -474,7 +480,7 @@ def reduce(x: Tensor, kind: str | ReduceKind, axes=None, keepdim: bool = False) 
 
 def to_accumulator(x: Tensor) -> Tensor:
     """torch sums and multiplies bool and integer tensors in i64."""
-    return x if x.dtype.is_float else cast(x, DType.i64)
+    return x if x.dtype.is_float or x.dtype.is_complex else cast(x, DType.i64)
 
 
 def sum(x: Tensor, axis=None, keepdim: bool = False) -> Tensor:

@@ -31,12 +31,13 @@ def nonzero(x: Tensor) -> Tensor:
     return b.emit(Op.nonzero, NonZero(fresh_symbol(b, "nz")), x)
 
 
-def arange_of(t: Tensor) -> Tensor:
-    """0..t-1 for an integer scalar tensor t: i64[n], n a fresh symbol equal to t's value."""
+def arange_of(t: Tensor, name: str | None = None) -> Tensor:
+    """0..t-1 for an integer scalar tensor t: i64[n], n a fresh symbol equal to t's value
+    (``name``, where a kernel's decomposition must name the symbol its node defines)."""
     b = t.builder
     if t.ndim != 0:
         t = ops.reshape(t, ())
-    return b.emit(Op.arange, Arange(fresh_symbol(b, "u")), t)
+    return b.emit(Op.arange, Arange(name or fresh_symbol(b, "u")), t)
 
 
 def size_of(t: Tensor) -> tuple[Tensor, object]:
@@ -45,18 +46,20 @@ def size_of(t: Tensor) -> tuple[Tensor, object]:
     return r, r.shape[0]
 
 
-def checked_size(t: Tensor, ok: Tensor) -> Tensor:
+def checked_size(t: Tensor, ok: Tensor, name: str | None = None) -> Tensor:
     """``arange_of(t)`` where the bool scalar ``ok`` holds; where it does not, the length is
     -1 and every runtime refuses it (tdag.run with a TdagError, torch.arange and ONNX's
     ConstantOfShape with their own): a run-time check that lives in the data flow, so no
     pass can drop it while the value it guards is used."""
-    return arange_of(ops.where(ok, ops.cast(t, DType.i64), -1))
+    return arange_of(ops.where(ok, ops.cast(t, DType.i64), -1), name)
 
 
-def checked_zero(ok: Tensor) -> Tensor:
+def checked_zero(ok: Tensor, what: str | None = None) -> Tensor:
     """An i64 scalar 0 that raises at run time where the bool scalar ``ok`` is false: add it
-    to an index to make a check part of a value whose shape stays static."""
-    return ops.sum(checked_size(creation.full((), 0, DType.i64, like=ok), ok), 0)
+    to an index to make a check part of a value whose shape stays static. ``what`` names the
+    check's size symbol, which tdag.run's error names."""
+    name = fresh_symbol(ok.builder, what) if what else None
+    return ops.sum(checked_size(creation.full((), 0, DType.i64, like=ok), ok, name), 0)
 
 
 def broadcast_index(aranges: list, strides: list) -> Tensor:

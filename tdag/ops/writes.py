@@ -18,7 +18,7 @@ wins, as torch's sequential CPU kernels do (torch, ONNX and XLA leave it unspeci
 """
 from __future__ import annotations
 
-from tdag.ops import core
+from tdag.ops import core, masking
 from tdag.ops.core import add, broadcast_to, cast, gather, mul, reshape, where
 from tdag.ops.creation import full, iota, size_tensor, zeros
 from tdag.ops.nn.util import fill_value
@@ -161,6 +161,24 @@ def bin_counts(index, length, weights=None, keep=None, dtype=DType.i64):
     mass = 1 if weights is None else reshape(weights, (-1,))
     out = scatter(zeros((n,), dtype, like=index), index, mass, 0, "add")
     return out if keep is None else core.slice(out, 0, 0, length)
+
+
+def bincount(x, weights=None, minlength: int = 0, length: str | None = None):
+    """torch.bincount: the count (or weight sum) of each value 0..max(x), at least
+    ``minlength`` of them; a length data decides, refused at run time where x holds a
+    negative value (``checked_size``), as torch refuses it. ``length`` names that size (the
+    ``bincount_sized`` kernel's decomposition names the symbol its node defines)."""
+    x = cast(x, DType.i64)
+    top = add(core.amax(x), 1) if not _empty(x) else full((), 0, DType.i64, like=x)
+    ok = core.logical_not(core.amax(core.lt(x, 0)))
+    size = masking.checked_size(core.maximum(top, minlength), ok, length)
+    dtype = DType.i64 if weights is None else weights.dtype
+    zeros_ = cast(mul(size, 0), dtype)  # reads the node that binds the length
+    return scatter(zeros_, x, 1 if weights is None else weights, 0, "add")
+
+
+def _empty(x) -> bool:
+    return any(isinstance(d, int) and d == 0 for d in x.shape)
 
 
 # -- torch.scatter's per-element index --------------------------------------------------------

@@ -26,7 +26,7 @@ from tdag.ir.graph import TDAG, Weight
 from tdag.ir.passes import Pass, PassError, PassManager, per_graph  # noqa: F401  (re-exported)
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.record import Trait, ops_with
-from tdag.ir.types import TensorKind
+from tdag.ir.types import REMAT, TensorKind
 from tdag.refine.constants import FOLD_LIMIT, fold_constants
 from tdag.refine.dataflow import prune, renamed
 from tdag.refine.rules import rewrite
@@ -42,7 +42,8 @@ def cse(graph: TDAG, limit: int = FOLD_LIMIT) -> tuple[TDAG, bool]:
     for node in graph.nodes:
         node = renamed(node, env)
         inputs = tuple(sorted(node.inputs)) if node.op in commutative else node.inputs
-        key = (node.op, node.spec, inputs)
+        # a copy tdag.remat made is never merged: that would keep a value it recomputes
+        key = node.name if node.origin.op.startswith(REMAT) else (node.op, node.spec, inputs)
         if key in seen:
             env[node.name] = seen[key]
         else:

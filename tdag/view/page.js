@@ -24,7 +24,8 @@ function prepare(g, gi) {
     if (parent[s] >= 0) { g.depth[s] = g.depth[parent[s]] + 1; g.kids[parent[s]].push(s); }
   }
   g.expanded[0] = 1;
-  g.sum = { flops: new Float64Array(count), bytes: new Float64Array(count) };
+  g.sum = { flops: new Float64Array(count), bytes: new Float64Array(count),
+            memory: new Float64Array(count) };
   g.count = new Int32Array(count);
   g.first = new Int32Array(count).fill(n);
   for (let i = 0; i < n; i++) {
@@ -33,6 +34,7 @@ function prepare(g, gi) {
     for (let s = g.nodes.scope[i]; s >= 0; s = parent[s]) {  // a group holds its subtree
       g.sum.flops[s] += g.nodes.flops[i];
       g.sum.bytes[s] += nodeBytes(g, i);
+      g.sum.memory[s] += liveBytes(g, i);
       g.count[s] += 1;
       g.first[s] = Math.min(g.first[s], i);
     }
@@ -43,6 +45,10 @@ function prepare(g, gi) {
 }
 
 function nodeBytes(g, i) { return g.nodes.bytes_read[i] + g.nodes.bytes_written[i]; }
+// the bytes of a tensor live at the memory peak (0 where the page has no memory report)
+function liveBytes(g, i) { return g.nodes.live ? g.nodes.live[i] : 0; }
+function isPeak(g, i) { return !!DATA.memory && DATA.memory.at && DATA.memory.at[0] === g.index &&
+                                DATA.memory.at[1] === i; }
 
 function lowestCommon(g, a, b) {
   const parent = g.scopes.parent;
@@ -184,10 +190,11 @@ function drawBox(g, k, x, y, p, parent, edgeLayer) {
     drawGroup(g, s, x + PAD, y + HEAD + PAD, box, edgeLayer);
     return;
   }
-  const value = isNode ? (state.colour === "flops" ? g.nodes.flops[k] : nodeBytes(g, k))
-                       : g.sum[state.colour][s];
+  const value = !isNode ? g.sum[state.colour][s] : state.colour === "flops" ? g.nodes.flops[k]
+    : state.colour === "bytes" ? nodeBytes(g, k) : liveBytes(g, k);
   const [fill, ink] = colour(share(value));
-  const cls = isNode ? "item node" : "item group collapsed";
+  const peak = isNode && state.colour === "memory" && isPeak(g, k);
+  const cls = (isNode ? "item node" : "item group collapsed") + (peak ? " peak" : "");
   const box = el("g", { class: cls + (selected ? " selected" : ""), "data-g": g.index,
                         [isNode ? "data-node" : "data-scope"]: isNode ? k : s }, parent);
   el("rect", { x, y, width: p.w, height: p.h, rx: isNode ? 3 : 6, fill }, box);
@@ -299,6 +306,7 @@ function links(g, nodes) {
 }
 
 function percent(v) { return (100 * share(v)).toFixed(2) + " % of the program"; }
+function memoryPercent(v) { return (100 * v / DATA.memory.peak).toFixed(2) + " % of the peak"; }
 
 function showNode(g, i) {
   const type = STR[g.nodes.type[i]];
@@ -312,6 +320,11 @@ function showNode(g, i) {
     ["matmul flops", g.nodes.matmul_flops[i].toLocaleString()],
     ["bytes read + written", `${bytes.toLocaleString()} (${percent(bytes)})`],
     ["bytes fused", g.nodes.fused_bytes[i].toLocaleString()],
+    ...(DATA.memory ? [["live at the memory peak", liveBytes(g, i) ?
+      `${liveBytes(g, i).toLocaleString()} bytes (${memoryPercent(liveBytes(g, i))})` : "no"]]
+      : []),
+    ...(isPeak(g, i) ? [["memory peak", `${DATA.memory.peak.toLocaleString()} bytes, ` +
+                                        "reached right after this node"]] : []),
     ["inputs", links(g, g.nodes.in[i])], ["users", links(g, g.users[i])]]);
 }
 
@@ -388,7 +401,9 @@ document.getElementById("search").addEventListener("keydown", (e) => {
 });
 document.getElementById("colour").addEventListener("change", (e) => {
   state.colour = e.target.value;
-  render();
+  const at = DATA.memory && DATA.memory.at;
+  if (state.colour === "memory" && at) reveal(DATA.graphs[at[0]], at[1]);  // the peak shows
+  else render();
 });
 document.getElementById("zoomin").onclick = () => { state.zoom *= 1.25; render(); };
 document.getElementById("zoomout").onclick = () => { state.zoom /= 1.25; render(); };
@@ -429,6 +444,13 @@ function selftest() {
   select.value = "bytes";
   select.dispatchEvent(new Event("change"));
   result.colour = { changed: fills() !== byFlops };
+  if (DATA.memory) {  // the memory colouring opens the peak's group and outlines the node
+    select.value = "memory";
+    select.dispatchEvent(new Event("change"));
+    const peak = canvas.querySelector(".node.peak");
+    result.memory = { peak: !!peak, node: peak ? peak.dataset.node : null,
+                      changed: fills() !== byFlops };
+  }
   select.value = "flops";
   select.dispatchEvent(new Event("change"));
   const g = DATA.graphs[0];
@@ -453,7 +475,10 @@ function selftest() {
 try {
   document.getElementById("title").textContent = DATA.title;
   const sizes = Object.entries(DATA.sizes).map(([k, v]) => `${k}=${v}`).join(", ");
-  document.getElementById("sizes").textContent = sizes ? `sizes: ${sizes}` : "";
+  const peak = DATA.memory ? `memory peak ${fmt(DATA.memory.peak)} bytes after ` +
+                             `${DATA.memory.label}` : "";
+  document.getElementById("sizes").textContent =
+    [sizes ? `sizes: ${sizes}` : "", peak].filter(Boolean).join("; ");
   DATA.graphs.forEach(prepare);
   DATA.graphs.forEach(openAtStart);
   render();

@@ -5,7 +5,9 @@ table) and a hand-written script (``page.js``, no network): the controllers and 
 frames, module scopes as collapsible groups (collapsed, so a 32-layer model opens at once),
 nodes coloured by their share of the flops or bytes, a click for shape, dtype, provenance and
 cost, a search by name, op or scope. Symbolic sizes are evaluated for the colours: at the
-values given, and at 1 for the others (the page says which).
+values given, and at 1 for the others (the page says which). Given a memory report
+(``tdag.memory``), a third colouring shows the tensors live at the peak, by their bytes, and
+outlines the node right after which the peak is reached.
 
 >>> import tdag
 >>> from tdag import ops
@@ -25,44 +27,76 @@ from tdag.ir.printer import format_step
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import Dim, free_symbols, symbol
 from tdag.refine.cost.report import cost
+from tdag.refine.memory import MemoryReport
 from tdag.view.facts import TensorFacts, graph_facts
 
 CHUNK = 100  # the most tensors a group shows as its own boxes; more go in sub-groups
 _COST_COLUMNS = ("flops", "matmul_flops", "bytes_read", "bytes_written", "fused_bytes")
 
 
-def write_page(prog: Program | TDAG, path: str, title: str = "", **sizes: int) -> int:
+def write_page(prog: Program | TDAG, path: str, title: str = "",
+               memory: MemoryReport | None = None, **sizes: int) -> int:
     """Write the page of ``prog`` to ``path``; returns its size in bytes."""
-    text = page_html(prog, title or path, **sizes).encode()
+    text = page_html(prog, title or path, memory, **sizes).encode()
     with open(path, "wb") as f:
         f.write(text)
     return len(text)
 
 
-def page_html(prog: Program | TDAG, title: str = "tdag program", **sizes: int) -> str:
+def page_html(prog: Program | TDAG, title: str = "tdag program",
+              memory: MemoryReport | None = None, **sizes: int) -> str:
     """The page of ``prog`` as one HTML string; ``sizes`` evaluate symbolic dims."""
-    data = page_data(prog, title, **sizes)
+    data = page_data(prog, title, memory, **sizes)
     # "</" would end the script element early; JSON's escape keeps the string the same
     blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return _TEMPLATE.format(title=html_text.escape(title), css=_asset("page.css"),
                             data=blob, js=_asset("page.js"))
 
 
-def page_data(prog: Program | TDAG, title: str = "", **sizes: int) -> dict:
-    """What the page shows, as JSON-ready data (see page.js for how it reads it)."""
+def page_data(prog: Program | TDAG, title: str = "", memory: MemoryReport | None = None,
+              **sizes: int) -> dict:
+    """What the page shows, as JSON-ready data (see page.js for how it reads it); with
+    ``memory`` (``tdag.memory(prog)``), the peak and the bytes each row holds at it."""
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
     report = cost(prog)
     strings = _Strings()
     numbers = _Numbers(sizes)
     names = list(prog.graphs)
-    graphs = [_graph_data(graph_facts(g, prog.graphs[g], report), strings, numbers)
-              for g in names]
+    facts = [graph_facts(g, prog.graphs[g], report) for g in names]
+    graphs = [_graph_data(rows, strings, numbers) for rows in facts]
     total = report.total
-    return {"title": title, "strings": strings.table,
+    data = {"title": title, "strings": strings.table,
             "total": {"flops": numbers(total.flops), "bytes": numbers(total.bytes)},
             "sizes": numbers.used, "program": _block_data(prog.main, names),
             "graphs": [dict(name=n, **g) for n, g in zip(names, graphs)]}
+    if memory is not None:
+        _add_memory(data, facts, memory, numbers)
+    return data
+
+
+def _add_memory(data: dict, facts: list, memory: MemoryReport, numbers: "_Numbers") -> None:
+    """The peak (``memory``: its bytes, the node after which it is reached) and, per row, the
+    bytes of its storage live at the peak. The report names the tensors of the program as
+    ``to_torch`` runs it (lowered); a row matches by its TDAG and name, a program input or
+    state entry by name, and ``unmatched`` counts the live tensors no row shows (a kernel's
+    own value)."""
+    live = {(x.graph, x.name): x.bytes for x in memory.live_at_peak}
+    shown, at = set(), None
+    peak_graph, _, peak_node = memory.peak_at.partition(":")
+    for gi, (graph, rows) in enumerate(zip(data["graphs"], facts)):
+        column = []
+        for i, row in enumerate(rows):
+            key = next((k for k in ((row.graph, row.name), ("", row.name)) if k in live), None)
+            shown.add(key)
+            column.append(0 if key is None else numbers(live[key]))
+            if (row.graph, row.name) == (peak_graph, peak_node) and row.kind == "node":
+                at = [gi, i]
+        graph["nodes"]["live"] = column
+    unmatched = len(set(live) - shown)
+    data["total"]["memory"] = numbers(memory.peak)
+    data["memory"] = {"peak": numbers(memory.peak), "label": memory.peak_at, "at": at,
+                      "unmatched": unmatched}
 
 
 def _graph_data(rows: list[TensorFacts], strings: "_Strings", numbers: "_Numbers") -> dict:
@@ -203,7 +237,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <header id="bar">
   <strong id="title"></strong>
   <label>colour by <select id="colour"><option value="flops">flops</option>
-    <option value="bytes">bytes</option></select></label>
+    <option value="bytes">bytes</option>
+    <option value="memory">memory at the peak</option></select></label>
   <input id="search" type="search" placeholder="search a node: name, op or scope (Enter)">
   <span id="found"></span>
   <button id="zoomout" title="zoom out">&minus;</button>

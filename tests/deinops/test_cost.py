@@ -26,6 +26,7 @@ from tdag.ir.record import NoSpec
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.scan import Scan
 from tdag.deinops.scatter import Scatter
+from tdag.deinops.fft import Fft, FftKind
 from tdag.deinops.sort import Sort
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, ops_with
@@ -82,6 +83,11 @@ HAND = [
     # sort: ceil(log2 n) comparisons per element; the i64 permutation written
     (Op.sort, Sort(0, False), [T(8)], Cost(24, 32, 64)),
     (Op.sort, Sort(1, True), [T(2, 5, dtype="i32")], Cost(30, 40, 80)),
+    # fft: 5 n log2 n per transform; c64 is 8 bytes an element (2 transforms of 4096; 3 real
+    # signals of 8 to 5 frequencies each)
+    (Op.fft, Fft(1, False, 4096), [T(2, 4096, dtype="c64")],
+     Cost(2 * 5 * 4096 * 12, 2 * 4096 * 8, 2 * 4096 * 8)),
+    (Op.fft, Fft(1, False, 8, kind=FftKind.r2c), [T(3, 8)], Cost(3 * 5 * 8 * 3, 96, 120)),
     # scan: one combine per element, linear in the axis
     (Op.scan, Scan(1, "add"), [T(2, 5)], Cost(10, 40, 40)),
     (Op.scan, Scan(0, "max", True), [T(4, dtype="i64")], Cost(4, 32, 32)),

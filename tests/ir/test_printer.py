@@ -26,6 +26,7 @@ from tdag.deinops.runtime import Arange, NonZero
 from tdag.deinops.reduce import Reduce, ReduceKind
 from tdag.deinops.scan import Scan
 from tdag.deinops.scatter import Scatter
+from tdag.deinops.fft import Fft, FftKind, FftNorm
 from tdag.deinops.sort import Sort
 from tdag.ir.graph import TDAG, Node, Value, Weight
 from tdag.ir.op import Op
@@ -142,6 +143,7 @@ def _every_spec_graph() -> TDAG:
     e(Op.scatter, Scatter(1, "add"), x, i, x)
     e(Op.sort, Sort(2, True), x)
     e(Op.scan, Scan(1, "max", True), x)
+    e(Op.fft, Fft(1, False, s, FftNorm.ortho, FftKind.r2c), x)
     e(Op.iota, Iota(2 * s + 1, DType.f32))
     nz = e(Op.nonzero, NonZero("nz"), masks[0])
     n = e(Op.arange, Arange("n"), e(Op.select, Select(0, 0), e(Op.select, Select(1, 0), nz)))
@@ -160,7 +162,8 @@ def test_every_primitive_spec_round_trips():
                     "cast[bf16]", "value=-inf", "sizes=(-1, 2)", "stops=(s-1, 6)",
                     "index=s-1", "iota(length=2*s+1, dtype=f32)", "length=s)",
                     "widths=((0, 0), (b, 1), (2, 0))", "sizes=(Max(2,b), 2*s)",
-                    "f32[b+Mod(s,3),s,6]", 'count="nz"', 'arange(%'):
+                    "f32[b+Mod(s,3),s,6]", 'count="nz"', 'arange(%',
+                    "n=s, norm=ortho, kind=r2c"):
         assert snippet in text, snippet
 
 

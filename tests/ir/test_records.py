@@ -31,7 +31,7 @@ from tdag.reify import to_onnx, to_torch
 
 from support.guards import assert_close, run_onnx
 from support.lowering_tables import KERNEL_PROGRAMS
-from support.primitive_cases import CASES, build
+from support.primitive_cases import CASES, as_pairs, build
 
 
 def test_every_op_has_a_record():
@@ -44,7 +44,7 @@ def test_every_record_is_complete(op):
     rec = record(op)
     assert isinstance(rec, OpRecord) and rec.op is op
     for f in dataclasses.fields(OpRecord):
-        if f.name not in ("decompose", "vjp"):  # checked below
+        if f.name not in ("decompose", "vjp", "view", "workspace"):  # checked below
             assert getattr(rec, f.name) is not None, f"{op.value}: record field {f.name} is empty"
     assert dataclasses.is_dataclass(rec.spec_type), op
     assert rec.spec_type.__dataclass_params__.frozen, f"{op.value}: spec must be frozen"
@@ -64,6 +64,9 @@ def test_every_record_is_complete(op):
     # every primitive has its gradient rule; a kernel has one or differentiates its
     # composition (tests/refine/grad/test_vjps.py checks them)
     assert callable(rec.vjp) or rec.has(Trait.KERNEL), f"{op.value}: a primitive without vjp"
+    # the ops torch runs as views say what strides torch gives them (tdag.memory reads them)
+    assert callable(rec.view) == rec.has(Trait.VIEW), f"{op.value}: view rule vs Trait.VIEW"
+    assert rec.workspace is None or callable(rec.workspace), op
 
 
 def test_traits_are_consistent():
@@ -82,13 +85,14 @@ def test_traits_are_consistent():
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_primitive_evaluator_torch_and_onnx_agree(case):
     prog = build(case)
-    module, model = to_torch(prog, lower=False), to_onnx(prog, lower=False)
+    module, model = to_torch(prog, lower=False), to_onnx(build(case, pairs=True), lower=False)
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     for dims in case.bindings:
         args = [torch.from_numpy(np.array(x.draw(rng, dims))) for x in case.ins]
         ref = tdag.run(prog, *args)
         assert_close(module(*args), ref, f"torch {case.id} at {dims}")
-        assert_close(run_onnx(model, *args), ref, f"onnx {case.id} at {dims}")
+        assert_close(run_onnx(model, *map(as_pairs, args)), as_pairs(ref),
+                     f"onnx {case.id} at {dims}")
 
 
 def test_kernel_programs_cover_every_kernel():

@@ -1,6 +1,7 @@
-"""Gradient programs of transformers lower their softmax and GELU input gradients to
-softmax_backward and gelu_backward (tdag/lower/backward.py), and still equal torch.autograd
-through to_torch and onnxruntime (1e-4 relative to the largest gradient, float32)."""
+"""Gradient programs of transformers lower their softmax, GELU, layer norm and RMS norm input
+gradients to softmax_backward, gelu_backward, layer_norm_backward and rms_norm_backward
+(tdag/lower/backward.py), and still equal torch.autograd through to_torch and onnxruntime
+(1e-4 relative to the largest gradient, float32)."""
 from __future__ import annotations
 
 import pytest
@@ -11,31 +12,44 @@ from tdag.ir.op import Op
 from tdag.lower.pipeline import lower
 
 pytest.importorskip("transformers")
-from support.grad_models import MODELS, Loss, onnx_outputs  # noqa: E402
+from support.grad_models import assert_lowered_gradients  # noqa: E402
 
-RELATIVE = 1e-4
-
-
-
-# one softmax and one GELU per layer, two layers; GPT-2's gelu_new is a formula of its own
-# (a pow, not the composition of ops.gelu), whose derivative stays a chain
-KERNELS = {"gpt2": {Op.softmax_backward: 2}, "bert": {Op.softmax_backward: 2,
-                                                        Op.gelu_backward: 2}}
+# one softmax and one GELU per layer, two layers (GPT-2's gelu_new a formula of its own:
+# a pow, not the composition of ops.gelu); a layer norm before each block and at the end
+# (GPT-2), or after the embeddings and each block (BERT): the embeddings' has no residual
+KERNELS = {"gpt2": {Op.softmax_backward: 2, Op.gelu_backward: 2, Op.layer_norm_backward: 5},
+           "bert": {Op.softmax_backward: 2, Op.gelu_backward: 2, Op.layer_norm_backward: 5},
+           # an RMS norm before each block and at the end; none of them a layer norm's
+           "llama": {Op.softmax_backward: 2, Op.rms_norm_backward: 5, Op.layer_norm_backward: 0},
+           "t5-encoder": {Op.softmax_backward: 2, Op.rms_norm_backward: 5}}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_transformer_gradients_use_backward_kernels(name):
+    assert_lowered_gradients(name, KERNELS[name])
+
+
+class _ResidualNorm(torch.nn.Module):
+    """A layer norm over two trailing axes on a residual stream: its input gradient sums
+    the residual's contribution between the norm's own two terms."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 6)
+        self.norm = torch.nn.LayerNorm((5, 6), eps=1e-3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return (h + self.norm(h).tanh()).pow(2).mean()
+
+
+def test_layer_norm_gradient_inside_a_residual_sum():
     torch.manual_seed(0)
-    model, args, reduce = MODELS[name]()
-    wrapped = Loss(model, reduce).eval()
-    g = tdag.grad(tdag.from_torch(wrapped, args))
-    ops = [n.op for n in lower(g).graph.nodes]
-    assert {op: ops.count(op) for op in KERNELS[name]} == KERNELS[name]
-    wrapped(*args).backward()
-    params = dict(wrapped.named_parameters())
-    scale = max(p.grad.abs().max().item() for p in params.values() if p.grad is not None)
-    for outs in (tdag.to_torch(g)(*args), onnx_outputs(g, args)):
-        for n, got in zip(g.wrt, outs[1:]):
-            want = params[n].grad if params[n].grad is not None else torch.zeros(got.shape)
-            err = (torch.as_tensor(got) - want).abs().max().item()
-            assert err <= RELATIVE * scale, f"{name}: {n} off by {err:.2e} (scale {scale:.2e})"
+    model, x = _ResidualNorm(), torch.randn(3, 5, 6)
+    g = tdag.grad(tdag.from_torch(model, (x,)))
+    norms = [n for n in lower(g).graph.nodes if n.op is Op.layer_norm_backward]
+    assert [(n.spec.count, n.spec.eps) for n in norms] == [(2, 1e-3)]
+    model(x).backward()
+    for n, got in zip(g.wrt, tdag.to_torch(g)(x)[1:]):
+        torch.testing.assert_close(got, dict(model.named_parameters())[n].grad,
+                                   rtol=1e-4, atol=1e-6)

@@ -87,13 +87,24 @@ def test_i32_indices():
               (torch.randn(ROWS, DIM), _indices(dtype=torch.int32), OFFSETS.int()), jax=False)
 
 
-def test_2d_input_stays_the_composition():
-    """A 2-D input's offsets are torch's arange: lowering folds them and the bag numbers
-    into constants, which leave no offsets to give the kernel (no rewrite makes a new
-    constant), so its bags stay the gather and the scatter, linear."""
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_a_2d_input_lowers_to_the_kernel(mode):
+    """A 2-D input's offsets are torch's arange(0, b * n, n): lowering folds them and the bag
+    numbers into constants; the rule matches the composition with those offsets folded
+    the same way and gives the kernel iota(b * n)[::n]."""
     torch.manual_seed(3)
-    _backends(lambda w, i: F.embedding_bag(i, w, mode="max"),
-              (torch.randn(ROWS, DIM), _indices(12).reshape(3, 4)), kernel=False)
+    _backends(lambda w, i: F.embedding_bag(i, w, mode=mode),
+              (torch.randn(ROWS, DIM), _indices(12).reshape(3, 4)))
+
+
+def test_a_2d_input_with_padding_and_per_sample_weights():
+    torch.manual_seed(4)
+    index = _indices(12).reshape(4, 3)
+    index[1] = 3  # a bag of padding only
+    _backends(lambda w, i: F.embedding_bag(i, w, mode="mean", padding_idx=3),
+              (torch.randn(ROWS, DIM), index), jax=False)
+    _backends(lambda w, i, p: F.embedding_bag(i, w, per_sample_weights=p, mode="sum"),
+              (torch.randn(ROWS, DIM), index, torch.rand(4, 3)))
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])

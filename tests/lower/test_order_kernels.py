@@ -1,5 +1,5 @@
 """Lowering to the framework's own order kernels: cummax/cummin (values and indices from one
-call), bincount (with its range check as one min), and top-k positions (torch.topk where
+call), bincount (one call that sizes its own result), and top-k positions (torch.topk where
 it has no ties to order, the packed key where it has).
 
 Each lowered program is checked against torch eager (exactly: these are integer results or
@@ -73,17 +73,37 @@ def test_cumulative_extremes_on_jax():
 
 # -- bincount -----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("n", [500, 0])
 @pytest.mark.parametrize("minlength", [0, 40])
-def test_bincount_lowers_to_the_framework_count(minlength):
-    x = torch.randint(0, 30, (500,))
+def test_bincount_is_one_framework_call_everywhere(minlength, n):
+    """torch.bincount's length (max + 1, at least minlength) and count: one call that finds
+    the length as it counts (bincount_sized), through run, to_torch, onnxruntime and JAX."""
+    x = torch.randint(0, 30, (n,))
     fn = lambda t: torch.bincount(t, minlength=minlength)  # noqa: E731
     prog, ops_seen = _lowered(fn, x)
-    assert Op.bincount in ops_seen and Op.scatter not in ops_seen
+    assert Op.bincount_sized in ops_seen and Op.scatter not in ops_seen
     module = to_torch(prog)
-    assert "torch.bincount(" in module.code and "< 0" in module.code
-    assert torch.equal(module(x), fn(x))
-    with pytest.raises(RuntimeError):  # the front end's size check, as before lowering
-        module(torch.cat([x[:-1], torch.tensor([-1])]))
+    body = module.code.split("def forward")[0]
+    assert body.count("torch.") == 1 and "torch.bincount(" in body
+    want = fn(x)
+    lowered = tdag.lower.lower(prog)
+    for got, what in ((tdag.run(lowered, x), "run"), (module(x), "torch"),
+                      (run_onnx(to_onnx(prog), x), "onnx")):
+        assert torch.equal(got, want), what
+    _on_jax(fn, x)
+
+
+def test_bincount_refuses_a_negative_value_everywhere():
+    x = torch.tensor([3, 0, -1, 2])
+    prog = tdag.from_torch(Fn(lambda t: torch.bincount(t, minlength=2)), (torch.arange(4),))
+    with pytest.raises(tdag.TdagError, match="must be >= 0"):
+        tdag.run(tdag.lower.lower(prog), x)
+    with pytest.raises(RuntimeError, match="non-negative"):  # torch.bincount's own, as eager
+        to_torch(prog)(x)
+    with pytest.raises(Exception, match="ConstantOfShape"):  # -1 as a size, refused
+        run_onnx(to_onnx(prog), x)
+    with pytest.raises(tdag.TdagError, match="must be >= 0"):
+        tdag.to_jax(prog)(x.numpy())
 
 
 def test_bincount_on_jax():

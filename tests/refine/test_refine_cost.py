@@ -123,14 +123,16 @@ def test_attention_is_missed_by_flop_counter_and_counted_by_tdag():
 
 
 def test_lowered_kernels_count_the_same_matmul_flops_and_traffic():
-    for name in ("mlp", "cnn", "decoder"):
+    # the fused figure approximates what the lowered program moves; its single-pass
+    # softmax and norm kernels read their input once where the model reads it twice, and
+    # its max_pool reads each window once where the composition reduces it three times (its
+    # max, the first max's position, the sum that gives the first max its gradient)
+    for name, over in (("mlp", 1.25), ("cnn", 2.1), ("decoder", 1.25)):
         prog = from_torch(name)
         before = cost(prog).evaluate(batch=3)
         after = checked_cost(tdag.lower.lower(prog)).evaluate(batch=3)
         assert after.matmul_flops == before.matmul_flops
-        # the fused figure approximates what the lowered program moves; its single-pass
-        # softmax and norm kernels read their input once where the model reads it twice
-        assert after.fused_bytes <= before.fused_bytes <= 1.25 * after.fused_bytes
+        assert after.fused_bytes <= before.fused_bytes <= over * after.fused_bytes, name
         assert after.unfused_bytes < before.unfused_bytes
 
 

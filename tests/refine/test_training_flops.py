@@ -84,3 +84,28 @@ def test_saved_bytes_through_a_view():
     prog = tdag.trace(f, tdag.TensorSpec((4, 8)))
     report = tdag.cost(tdag.grad(prog, wrt=[prog.inputs[0].name]), lowered=False)
     assert report.saved_bytes == 4 * 8 * 4
+
+
+def test_a_loop_program_counts_its_forward_recompute_and_what_it_keeps():
+    """An LSTM tagger (a Loop over the cell): the forward phase holds one LSTM pass and the
+    head, each reverse trip recomputes its trip once (the ``recompute`` phase; the rerun of
+    the forward trip that nothing reads is dropped), the backward is twice the forward, and
+    the values kept between the passes are the stacked hidden and cell states and the values
+    the forward steps hand the backward steps, not a copy of the input sequence per trip."""
+    from support.grad_models import Tagger
+    torch.manual_seed(0)
+    batch, steps, inputs, hidden, tags = 2, 8, 8, 16, 5
+    prog = tdag.from_torch(Tagger(), (torch.randint(0, 20, (batch, steps)),
+                                      torch.randint(0, tags, (batch, steps))))
+    report = tdag.cost(tdag.grad(prog))
+    lstm = steps * 2 * batch * 4 * hidden * (inputs + hidden)
+    head = 2 * batch * steps * hidden * tags
+    phases = {ph: fig.matmul_flops for ph, fig in report.per_phase.items()}
+    assert phases == {"forward": lstm + head, "recompute": lstm + head,
+                      "backward": 2 * (lstm + head)}
+    f32 = 4
+    stacks = 2 * steps * batch * hidden * f32           # h and c before every trip
+    handed = (batch * steps * hidden                     # the LSTM's output sequence
+              + 2 * batch * steps * inputs               # the embedded sequence, twice named
+              + 2 * batch * hidden) * f32 + f32          # the last h and c; the loss
+    assert report.saved_bytes == stacks + handed < stacks + steps * batch * steps * inputs * f32

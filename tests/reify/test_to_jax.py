@@ -92,7 +92,7 @@ def test_every_primitive_matches_the_interpreter(case):
 _KERNELS_FAST = {"matmul", "plain", "max", "avg", "max-1d-on-last", "softmax", "log-softmax",
                  "layer-norm", "rms-norm", "gelu", "silu", "sigmoid", "relu", "relu6",
                  "hardswish", "bilinear-x2", "group-norm", "batch-norm", "sdpa", "conv-transpose",
-                 "lstm", "lstm-bidirectional-stack", "concat", "adamw-update"}
+                 "lstm", "lstm-bidirectional-stack", "concat", "adamw-update", "max-pool-backward"}
 
 
 def _sweep(names, fast):

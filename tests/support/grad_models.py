@@ -129,3 +129,26 @@ def onnx_outputs(prog, args) -> list:
                                    providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return session.run(None, {n: a.numpy() for n, a in zip(names, args)})
+
+
+def assert_lowered_gradients(name: str, kernels: dict, relative: float = 1e-4) -> None:
+    """``tdag.grad`` of MODELS[name], lowered, holds each kernel of ``kernels`` as often as
+    it says, and its gradients equal torch.autograd's through to_torch and onnxruntime
+    (``relative`` to the largest gradient)."""
+    import tdag
+    from tdag.lower.pipeline import lower
+
+    torch.manual_seed(0)
+    model, args, reduce = MODELS[name]()
+    wrapped = Loss(model, reduce).eval()
+    g = tdag.grad(tdag.from_torch(wrapped, args))
+    ops = [n.op for n in lower(g).graph.nodes]
+    assert {op: ops.count(op) for op in kernels} == kernels
+    wrapped(*args).backward()
+    params = dict(wrapped.named_parameters())
+    scale = max(p.grad.abs().max().item() for p in params.values() if p.grad is not None)
+    for outs in (tdag.to_torch(g)(*args), onnx_outputs(g, args)):
+        for n, got in zip(g.wrt, outs[1:]):
+            want = params[n].grad if params[n].grad is not None else torch.zeros(got.shape)
+            err = (torch.as_tensor(got) - want).abs().max().item()
+            assert err <= relative * scale, f"{name}: {n} off by {err:.2e} (scale {scale:.2e})"

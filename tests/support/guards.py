@@ -74,6 +74,8 @@ def assert_close(got, ref, what=""):
     assert len(got) == len(ref), what
     for a, b in zip(got, ref):
         assert a.shape == b.shape and a.dtype == b.dtype, (what, a.shape, b.shape, a.dtype, b.dtype)
+        if b.is_complex():  # compared as their (real, imaginary) pairs
+            a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
         if b.dtype.is_floating_point:
             rtol = _TOL.get(b.dtype, 1e-4)
             scale = b.double().abs().nan_to_num(0, 0, 0).max().item() if b.numel() else 1.0

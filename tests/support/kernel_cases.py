@@ -36,7 +36,8 @@ from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
 from tdag.lower.kernels.sequence import Attention, Lstm
 from tdag.lower.kernels.sorting import Along, Arg, SearchSorted, TopK
 from tdag.lower.kernels.windows import Pool, Resize
-from tdag.lower.kernels.writes import EmbeddingBag
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag
+from tdag.ops.linalg.kernels import Side, Triangle, TriangularSolve
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,10 @@ _SCALES = ("nearest_rule tries the size-derived step before torch's explicit sca
 _SORTED_ONLY = ("the rules take a row's positions from a sort only (in range, each once); an "
                 "index given as an input stays the flat gather or scatter")
 
+# the linear-algebra kernels are emitted by the front end, never found by lowering
+_EMITTED = ("the front end emits the kernel; lowering leaves its unrolled composition as is "
+            "(tdag/ops/linalg/kernels.py says why)")
+
 SYMBOLIC = 5
 _BAG = {1: "int64", 2: "int64"}  # embedding_bag's indices and offsets (drawn 0: valid)
 _INTS = {"int8": (-128, 128), "uint8": (0, 256), "int32": (-1000, 1000),  # drawn in range
@@ -96,6 +101,19 @@ CASES = [
     Case(Op.softmax_backward, Softmax(0), (("b", 6),) * 2),
     Case(Op.gelu_backward, Gelu("none"), ((3, 4),) * 2),
     Case(Op.gelu_backward, Gelu("tanh"), (("b", 4),) * 2),
+    Case(Op.layer_norm_backward, LayerNorm(1, 1e-5), ((2, 3, 8),) * 2),
+    Case(Op.layer_norm_backward, LayerNorm(2, 1e-6), ((2, 3, 8),) * 2),
+    Case(Op.rms_norm_backward, RMSNorm(1, 1e-6), ((2, 3, 8),) * 2),
+    Case(Op.rms_norm_backward, RMSNorm(2, 1e-5), (("b", 3, 8),) * 2),
+    Case(Op.relu_backward, NoSpec(), ((3, 4),) * 2),
+    Case(Op.clamp_backward, Clamp(0.0, 6.0), ((3, 4),) * 2),
+    Case(Op.clamp_backward, Clamp(-0.5, None), (("b", 4),) * 2),
+    Case(Op.silu_backward, NoSpec(), ((3, 4),) * 2),
+    Case(Op.max_pool_backward, Pool((3, 3), (2, 2), (1, 1), (1, 1)), ((2, 3, 4, 4), (2, 3, 8, 8))),
+    Case(Op.batch_norm_backward, BatchNorm(1e-3), ((2, 3, 4, 4), (3,), (3,)), positive=(1,)),
+    Case(Op.batch_norm_backward, BatchNorm(1e-5), (("b", 3, 5), (3,), (3,)), positive=(1,)),
+    Case(Op.max_pool_backward, Pool((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)),
+         (("b", 2, 2, 2, 2), ("b", 2, 4, 4, 4))),
     Case(Op.silu, NoSpec(), ((3, 4),)),
     Case(Op.sigmoid, NoSpec(), ((3, 4),)),
     Case(Op.relu, NoSpec(), ((3, 4),)),
@@ -223,6 +241,9 @@ CASES = [
     Case(Op.cum_extreme, CumExtreme(1, "max", True), ((3, 8),), dtypes={0: "int32"},
          id="integer positions"),
     Case(Op.bincount, NoSpec(), ((6,), (20,)), dtypes={0: "int32", 1: "int64"}),
+    Case(Op.bincount_sized, BincountSized("u0"), ((20,),), dtypes={0: "int64"}),
+    Case(Op.bincount_sized, BincountSized("u0", 5), (("n",),), dtypes={0: "int64"},
+         id="minlength"),
     Case(Op.grouped_mm, NoSpec(), ((7, 4), (3, 4, 5), (3,)), dtypes={2: "int32"}),
     Case(Op.searchsorted, SearchSorted(), ((9,), (3, 5))),
     Case(Op.searchsorted, SearchSorted(True), ((2, 9), (2, 4)), id="batched boundaries"),
@@ -237,6 +258,19 @@ CASES = [
     Case(Op.embedding_bag, EmbeddingBag("max"), ((7, 3), ("n",), ("b",)), dtypes=_BAG),
     Case(Op.embedding_bag, EmbeddingBag("sum"), ((7, 3), (9,), (4,), (9,)), dtypes=_BAG,
          id="per-sample weights"),
+    # random operands: Cholesky of a positive 1x1, eigh of a 1x1 and SVD of a column, where
+    # the vectors' signs are LAPACK's too (tests/lower/test_linalg_kernels.py: larger ones)
+    Case(Op.linalg_inv, NoSpec(), ((2, 4, 4),), xfail=_EMITTED),
+    Case(Op.linalg_solve, Side(), ((2, 4, 4), (2, 4, 3)), xfail=_EMITTED),
+    Case(Op.linalg_solve, Side(False), ((4, 4), (3, 4)), xfail=_EMITTED),
+    Case(Op.linalg_cholesky, Triangle(), ((3, 1, 1),), positive=(0,), xfail=_EMITTED),
+    Case(Op.linalg_det, NoSpec(), ((2, 4, 4),), xfail=_EMITTED),
+    Case(Op.linalg_slogdet, NoSpec(), ((2, 4, 4),), xfail=_EMITTED),
+    Case(Op.linalg_eigh, Triangle(True), ((3, 1, 1),), xfail=_EMITTED),
+    Case(Op.linalg_svd, NoSpec(), ((2, 3, 1),), xfail=_EMITTED),
+    Case(Op.linalg_qr, NoSpec(), ((2, 5, 3),), xfail=_EMITTED),
+    Case(Op.linalg_solve_triangular, TriangularSolve(True, False, True), ((4, 4), (3, 4)),
+         xfail=_EMITTED),
 ]
 
 

@@ -15,10 +15,14 @@ import torch
 import tdag
 from tdag import ops
 from tdag.ir.op import Op
-from tdag.ir.record import record
+from tdag.ir.record import NoSpec, record
 from tdag.ir.types import DType
-from tdag.lower.kernels.activations import Gelu, Softmax
+from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
+from tdag.lower.kernels.norms import BatchNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.windows import Pool
+from tdag.ops import writes
+from tdag.ops.linalg import kernels
 from tdag.ops.ml import (
     linear_label,
     linear_scores,
@@ -337,10 +341,31 @@ def _adamw(p, g, m, v, step):
     return ops.adamw_update(p, g, m, ops.abs(v), ops.abs(step), 1e-3, 0.9, 0.999, 1e-8, 1e-2)
 
 
+def _linalg(a, rhs):
+    """Every linear-algebra kernel, read through what its vectors' signs do not change
+    (squared entries of eigen- and singular vectors), flattened side by side."""
+    spd = ops.matmul(a, ops.transpose(a, 1, 2)) + ops.const(4 * torch.eye(4))
+    lower = kernels.cholesky(spd)
+    values, vectors = kernels.eigh(spd)
+    u, s, vh = kernels.svd(rhs)
+    q, r = kernels.qr(rhs)
+    parts = [kernels.inv(spd), kernels.solve(spd, rhs), lower,
+             ops.unsqueeze(kernels.det(spd), 1), *map(lambda x: ops.unsqueeze(x, 1),
+                                                      kernels.slogdet(a)),
+             values, ops.square(vectors), ops.square(u), s, ops.square(vh), q, r,
+             kernels.solve_triangular(lower, rhs, upper=False)]
+    return ops.concat([ops.reshape(p, (-1, math.prod(p.shape[1:]))) for p in parts], 1)
+
+
 # input gradients as tdag.grad writes them (the decomposition is that chain)
 BACKWARDS = {"softmax-backward": (Op.softmax_backward, Softmax(2)),
              "gelu-backward": (Op.gelu_backward, Gelu("none")),
-             "gelu-tanh-backward": (Op.gelu_backward, Gelu("tanh"))}
+             "gelu-tanh-backward": (Op.gelu_backward, Gelu("tanh")),
+             "relu-backward": (Op.relu_backward, NoSpec()),
+             "relu6-backward": (Op.clamp_backward, Clamp(0.0, 6.0)),
+             "silu-backward": (Op.silu_backward, NoSpec()),
+             "layer-norm-backward": (Op.layer_norm_backward, LayerNorm(1, 1e-5)),
+             "rms-norm-backward": (Op.rms_norm_backward, RMSNorm(1, 1e-6))}
 
 
 def _kernel_programs():
@@ -360,6 +385,11 @@ def _kernel_programs():
         [S(("b", 4, 5, 5)), S(("b", 3, 9, 9))]))
     tables += [(k, (lambda op, spec: lambda dy, x: record(op).decompose(spec, dy, x))(*v),
                 [S(("b", 5, 8))] * 2) for k, v in BACKWARDS.items()]
+    tables.append(("max-pool-backward", lambda dy, x: record(Op.max_pool_backward).decompose(
+        Pool((3, 3), (2, 2), (1, 1), (1, 1)), dy, x), [S(("b", 4, 5, 5)), S(("b", 4, 9, 9))]))
+    tables.append(("batch-norm-backward", lambda dy, var, w: record(
+        Op.batch_norm_backward).decompose(BatchNorm(1e-3), dy, ops.abs(var), w),
+        [S(("b", 4, 5, 5)), S((4,)), S((4,))]))  # abs: a variance is not negative
     tables.append(("adamw-update", _adamw, [S(("b", 4))] * 4 + [S(())]))
     tables.append(("lstm", lambda x, h, c: hand_lstm(x, h, c, True),
                    [S((5, "b", 4)), S(("b", 3)), S(("b", 3))]))
@@ -383,6 +413,8 @@ def _kernel_programs():
         [ops.cummax(x, 1)[0], ops.cast(ops.cummax(x, 1)[1], DType.f32), ops.cummin(x, 1)[0],
          ops.cast(ops.cummin(x, 1)[1], DType.f32)], -1), [S(("b", 6))]))
     tables.append(("bags", _bags, [S((6,), "int64"), S((3,), "int64"), S((6,))]))
+    tables.append(("sized-counts", lambda x: writes.bincount(ops.abs(x), minlength=4),
+                   [S((6,), "int64")]))  # abs: no negative value to refuse
     tables.append(("counts", lambda x: ops.scatter(
         ops.zeros((6,), DType.i64, like=x), ops.argmax(x, 1), 1, 0, "add"), [S(("b", 6))]))
     tables.append(("search-and-log-scan", lambda x: ops.concat(
@@ -390,6 +422,7 @@ def _kernel_programs():
                                    x), DType.f32), ops.logcumsumexp(x, 1)], -1),
         [S(("b", 6))]))
     tables.append(("top-p", _top_p, [S(("b", 6))]))
+    tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))
     tables.append(("experts", lambda x, offsets: ops.grouped_matmul(
         x, ops.const(torch.randn(3, 4, 5)), offsets), [S(("b", 4)), S((3,), "int64")]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +

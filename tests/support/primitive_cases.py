@@ -17,7 +17,7 @@ import sympy
 import torch
 
 import tdag
-from tdag.deinops.bitcast import BitCast
+from tdag.deinops.bitcast import BitCast, bitcast
 from tdag.ops.builder import Builder
 from tdag.deinops.elementwise import Cast, Compare, CompareKind, Divide, DivideMode
 from tdag.deinops.indexing import Gather, Iota
@@ -38,8 +38,10 @@ SYM = ({"b": 2}, {"b": 5})  # the two batch sizes every symbolic case runs at
 
 _NP = {DType.f64: np.float64, DType.f32: np.float32, DType.f16: np.float16,
        DType.i64: np.int64, DType.i32: np.int32, DType.i16: np.int16, DType.i8: np.int8,
-       DType.u8: np.uint8, DType.bool: np.bool_}
-_TOL = {DType.f64: (1e-10, 1e-12), DType.f32: (1e-5, 1e-6), DType.f16: (2e-3, 2e-3)}
+       DType.u8: np.uint8, DType.bool: np.bool_, DType.c64: np.complex64,
+       DType.c128: np.complex128}
+_TOL = {DType.f64: (1e-10, 1e-12), DType.f32: (1e-5, 1e-6), DType.f16: (2e-3, 2e-3),
+        DType.c64: (1e-5, 1e-5), DType.c128: (1e-10, 1e-12)}
 
 
 # -- operand generators -----------------------------------------------------------------------
@@ -619,25 +621,44 @@ case(Op.arange, Arange("n"), [In((), DType.i64, integers(0, 1))],
      lambda s, d, x: np.arange(int(x)), "zero")
 
 
+from support import complex_cases  # noqa: E402,F401  (the complex values' cases join CASES)
+
+
 # -- the one-node Program of a case, and its comparison --------------------------------------
 
-def build(c: Case) -> tdag.Program:
+def build(c: Case, pairs: bool = False) -> tdag.Program:
+    """The case's op on its inputs; with ``pairs``, complex inputs and outputs cross the
+    program's boundary as their (real, imaginary) pairs (``as_pairs``), as to_onnx needs."""
     b = Builder()
-    xs = [b.input(f"x{i}", TensorType(x.shape, x.dtype)) for i, x in enumerate(c.ins)]
+    xs = []
+    for i, x in enumerate(c.ins):
+        if pairs and x.dtype.is_complex:
+            pair = b.input(f"x{i}", TensorType((*x.shape, 2), x.dtype.real))
+            xs.append(bitcast(pair, x.dtype))
+        else:
+            xs.append(b.input(f"x{i}", TensorType(x.shape, x.dtype)))
     arity = tdag.deinops.REGISTRY[c.op].arity
     y = b.emit(c.op, c.spec, *xs[:arity], name="y")
+    if pairs and y.dtype.is_complex:
+        y = bitcast(y, y.dtype.real)
     return tdag.Program.from_tdag(b.build([y]))
+
+
+def as_pairs(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor's (real, imaginary) pairs; any other tensor itself."""
+    return torch.view_as_real(t) if t.is_complex() else t
 
 
 def compare(out: torch.Tensor, expected: np.ndarray, dtype: DType, exact: bool, what: str):
     expected = np.asarray(expected)
     got = out.numpy()
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
-    if dtype.is_float and not exact:
+    if (dtype.is_float or dtype.is_complex) and not exact:
         with np.errstate(all="ignore"):
             expected = expected.astype(_NP[dtype])  # round (or overflow) as the dtype would
         rtol, atol = _TOL[dtype]
-        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
+        wide = np.complex128 if dtype.is_complex else np.float64
+        np.testing.assert_allclose(got.astype(wide), expected.astype(wide),
                                    rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
     else:
         assert got.dtype == _NP[dtype], what

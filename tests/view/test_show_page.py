@@ -195,3 +195,52 @@ def test_cli_show_writes_the_page(demo, tmp_path):
     if BROWSER is not None:
         assert selftest(page)["errors"] == []
     assert cli_main(["show", str(source), "-o", str(tmp_path / "demo.txt")]) == 1
+
+
+def _training_step():
+    torch.manual_seed(0)
+    weights = [torch.randn(32, 32) / 6 for _ in range(2)]
+
+    def fn(x):
+        for i, w in enumerate(weights):
+            x = ops.tanh(x @ ops.param(f"w{i}", w))
+        return ops.sum(x)
+    return tdag.train_step(tdag.trace(fn, tdag.TensorSpec((64, 32))), tdag.optim.SGD(lr=0.1))
+
+
+def test_page_data_marks_the_memory_peak_and_its_live_set():
+    step = _training_step()
+    report = tdag.memory(step)
+    data = page_data(step, memory=report)
+    graph_index, row = data["memory"]["at"]
+    nodes = data["graphs"][graph_index]["nodes"]
+    assert f"{data['graphs'][graph_index]['name']}:{nodes['name'][row]}" == report.peak_at
+    assert data["memory"]["peak"] == data["total"]["memory"] == report.peak
+    shown = sum(sum(g["nodes"]["live"]) for g in data["graphs"])
+    live = {x.name: x.bytes for x in report.live_at_peak}
+    marked = {n: b for g in data["graphs"] for n, b in zip(g["nodes"]["name"], g["nodes"]["live"])
+              if b}
+    assert marked and all(live[n] == b for n, b in marked.items())
+    # what no row shows is a value only the lowered program has (a kernel's own)
+    missing = sum(b for n, b in live.items() if n not in marked)
+    assert shown + missing == report.peak and data["memory"]["unmatched"] == \
+        len(live) - len(marked)
+    assert "memory" not in page_data(step)  # no report given: no memory colouring
+
+
+@needs_browser
+def test_the_memory_colouring_outlines_the_peak(tmp_path):
+    step = _training_step()
+    path = tmp_path / "step.html"
+    write_page(step, str(path), memory=tdag.memory(step))
+    result = selftest(path)
+    assert result["errors"] == [] and result["memory"]["peak"] and result["memory"]["changed"]
+
+
+def test_cli_show_page_has_the_memory_peak(tmp_path):
+    source, page = tmp_path / "step.tdag", tmp_path / "step.html"
+    tdag.save(_training_step(), str(source))
+    assert cli_main(["show", str(source), "-o", str(page)]) == 0
+    data = json.loads(re.search(r'<script id="program" type="application/json">(.*?)</script>',
+                                page.read_text(), re.S).group(1))
+    assert data["memory"]["peak"] == tdag.memory(tdag.load(str(source))).peak

@@ -14,10 +14,12 @@ understand lowered programs.
 from tdag.lower.kernels import (  # noqa: F401
     activations,
     backward,
+    cnn_backward,
     contraction,
     conv_grad,
     experts,
     layout,
+    linalg,
     ml,
     ml_classifiers,
     norms,

@@ -10,6 +10,7 @@ from tdag.lower.kernels.common import fmt_shape
 from tdag.deinops.extent import broadcast_jax
 from tdag.deinops.movement import reshape_jax, reshape_onnx
 from tdag.deinops.primitive import movement_cost, primitive
+from tdag.deinops.strides import expand_view, reshape_view
 from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
@@ -44,7 +45,7 @@ primitive(Op.reshape, Reshape, 1, _reshape_shape,
           batch=Refuse("is a reshape kernel whose spec is the whole target shape, which may merge "
                        "the batch with other axes: strip the batch before lowering"),
           torch=_reshape_torch, onnx=reshape_onnx, jax=reshape_jax,
-          decompose=lambda s, x: ops.reshape(x, s.shape))
+          decompose=lambda s, x: ops.reshape(x, s.shape), view=reshape_view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ primitive(Op.expand, Expand, 1, _expand_shape,
           batch=Refuse("is an expand kernel whose spec is the whole broadcast shape, the batch "
                        "size included: strip the batch before lowering"),
           torch=_expand_torch, onnx=_expand_onnx, jax=broadcast_jax,
-          decompose=lambda s, x: ops.broadcast_to(x, s.shape))
+          decompose=lambda s, x: ops.broadcast_to(x, s.shape), view=expand_view)
 
 
 @dataclass(frozen=True, slots=True)

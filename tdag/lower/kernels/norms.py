@@ -12,7 +12,8 @@ from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import is_static
+from tdag.ir.symbols import Dim, is_static, product
+from tdag.ir.types import TensorType
 
 # -- normalisations ---------------------------------------------------------------------------
 
@@ -103,10 +104,16 @@ def _trailing_norm_jax(node, a, cx):
     return _affine_jax(out, a, 1, 2, a[0].shape[a[0].ndim - node.spec.count:])
 
 
+def _layer_norm_workspace(spec: LayerNorm, ins, out: TensorType, contiguous) -> Dim:
+    """``F.layer_norm``: ATen's native_layer_norm returns a float32 mean and 1/std per row
+    beside the output; the functional drops them as it returns."""
+    return 2 * 4 * product(out.shape[:out.rank - spec.count])
+
+
 primitive(Op.layer_norm, LayerNorm, range(1, 4), _layer_norm_shape, _layer_norm_eval,
           per_element(8), "mean/variance/rsqrt chain reads the input several times",
           traits=Trait.KERNEL, batch=_TRAILING, torch=_layer_norm_torch, onnx=_layer_norm_onnx,
-          jax=_trailing_norm_jax,
+          jax=_trailing_norm_jax, workspace=_layer_norm_workspace,
           decompose=lambda s, x, *affine: ops.layer_norm(x, _tail(x, s), *affine, eps=s.eps))
 
 

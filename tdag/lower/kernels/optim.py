@@ -21,6 +21,7 @@ from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
+from tdag.ir.symbols import Dim
 from tdag.ir.types import DType, TensorType
 from tdag.lower.kernels.common import same_shape
 
@@ -56,6 +57,34 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr: float, beta1: float,
     as torch's are (the composition's float32 scalars differ from them in the last bits)."""
     out = param.new_empty((3,) + param.shape)
     new_param, new_avg, new_sq = out.unbind(0)
+    _update(param, grad, exp_avg, exp_avg_sq, step, (lr, beta1, beta2, eps, weight_decay),
+            (new_param, new_avg, new_sq))
+    return out
+
+
+def adamw_step_(param, grad, exp_avg, exp_avg_sq, step, lr: float, beta1: float,
+                beta2: float, eps: float, weight_decay: float) -> "Updated":
+    """``adamw_step`` writing over the parameter and its moments, as torch's AdamW updates
+    its tensors: the generated code calls it where nothing reads the three after it, so a
+    step holds no second copy of them."""
+    _update(param, grad, exp_avg, exp_avg_sq, step, (lr, beta1, beta2, eps, weight_decay),
+            (param, exp_avg, exp_avg_sq))
+    return Updated((param, exp_avg, exp_avg_sq))
+
+
+class Updated(tuple):
+    """The three tensors an in-place update wrote, read by the selects the update's lowering
+    puts after the kernel (``select(0, k)`` of the stack it stands for)."""
+
+    def select(self, axis: int, index: int) -> torch.Tensor:
+        return self[index]
+
+
+def _update(param, grad, exp_avg, exp_avg_sq, step, hyper, into) -> None:
+    """One AdamW step written into ``into`` (new parameter, exp_avg, exp_avg_sq), which may
+    be the inputs themselves: each input is read before its own result is written."""
+    lr, beta1, beta2, eps, weight_decay = hyper
+    new_param, new_avg, new_sq = into
     count = float(step) + 1.0
     correction1, correction2 = 1.0 - beta1 ** count, 1.0 - beta2 ** count
     torch.mul(param, 1.0 - lr * weight_decay, out=new_param)
@@ -63,7 +92,6 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr: float, beta1: float,
     torch.mul(exp_avg_sq, beta2, out=new_sq).addcmul_(grad, grad, value=1.0 - beta2)
     denom = new_sq.sqrt().div_(correction2 ** 0.5).add_(eps)
     new_param.addcdiv_(new_avg, denom, value=-lr / correction1)
-    return out
 
 
 def _evaluate(spec: AdamWUpdate, xs, resolve):
@@ -78,7 +106,22 @@ def _torch(node, a, code):
     s = node.spec
     hyper = ", ".join(literal(float(v)) for v in (s.lr, s.beta1, s.beta2, s.eps,
                                                  s.weight_decay))
-    return f"_rt.adamw_step({', '.join(a)}, {hyper})"
+    in_place = overwritten(node, lambda x: code.may_overwrite(node, x),
+                           code.ctx.readers(node.name), code.ctx.graph.outputs)
+    return f"_rt.adamw_step{'_' if in_place else ''}({', '.join(a)}, {hyper})"
+
+
+def overwritten(node, may_overwrite, readers, outputs) -> tuple[str, ...]:
+    """The parameter and moments an update node writes over in the generated torch code
+    (``adamw_step_``), in the order of the stack it stands for; () where it writes a new
+    stack: some later node reads one of them, or the result is read as more than its
+    slices (an output, another op)."""
+    state = (node.inputs[0], node.inputs[2], node.inputs[3])
+    if len(set(state)) == 3 and all(map(may_overwrite, state)) and readers and \
+            node.name not in outputs and \
+            all(r.op is Op.select and r.spec.axis == 0 for r in readers):
+        return state
+    return ()
 
 
 def _onnx(node, ins, g, cx):
@@ -117,12 +160,17 @@ def _jax(node, a, cx):
     return jnp.stack([param, exp_avg, exp_avg_sq])
 
 
+def _workspace(spec: AdamWUpdate, ins, out: TensorType, contiguous) -> Dim:
+    """``_rt.adamw_step``: ``denom = new_sq.sqrt()``, one parameter's size, freed at return."""
+    return ins[0].nbytes
+
+
 primitive(Op.adamw_update, AdamWUpdate, 5, _shape, _evaluate, _cost,
           "the composition makes about sixteen elementwise passes over each parameter (a "
           "subtraction is a negation and an add, a scalar is broadcast first); torch's "
           "lerp/addcmul/addcdiv make about eight",
           traits=Trait.KERNEL,
           batch=Refuse("updates one parameter with a step count shared by all of them"),
-          torch=_torch, onnx=_onnx, jax=_jax,
+          torch=_torch, onnx=_onnx, jax=_jax, workspace=_workspace,
           decompose=lambda s, p, g, m, v, step: ops.adamw_update(
               p, g, m, v, step, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay))

@@ -14,7 +14,7 @@ from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import dims_equal, is_static, product
+from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static, product
 from tdag.ir.types import DType, TensorType
 from tdag.ops.nn.recurrent import recurrent
 
@@ -224,6 +224,28 @@ def _lstm_torch(node, a, code):
     return f"{out}.flip(0)" if s.reverse else out
 
 
+def _lstm_workspace(spec: Lstm, ins, out: TensorType, contiguous) -> Dim:
+    """What ``torch.lstm`` holds beside its output, in [B, H] states (measured with
+    MemTracker): while layer l runs, the layer before's output, every finished cell's final
+    h and c, the direction halves before their concatenation, a non-last layer's output and
+    the running h and c; at the end every cell's h and c twice (then stacked into h_n, c_n,
+    which ``[0]`` drops). Beside them the copies the emitted expression makes: a strided x
+    made contiguous, ``x.flip(0)`` and the unflipped output for ``reverse``, and the h0/c0
+    stacks."""
+    x, _, h0s, _ = lstm_parts(spec, ins)
+    steps, d, layers = x.shape[0], 2 if spec.bidirectional else 1, spec.layers
+    halves = d * steps if d == 2 else 0
+    phases = [(d * steps if k else 0) + 2 * d * k + halves +
+              (d * steps if k < layers - 1 else 0) + 2 * d for k in range(layers)]
+    states = max(phases + [4 * d * layers + halves]) * h0s[0].nbytes
+    copies = 0 if contiguous[0] and not spec.reverse else x.nbytes
+    if spec.reverse:
+        copies += out.nbytes
+    states_in = contiguous[1 + 4 * spec.cells:]  # torch.stack copies; one strided state too
+    copies += (2 * spec.cells if spec.cells > 1 else states_in.count(False)) * h0s[0].nbytes
+    return as_dim(states + copies)
+
+
 def _lstm_onnx(node, ins, g, cx):
     """One ONNX LSTM per layer (both directions in one where bidirectional); ONNX orders
     the gates (i, o, f, c) where torch has (i, f, g, o)."""
@@ -297,4 +319,5 @@ primitive(Op.lstm, Lstm, range(7, 1 << 12), _lstm_shape, _lstm_eval, _lstm_cost,
           traits=Trait.KERNEL,
           batch=Refuse("works on the framework's fixed [T, B, I] layout with [B, H] states: "
                        "strip the batch before lowering"),
-          torch=_lstm_torch, onnx=_lstm_onnx, jax=_lstm_jax, decompose=_lstm_decompose)
+          torch=_lstm_torch, onnx=_lstm_onnx, jax=_lstm_jax, decompose=_lstm_decompose,
+          workspace=_lstm_workspace)

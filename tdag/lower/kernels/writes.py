@@ -23,9 +23,9 @@ import torch
 from tdag.deinops.primitive import Cost, traffic
 from tdag.deinops.primitive import primitive
 from tdag.deinops.scatter import Scatter
-from tdag.errors import ShapeError
+from tdag.errors import ShapeError, TdagError
 from tdag.ir.batching import Refuse
-from tdag.ir.symbols import as_dim, dims_equal
+from tdag.ir.symbols import as_dim, dims_equal, is_static, symbol
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec, Trait, record
 from tdag.ir.types import DType, TensorType
@@ -78,6 +78,89 @@ primitive(Op.bincount, NoSpec, 2, _shape, _eval, _cost,
           traits=Trait.KERNEL, batch=Refuse("counts along its only axis"), torch=_torch,
           onnx=_onnx, jax=_jax,
           decompose=lambda s, target, index: writes.scatter(target, index, 1, 0, "add"))
+
+
+# -- bincount_sized ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BincountSized:
+    """torch.bincount(x, minlength=minlength): ``length`` (a fresh symbol) is max(x) + 1, at
+    least ``minlength``; a negative x is refused."""
+
+    length: str
+    minlength: int = 0
+
+    @property
+    def fresh(self) -> tuple[str, ...]:
+        return (self.length,)
+
+    def bounds(self, in_types) -> dict:
+        return {}  # max(x) + 1: any value the data holds
+
+
+def _sized_shape(spec: BincountSized, ins):
+    (x,) = ins
+    if x.rank != 1 or x.dtype is not DType.i64:
+        raise ShapeError(f"bincount_sized: an i64 vector, got {x}")
+    return TensorType((symbol(spec.length),), DType.i64)
+
+
+def _sized_eval(spec: BincountSized, xs, resolve):
+    (x,) = xs
+    if x.numel() and int(x.min()) < 0:
+        raise TdagError(f"bincount: x holds {int(x.min())}, the values must be >= 0")
+    return torch.bincount(x, minlength=spec.minlength)
+
+
+def _sized_cost(spec, ins, out) -> Cost:
+    """torch.bincount's three passes over x: a min (no negative value), a max (the length)
+    and an increment per entry."""
+    return Cost(as_dim(3 * ins[0].numel), as_dim(3 * ins[0].nbytes), out.nbytes)
+
+
+def _sized_onnx(node, ins, g, cx):
+    """The composition: the length from ReduceMax (-1 where ReduceMin is negative, which
+    ConstantOfShape refuses) and a ScatterElements count of ones."""
+    from onnx import TensorProto, helper  # noqa: PLC0415  (onnx only where ONNX is emitted)
+    x, low = ins[0], g.const(node.spec.minlength)
+    length = low
+    if not _empty(cx.type(node.inputs[0])):
+        top = g.node("Add", [g.node("ReduceMax", [x], keepdims=0), g.const(1)])
+        ok = g.node("GreaterOrEqual", [g.node("ReduceMin", [x], keepdims=0), g.const(0)])
+        length = g.node("Where", [ok, g.node("Max", [top, low]), g.const(-1)])
+    zeros = g.node("ConstantOfShape", [g.node("Reshape", [length, g.const([1])])],
+                   value=helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
+    ones = g.node("Expand", [g.const(1), g.node("Shape", [x])])
+    return g.node("ScatterElements", [zeros, x, ones], axis=0, reduction="add")
+
+
+def _empty(t: TensorType) -> bool:
+    return is_static(t.numel) and t.numel == 0
+
+
+def _sized_jax(node, a, cx):
+    """Runs eagerly only (``to_jax`` runs a TDAG with a fresh size without jit): the
+    length is a concrete value."""
+    (x,) = a
+    if x.size and int(x.min()) < 0:
+        raise TdagError(f"bincount: x holds {int(x.min())}, the values must be >= 0",
+                        node=node.name, origin=node.origin)
+    length = max(int(x.max()) + 1 if x.size else 0, node.spec.minlength)
+    return cx.jnp.zeros((length,), cx.dtype(DType.i64)).at[x].add(1)
+
+
+primitive(Op.bincount_sized, BincountSized, 1, _sized_shape, _sized_eval,
+          _sized_cost,
+          "bincount's length (a max and a check for negative values, two passes) and its "
+          "count: torch.bincount finds the length as it counts, as eager does (its own min "
+          "and max passes); five passes where eager makes three",
+          traits=Trait.KERNEL | Trait.FRESH_SIZE,
+          batch=Refuse("sizes its result by the largest value of every sample together"),
+          torch=lambda node, a, code:
+              f"torch.bincount({a[0]}, minlength={node.spec.minlength})",
+          onnx=_sized_onnx, jax=_sized_jax,
+          decompose=lambda s, x: writes.bincount(x, None, s.minlength, s.length))
 
 
 # -- embedding_bag -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Pooling and resampling as compositions of primitives, on the trailing 1-3 spatial axes.
 
-max_pool / avg_pool = pad + unfold (one per axis) + reduce (max / sum, then divide by counts)
+max_pool            = pad + unfold (one per axis) + the sum of each window's first maximum
+avg_pool            = pad + unfold (one per axis) + reduce-sum, divided by counts
 adaptive pools      = unfold when the windows tile the axis, else gather of (out, k) windows
 interpolate         = gather (nearest), or 2 (linear) / 4 (cubic) gathers + a weighted sum
                       per axis, with index and weight consts computed at trace time
@@ -94,7 +95,29 @@ def max_pool(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     d, kernel, stride, padding, dilation = pool_args(x, kernel_size, stride, padding,
                                                      dilation, spatial_dims, "max_pool")
     windows = pool_windows(x, d, kernel, stride, padding, dilation, ceil_mode, fill_value(x, True))
-    return core.amax(windows, tuple(range(windows.ndim - d, windows.ndim)))
+    axes = tuple(range(windows.ndim - d, windows.ndim))
+    if not x.dtype.is_float:  # no gradient to route
+        return core.amax(windows, axes)
+    return core.sum(core.where(first_max(windows, kernel), windows, -0.0), axes)
+
+
+def first_max(windows: Tensor, kernel: tuple) -> Tensor:
+    """The mask of each window's first maximum (or first nan) over its trailing
+    ``len(kernel)`` axes, in row-major window order.
+
+    max_pool's value is the window's sum of where(mask, x, -0.0): exactly its max (one cell
+    plus negative zeros), and a gradient that goes all to the first maximum, as torch's
+    max_pool2d_with_indices_backward and JAX's select_and_scatter give it. A reduce-max
+    would split it evenly over tied maxima (torch's amax rule), and ties are common after a
+    ReLU. Lowering folds the value back into one max_pool kernel (tdag/lower/pool.py) and
+    its gradient into max_pool_backward (tdag/lower/cnn_backward.py)."""
+    axes = tuple(range(windows.ndim - len(kernel), windows.ndim))
+    count = math.prod(kernel)
+    hit = core.logical_or(core.eq(windows, core.amax(windows, axes, keepdim=True)),
+                          core.isnan(windows))
+    places = windows.builder.const(torch.arange(count).reshape(kernel))
+    first = core.amin(core.where(hit, places, count), axes, keepdim=True)
+    return core.eq(places, first)
 
 
 def avg_pool(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,

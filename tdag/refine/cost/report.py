@@ -28,7 +28,8 @@ passes in. Conventions:
   quantized model's work and traffic by element type (``tdag.refine.cost.dtypes``).
 - **saved_bytes**: of a gradient or training program, the forward values its backward nodes
   read (each once, on the forward node that computes it; lowered): the activations training
-  keeps (``tdag.refine.cost.saved``).
+  keeps (``tdag.refine.cost.saved``); of a program with control flow, the values its forward
+  steps hand its backward steps (in the total and the forward phase, on no node's row).
 
 Source figures are attributed to the lowered node of the same provenance (source op, module
 scope, line): the kernel that replaced them. A source node with no lowered counterpart (a
@@ -57,7 +58,7 @@ puts every such size at its bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import sympy
 
@@ -73,7 +74,7 @@ from tdag.refine.cost import table as cost_table
 from tdag.refine.cost.causal import CausalMasks
 from tdag.refine.cost.dtypes import bytes_by_dtype, int_macs
 from tdag.refine.cost.fusion import Sizes, contraction_flops, fused_traffic, view_accesses
-from tdag.refine.cost.saved import saved_for_backward
+from tdag.refine.cost.saved import saved_between_steps, saved_for_backward
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,12 @@ def cost(prog: Program | TDAG, lowered: Program | TDAG | None = None) -> CostRep
         if len(prog.main.steps) == len(steps):  # the same controllers: the source's labels
             steps = tuple(_add_steps(_step_cost(a, src_one), b)
                           for a, b in zip(prog.main.steps, steps))
+    per_phase = rows.sum_by(lambda key: rows.info[key][3])
+    kept = saved_between_steps(run)
+    if kept != 0:  # a program with control flow: what its forward steps hand its backward
+        total = replace(total, saved_bytes=as_dim(total.saved_bytes + kept))
+        per_phase["forward"] = replace(per_phase["forward"], saved_bytes=as_dim(
+            per_phase["forward"].saved_bytes + kept))
     bounds = _fresh_bounds(run.graphs[name] for name in run_calls)
     bounds.update(_fresh_bounds(prog.graphs[name] for name in src_calls))
     return CostReport(total, rows.per_node(), rows.sum_by(lambda key: rows.info[key][0]),
@@ -410,7 +417,7 @@ def cost(prog: Program | TDAG, lowered: Program | TDAG | None = None) -> CostRep
                       dict(rows.info), lowered=lowered is not None,
                       bytes_by_dtype=bytes_by_dtype(
                           run, {g: c.value() for g, c in run_calls.items()}),
-                      per_phase=rows.sum_by(lambda key: rows.info[key][3]))
+                      per_phase=per_phase)
 
 
 def _as_program(prog: Program | TDAG) -> Program:

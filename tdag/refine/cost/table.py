@@ -42,6 +42,7 @@ from tdag.refine.cost import roofline
 
 SCHEMA = "tdag.cost/1"
 BY = ("layer", "op", "scope", "node", "graph", "step", "phase")
+_PHASE_ORDER = {"forward": 0, "recompute": 1, "backward": 2, "optimizer": 3}  # as a step runs
 ROW_KEYS = ("name", "path", "depth", "op", "scope", "flops", "matmul_flops", "useful_flops",
             "masked_flops", "int_macs", "float_flops", "bytes_read", "bytes_written", "bytes",
             "unfused_bytes", "fused_bytes", "saved_bytes", "intensity", "flops_share",
@@ -155,9 +156,10 @@ def _rows(report, by: str, depth: int | None) -> list[_Row]:
     elif by == "op":
         rows = [_Row(op, op, 0, fig, [k for k, i in report.node_info.items() if i[0] == op])
                 for op, fig in report.per_op.items()]
-    elif by == "phase":  # forward, backward, optimizer: a training program's parts
-        rows = [_Row(ph, ph, 0, fig, [k for k, i in report.node_info.items() if i[3] == ph])
-                for ph, fig in report.per_phase.items()]
+    elif by == "phase":  # forward, recompute, backward, optimizer: a training program's parts
+        phases = sorted(report.per_phase, key=lambda ph: (_PHASE_ORDER.get(ph, 9), ph))
+        rows = [_Row(ph, ph, 0, report.per_phase[ph],
+                     [k for k, i in report.node_info.items() if i[3] == ph]) for ph in phases]
     elif by == "graph":
         rows = [_Row(g, g, 0, fig, [k for k in report.per_node if k[0] == g])
                 for g, fig in report.per_graph.items()]

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field, replace
 from tdag import ops
 from tdag.ir.graph import TDAG, Value
 from tdag.ir.names import FreshNames
-from tdag.ir.program import Block, Call, If, Loop, Program, all_steps
-from tdag.ir.types import DType, TensorType
+from tdag.ir.program import (
+    Block, Call, If, Loop, Program, all_steps, nested_blocks, step_reads, with_blocks,
+)
+from tdag.ir.types import BACKWARD, DType, Origin, TensorType
 from tdag.ir.verify import block_types
 from tdag.ops.builder import Builder
-from tdag.refine.grad.reverse import GradError, vjp_graph
+from tdag.refine.grad.reverse import GradError, recomputed, vjp_graph
 
 _I64 = TensorType((), DType.i64)
 
@@ -54,6 +56,7 @@ class Reverse:
         self.graphs = dict(prog.graphs)
         self.names = FreshNames(_block_names(prog.main) | set(prog.state))
         self._adders: dict = {}  # (shape, dtype) -> the add graph; ("zeros", ...) zeros
+        self._recomputed: dict = {}  # a forward TDAG's name -> its copy marked recompute
 
     # -- blocks ---------------------------------------------------------------------------
 
@@ -146,23 +149,33 @@ class Reverse:
 
     # -- loops ----------------------------------------------------------------------------
 
-    def _keep_carried(self, loop: Loop) -> tuple[Loop, list[str]]:
-        """The loop, also stacking the values carried into each trip (its residuals)."""
+    def _keep_carried(self, loop: Loop) -> tuple[Loop, list]:
+        """The loop, also stacking the values carried into each trip (its residuals): the
+        name of each carried value's stack, None for a value every trip passes on unchanged
+        (an LSTM's whole input sequence), which the reverse reads as it is: stacking it would
+        keep a copy per trip, memory quadratic in the sequence."""
         if loop.cond is not None and not loop.inputs:
             raise GradError("grad: a while loop that carries nothing has no gradient to take")
         carried_in = tuple(v.name for v in loop.body.inputs[1:])
-        body = replace(loop.body, outputs=loop.body.outputs + carried_in)
-        stacked = [self.fresh(f"{name}.stack") for name in carried_in]
-        out = replace(loop, body=body, outputs=loop.outputs + tuple(stacked),
-                      scanned=loop.scanned + len(carried_in))
+        go = loop.cond is not None
+        passed = [not go and out == name for out, name in
+                  zip(loop.body.outputs[go:go + len(carried_in)], carried_in)]
+        if all(passed) and not loop.scanned:  # the reverse counts its trips on a stack
+            passed = [False] * len(passed)
+        kept = tuple(name for name, same in zip(carried_in, passed) if not same)
+        body = replace(loop.body, outputs=loop.body.outputs + kept)
+        stacked = [None if same else self.fresh(f"{name}.stack")
+                   for name, same in zip(carried_in, passed)]
+        out = replace(loop, body=body, outputs=loop.outputs + tuple(filter(None, stacked)),
+                      scanned=loop.scanned + len(kept))
         return out, stacked
 
-    def _loop(self, loop: Loop, stacked: list[str], types: dict, back: Reversed) -> None:
-        n = len(loop.inputs)
-        finals, scans = loop.outputs[:n], loop.outputs[n:n + loop.scanned - n]
+    def _loop(self, loop: Loop, stacked: list, types: dict, back: Reversed) -> None:
+        n, k = len(loop.inputs), sum(1 for s in stacked if s)
+        finals, scans = loop.outputs[:n], loop.outputs[n:n + loop.scanned - k]
         if not any(o in back.cotangents for o in finals + scans):
             return
-        body = replace(loop.body, outputs=loop.body.outputs[:len(loop.body.outputs) - n])
+        body = replace(loop.body, outputs=loop.body.outputs[:len(loop.body.outputs) - k])
         params = sorted({p for s in all_steps(body) if isinstance(s, Call)
                          for p in self.graphs[s.graph].weights if p in self.wrt})
         start = self._prelude(loop, finals, scans, stacked, params, types, back)
@@ -186,25 +199,28 @@ class Reverse:
     def _prelude(self, loop, finals, scans, stacked, params, types, back) -> list[str]:
         """The reverse loop's initial carried values: the final values' cotangents, zero
         sums of the parameters' gradients, and (passed through) the stacks of the forward
-        trips' carried values and of the scanned outputs' cotangents."""
+        trips' carried values, the values no trip changes, and the scanned outputs'
+        cotangents."""
         start = [self.or_zeros(back.cotangents, Value(f, types[f]), back.steps)
                  for f in finals]
         start += [self.zeros_of_param(p, back.steps) for p in params]
-        start += list(stacked)
+        start += [s for s in stacked if s] + [x for x, s in zip(loop.inputs, stacked) if not s]
         start += [self.or_zeros(back.cotangents, Value(s, types[s]), back.steps)
                   for s in scans]
         return start
 
     def _reverse_body(self, body: Block, loop: Loop, scans, stacked, params, types):
-        """The reverse loop's body: (j, d carried..., grad sums..., stacks..., d scans...);
-        a while loop's reverse also says whether a trip is left (its first output)."""
+        """The reverse loop's body: (j, d carried..., grad sums..., stacks..., unchanged
+        carried values..., d scans...); a while loop's reverse also says whether a trip is
+        left (its first output)."""
         n = len(loop.inputs)
         go = loop.cond is not None  # a while body's first output is its condition
         next_carried, scanned = body.outputs[go:go + n], body.outputs[go + n:]
         carried = list(body.inputs[1:])
         d_in = [Value(self.fresh(f"d.{v.name}"), v.type) for v in carried]
         sums = [Value(self.fresh(f"sum.{p}"), self._param_type(p)) for p in params]
-        stacks = [Value(self.fresh(f"{s}.in"), types[s]) for s in stacked]
+        stacks = [Value(self.fresh(f"{s}.in"), types[s]) for s in stacked if s]
+        held = [v for v, s in zip(carried, stacked) if not s]  # under the body's own names
         d_scans = [Value(self.fresh(f"d.{s}.in"), types[s]) for s in scans]
         j = Value(self.fresh("j"), _I64)
         trip = self.graph("reverse_trip", _trip_graph([v.type for v in stacks],
@@ -212,8 +228,8 @@ class Reverse:
         picked = [self.fresh(f"d.{o}") for o in scanned]
         more = [self.fresh("more_trips")] if go else []
         pick = Call(trip, (j.name,) + tuple(v.name for v in stacks + d_scans),
-                    tuple(more) + (body.inputs[0].name,) + tuple(v.name for v in carried)
-                    + tuple(picked))
+                    tuple(more) + (body.inputs[0].name,) +
+                    tuple(v.name for v, s in zip(carried, stacked) if s) + tuple(picked))
         seeds = {o: d.name for o, d in zip(next_carried, d_in)}
         seeds.update(zip(scanned, picked))
         fwd, rev = self.block(Block(body.inputs, body.steps, ()), seeds)
@@ -224,9 +240,23 @@ class Reverse:
                 outs.append(self.sum(s.name, rev.grads[p], s.type, steps))
             else:
                 outs.append(s.name)
-        outs += [v.name for v in stacks + d_scans]
-        inputs = (j,) + tuple(d_in + sums + stacks + d_scans)
-        return Block(inputs, tuple(steps), tuple(outs)), stacks + d_scans
+        outs += [v.name for v in stacks + held + d_scans]
+        inputs = (j,) + tuple(d_in + sums + stacks + held + d_scans)
+        rerun = {id(step) for step in fwd.steps}
+        kept = tuple(self._recomputing(step) if id(step) in rerun else step
+                     for step in _needed(steps, outs))
+        return Block(inputs, kept, tuple(outs)), stacks + held + d_scans
+
+    def _recomputing(self, step):
+        """``step`` calling copies of its TDAGs marked as recomputation (a reverse trip
+        reruns its forward trip), so that cost reports tell that work from the forward's."""
+        if not isinstance(step, Call):
+            return with_blocks(step, [replace(b, steps=tuple(map(self._recomputing, b.steps)))
+                                      for b in nested_blocks(step)])
+        if step.graph not in self._recomputed:
+            self._recomputed[step.graph] = self.graph(f"{step.graph}_recomputed",
+                                                      recomputed(self.graphs[step.graph]))
+        return replace(step, graph=self._recomputed[step.graph])
 
     # -- names, zeros and sums ------------------------------------------------------------
 
@@ -272,7 +302,7 @@ class Reverse:
         b = Builder()
         w = self._param_weight(p)
         x = b.weight(p, w.kind, w.value, w.type)
-        with b.active():
+        with b.active(), b.scope(_FILL):
             zero = ops.full(x.shape, 0.0, x.dtype, like=x)
         out = self.fresh(f"zero.{p}")
         steps.append(Call(self.graph("zeros", b.build([zero])), (), (out,)))
@@ -304,6 +334,18 @@ def _trip_graph(stacks: list[TensorType], d_scans: list[TensorType], go: bool) -
     return b.build(more + [t] + rows)
 
 
+def _needed(steps: list, outputs) -> tuple:
+    """The steps whose outputs the block's ``outputs`` depend on, in order: a reverse trip's
+    backward steps recompute their own forward values, so a forward step whose outputs only
+    the backward's inputs would have read (a single-Call body's rerun) is dropped."""
+    needed, kept = set(outputs), []
+    for step in reversed(steps):
+        if needed & set(step.outputs):
+            kept.append(step)
+            needed |= step_reads(step)
+    return tuple(reversed(kept))
+
+
 def _any_trips(stack: TensorType) -> TDAG:
     """A stack of a while loop's trips -> whether it holds any (the reverse's first cond)."""
     b = Builder()
@@ -314,12 +356,16 @@ def _any_trips(stack: TensorType) -> TDAG:
 
 
 def filled_like(type: TensorType, value: float) -> TDAG:
-    """The TDAG (like) -> ``value`` in like's shape: a seed, zeros for a missing cotangent."""
+    """The TDAG (like) -> ``value`` in like's shape: a seed, zeros for a missing cotangent
+    (backward work: the cost reports' phases)."""
     b = Builder()
     x = b.input("like", type)
-    with b.active():
+    with b.active(), b.scope(_FILL):
         out = ops.full(x.shape, value, x.dtype, like=x)
     return b.build([out])
+
+
+_FILL = Origin(BACKWARD + "fill")
 
 
 def _block_names(block: Block) -> set[str]:

@@ -21,7 +21,7 @@ from tdag.errors import ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.record import Trait, record
 from tdag.ir.symbols import is_static
-from tdag.ir.types import BACKWARD, Origin, TensorType
+from tdag.ir.types import BACKWARD, RECOMPUTE, Origin, TensorType
 from tdag.ops.builder import Builder
 from tdag.ops.tensor import Tensor
 from tdag.refine.dataflow import prune
@@ -56,11 +56,12 @@ def vjp_graph(graph: TDAG, seeded: Sequence[int], wrt: Sequence[str]) -> TDAG:
     """The backward TDAG of one step of a program: its inputs are ``graph``'s, then the
     cotangents of the outputs at positions ``seeded`` (each named ``d.<output>``); its
     outputs are the cotangents of the names in ``wrt`` (inputs or weights; zeros where none
-    flows). The forward values the backward reads are recomputed inside it."""
-    builder, values = _copy(graph, wrt)
+    flows). The forward values the backward reads are recomputed inside it (their origin
+    marked ``recompute:``, so cost reports count that work apart from the forward's)."""
+    builder, values = _copy(graph, wrt, RECOMPUTE)
     seeds: dict[str, Tensor] = {}
-    with builder.active():
-        for k in seeded:
+    with builder.active(), builder.scope(Origin(BACKWARD + "cotangents")):
+        for k in seeded:  # an output named twice (the next state and a scanned copy) sums
             name = graph.outputs[k]
             seed = builder.input(builder.fresh(f"d.{name}"), values[name].type)
             seeds[name] = seeds[name] + seed if name in seeds else seed
@@ -69,8 +70,20 @@ def vjp_graph(graph: TDAG, seeded: Sequence[int], wrt: Sequence[str]) -> TDAG:
     return prune(builder.build(grads))
 
 
-def _copy(graph: TDAG, wrt: Sequence[str]) -> tuple[Builder, dict[str, Tensor]]:
-    """A builder holding ``graph``'s forward nodes (kernels as their compositions)."""
+def recomputed(graph: TDAG) -> TDAG:
+    """``graph`` with every node's origin marked ``recompute:``: the forward steps a
+    reverse loop's trip runs again, counted apart from the forward pass."""
+    return graph.replace(nodes=tuple(n.replace(origin=_marked(n, RECOMPUTE)) for n in graph.nodes))
+
+
+def _marked(node: Node, mark: str) -> Origin:
+    origin = node.origin
+    return Origin(mark + (origin.op or node.op.value), origin.scope, origin.location)
+
+
+def _copy(graph: TDAG, wrt: Sequence[str], mark: str = "") -> tuple[Builder, dict[str, Tensor]]:
+    """A builder holding ``graph``'s forward nodes (kernels as their compositions), each
+    origin's op prefixed with ``mark``."""
     builder = Builder()
     builder.reserve(n.name for n in graph.nodes)
     values = _leaves(builder, graph)
@@ -82,7 +95,7 @@ def _copy(graph: TDAG, wrt: Sequence[str]) -> tuple[Builder, dict[str, Tensor]]:
                             "values have gradients")
     with builder.active():
         for node in graph.nodes:
-            values[node.name] = _replay(builder, node, values)
+            values[node.name] = _replay(builder, node, values, mark)
     return builder, values
 
 
@@ -110,12 +123,12 @@ def _leaves(builder: Builder, graph: TDAG) -> dict[str, Tensor]:
     return values
 
 
-def _replay(builder: Builder, node: Node, values: dict[str, Tensor]) -> Tensor:
+def _replay(builder: Builder, node: Node, values: dict[str, Tensor], mark: str) -> Tensor:
     """The forward node, copied; a kernel as its composition (the kernel's output name then
     names nothing: the composition's last node holds the value)."""
     operands = [values[name] for name in node.inputs]
     rec = record(node.op)
-    with builder.scope(node.origin):
+    with builder.scope(_marked(node, mark) if mark else node.origin):
         if rec.has(Trait.KERNEL) and rec.vjp is None:
             out = rec.decompose(node.spec, *operands)
             if not isinstance(out, Tensor):
@@ -148,10 +161,12 @@ def _backward(builder: Builder, seeds: dict[str, Tensor], wrt: set[str]) -> dict
 
 
 def _active(tape: list[Node], wrt: set[str]) -> set[str]:
-    """The floating-point values that depend on ``wrt``: the ones cotangents flow to."""
+    """The floating-point (and complex) values that depend on ``wrt``: the ones cotangents
+    flow to."""
     active = set(wrt)
     for node in tape:
-        if node.type.dtype.is_float and any(name in active for name in node.inputs):
+        inexact = node.type.dtype.is_float or node.type.dtype.is_complex
+        if inexact and any(name in active for name in node.inputs):
             active.add(node.name)
     return active
 
@@ -164,7 +179,7 @@ def _types(builder: Builder) -> dict[str, TensorType]:
 
 
 def _backward_origin(node: Node) -> Origin:
-    source = node.origin.op or node.op.value
+    source = node.origin.op.removeprefix(RECOMPUTE) or node.op.value
     return Origin(BACKWARD + source, node.origin.scope, node.origin.location)
 
 
@@ -176,4 +191,4 @@ def _check(node: Node, name: str, part: Tensor, expected: TensorType) -> None:
 
 
 
-__all__ = ["BACKWARD", "GradError", "joint_graph", "vjp_graph"]
+__all__ = ["BACKWARD", "GradError", "joint_graph", "recomputed", "vjp_graph"]

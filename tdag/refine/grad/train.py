@@ -106,14 +106,16 @@ def _step_graph(joint: TDAG, call: Call, loss: str, params, slots, step_name,
 
 
 def _state(weights: dict, params, slots, step_name) -> dict[str, Weight]:
+    """The step's state. A parameter without a value (captured on the meta device) gives
+    valueless state too: the step can be analysed (``tdag.cost``, ``tdag.memory``), not run."""
     state = {}
     for p in params:
         w = weights[p]
-        if w.value is None:
-            raise GradError(f"train_step: parameter {p!r} has no value (captured on meta?)")
-        state[p] = Weight(TensorKind.parameter, w.type, w.value.detach().clone())
+        value = None if w.value is None else w.value.detach().clone()
+        state[p] = Weight(TensorKind.parameter, w.type, value)
         for name in slots[p].values():
-            state[name] = Weight(TensorKind.buffer, w.type, torch.zeros_like(w.value))
+            state[name] = Weight(TensorKind.buffer, w.type,
+                                 None if value is None else torch.zeros_like(value))
     state[step_name] = Weight(TensorKind.buffer, TensorType((), DType.f32),
                               torch.zeros((), dtype=torch.float32))
     return state

@@ -26,7 +26,7 @@ _JNP_NAMES = {
     DType.u64: "uint64", DType.u32: "uint32", DType.u16: "uint16", DType.u8: "uint8",
     DType.bool: "bool_", DType.f8e4m3fn: "float8_e4m3fn", DType.f8e4m3fnuz: "float8_e4m3fnuz",
     DType.f8e5m2: "float8_e5m2", DType.f8e5m2fnuz: "float8_e5m2fnuz",
-    DType.f8e8m0fnu: "float8_e8m0fnu",
+    DType.f8e8m0fnu: "float8_e8m0fnu", DType.c64: "complex64", DType.c128: "complex128",
 }
 
 
@@ -66,6 +66,7 @@ class JaxContext:
     jnp = jnp
     lax = lax
     nn = jax.nn
+    vjp = staticmethod(jax.vjp)  # a kernel whose closed form is a JAX primitive's transpose
 
     def shape(self, dims) -> tuple[int, ...]:
         return tuple(self.resolve(d) for d in dims)

@@ -26,6 +26,7 @@ from tdag.errors import UnsupportedOpError
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, has
 from tdag.ir.types import FLOAT8, DType
+from tdag.reify.onnx.complex import emit_complex, touches_complex
 
 CARRIER = {DType.i16: DType.i32, DType.u16: DType.i32, DType.u32: DType.i64,
            DType.bf16: DType.f32, **{f8: DType.f32 for f8 in FLOAT8}}
@@ -36,6 +37,8 @@ _POW_CARRIER = {**CARRIER, DType.u8: DType.i32, DType.i8: DType.i32}
 def emit_carried(node, ins: Sequence[str], cx, g, emit: Callable) -> str:
     """``emit(node, ins, cx)``, the ONNX nodes for ``node``, on carriers where it needs
     them; the emitter then sees the widened types of the node and its operands."""
+    if touches_complex(node, cx):  # complex values are (real, imaginary) pairs
+        return emit_complex(node, ins, cx, g, emit)
     dtypes = [cx.type(n).dtype for n in node.inputs]
     out = node.type.dtype
     if node.op is Op.where and out is DType.u64:

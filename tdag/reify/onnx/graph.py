@@ -25,7 +25,10 @@ def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
 
 
 def _fill_tensor(proto: onnx.TensorProto, name: str, value: torch.Tensor) -> onnx.TensorProto:
-    value = value.detach().contiguous().cpu()
+    value = value.detach().cpu()
+    if value.is_complex():  # to_onnx holds a complex value as its pair (reify/onnx/complex.py)
+        value = torch.view_as_real(value.resolve_conj())
+    value = value.contiguous()
     dtype = DType.of(value.dtype)
     # numpy has no bfloat16 or float8: their raw bits go as unsigned integers of their width
     raw = value.view(torch.int16) if dtype is DType.bf16 else \

@@ -36,6 +36,7 @@ from tdag.lower.pipeline import lower as lower_program
 from tdag.refine.dataflow import fresh_definers, sizes_named
 from tdag.reify.onnx import ort
 from tdag.reify.onnx.carriers import emit_carried
+from tdag.reify.onnx.complex import refuse_complex_io
 from tdag.reify.onnx.shortcuts import counted_size, emit_mean, mean_of, unwrapped_index
 from tdag.reify.onnx.graph import (
     ONNX_DTYPE,
@@ -158,6 +159,8 @@ class _Exporter:
         renames = {}
         labels = [self.prog.class_labels.get(name) for name in main.outputs] + \
             [None] * len(written)
+        refuse_complex_io([(v.name, v.type) for v in main.inputs] +
+                          list(zip(main.outputs, out_types)))
         infos = []
         for src, dst, t, classes in zip(outs, out_names, out_types, labels):
             if classes is not None:  # probabilities -> their maps (Program.class_labels)
@@ -409,4 +412,6 @@ def write_onnx(model: onnx.ModelProto, path) -> None:
 def _typed(value: float, dtype: DType):
     if dtype is DType.bool:
         return bool(value)
+    if dtype.is_complex:
+        return complex(value)
     return float(value) if dtype.is_float else int(value)

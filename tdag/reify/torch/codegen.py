@@ -24,6 +24,7 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
+from tdag.lower.kernels.optim import overwritten
 from tdag.lower.match import scalar
 from tdag.refine.dataflow import fresh_definers, sizes_named
 
@@ -92,6 +93,14 @@ class Code:
         self.ctx, self.device = ctx, device
         self.symbols: set[str] = set()
         self._once: dict = {}
+        self._last_read = _last_reads(ctx.graph)
+        self._at = {node.name: k for k, node in enumerate(ctx.graph.nodes)}
+
+    def may_overwrite(self, node: Node, name: str) -> bool:
+        """Whether ``node`` may write over the value ``name`` in place: nothing after it
+        reads the value or a view of it, and it is not an output (an optimizer updating
+        its state, as torch's optimizers do)."""
+        return self._last_read.get(name) == self._at[node.name]
 
     def once(self, key, expr: str) -> str:
         """``expr`` evaluated once per graph: the first ask binds it to a local in place
@@ -227,6 +236,9 @@ def operand_literal(ctx: Context, name: str) -> str | None:
 def _typed_literal(value, dtype: DType) -> str:
     if dtype is DType.bool:
         return literal(bool(value))
+    if dtype.is_complex:
+        value = complex(value)
+        return f"complex({literal(value.real)}, {literal(value.imag)})"
     if not dtype.is_float:
         return literal(int(value))
     return literal(float(value), dtype)
@@ -266,6 +278,20 @@ def broadcasts_to(shapes, target) -> bool:
     return True
 
 
+def liveness(graph: TDAG) -> tuple[set[str], dict[str, list[str]], dict[str, tuple]]:
+    """The nodes ``graph_source`` writes, per node the values deleted after it, and the
+    nodes that write over their operands (an optimizer update -> the values it overwrites):
+    the schedule whose memory ``tdag.memory`` replays."""
+    ctx, scope = Context(graph), Scope()
+    refs = {node.name: _operands(node, ctx, scope)[1] for node in graph.nodes}
+    live = _live(graph, refs)
+    code = Code(ctx, "")
+    overwrites = {node.name: parts for node in graph.nodes if node.op is Op.adamw_update
+                  and (parts := overwritten(node, lambda x, node=node: code.may_overwrite(
+                      node, x), ctx.readers(node.name), graph.outputs))}
+    return live, _last_uses(graph, live, refs), overwrites
+
+
 def _live(graph: TDAG, refs: dict) -> set[str]:
     """The nodes to write: those the outputs read, and the definers of the run-time sizes
     they name (their results bind the sizes even where no one reads their values)."""
@@ -277,6 +303,22 @@ def _live(graph: TDAG, refs: dict) -> set[str]:
             if definer:
                 live.update(definer[s] for s in sizes_named(node) if s in definer)
     return live
+
+
+def _last_reads(graph: TDAG) -> dict[str, int]:
+    """The position of the last node reading each value, counting the reads of the views
+    made from it (torch runs those ops as views of the same storage); past the end for
+    an output."""
+    shows: dict[str, str] = {}  # a view -> the value whose storage it shows
+    last: dict[str, int] = {}
+    for k, node in enumerate(graph.nodes):
+        if record(node.op).view is not None and node.inputs:
+            shows[node.name] = shows.get(node.inputs[0], node.inputs[0])
+        for name in node.inputs:
+            last[shows.get(name, name)] = last[name] = k
+    for name in graph.outputs:
+        last[shows.get(name, name)] = last[name] = len(graph.nodes)
+    return last
 
 
 def _last_uses(graph: TDAG, live: set, refs: dict) -> dict[str, list[str]]:

@@ -9,8 +9,10 @@ from tdag.deinops.scatter import scatter_rows  # noqa: F401  (generated code cal
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
+from tdag.lower.kernels.backward import rms_norm_backward  # noqa: F401  (generated)
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
-from tdag.lower.kernels.optim import adamw_step  # noqa: F401  (generated code)
+from tdag.lower.kernels.linalg import linalg_eigh, linalg_qr, linalg_svd  # noqa: F401  (generated)
+from tdag.lower.kernels.optim import adamw_step, adamw_step_  # noqa: F401  (generated code)
 from tdag.lower.kernels.sorting import topk_positions  # noqa: F401  (generated code)
 
 
@@ -29,8 +31,8 @@ def set_state(module: torch.nn.Module, name: str, value: torch.Tensor) -> None:
     """Write a program state tensor (a buffer, maybe nested by dots); its shape may change."""
     *path, leaf = name.split(".")
     owner = module
-    for part in path:
-        owner = getattr(owner, part)
+    for part in path:  # the submodule tables, not getattr: a training step writes ~100 states
+        owner = owner._modules[part]
     owner._buffers[leaf] = value
 
 

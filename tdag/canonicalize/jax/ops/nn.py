@@ -7,6 +7,7 @@ import string
 from tdag import ops
 from tdag.canonicalize.jax.ops.table import dtype_of_np, op
 from tdag.canonicalize.jax.ops.shape import interior_pad
+from tdag.ops.nn.pool import first_max
 from tdag.ops.nn.util import fill_value
 from tdag.ir.types import DType
 
@@ -96,7 +97,10 @@ def _reduce_window(ctx, x):
         windows += 1
     if not windows:
         return x
-    return ops.reduce(x, kind, tuple(range(rank, rank + windows)))
+    axes = tuple(range(rank, rank + windows))
+    if kind == "max" and x.dtype.is_float:  # jax.grad gives each window's to its first max
+        return ops.sum(ops.where(first_max(x, tuple(x.shape[rank:])), x, -0.0), axes)
+    return ops.reduce(x, kind, axes)
 
 
 @op("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")

@@ -1,12 +1,10 @@
 """ONNX signal ops: DFT, STFT, MelWeightMatrix and the window functions HannWindow,
 HammingWindow and BlackmanWindow; each is a composition of tdag ops.
 
-A DFT of length L along an axis is two products with the cos and sin matrices
-``cos(2 pi (k t mod L) / L)`` (the integer product reduced mod L first, so the angle stays in
-[0, 2 pi) and float32 loses nothing to a large k t): O(n L) per row instead of an FFT's
-O(L log L), exact to float32 rounding of the sums. A complex value is the pair (re, im) on the
-last axis, as ONNX stores it. A length known only at run time (STFT's frame_length) builds the
-matrices from ``arange_of`` positions, so their sizes are fresh.
+A DFT is the ``fft`` primitive (O(L log L) per row, where the products with the cos and sin
+matrices were O(n L)) on the signal's complex values, the pairs (re, im) on the last axis as
+ONNX stores them (``ops.view_as_complex``). A length known only at run time (STFT's
+frame_length) makes the frames' size fresh; the transform takes it as its length.
 """
 from __future__ import annotations
 
@@ -31,87 +29,45 @@ def _static_int(ctx, value, what: str) -> int | None:
     return int(known.dims()[0])
 
 
-def _angles(rows, cols, length):
-    """2 pi (r c mod L) / L for i64 positions rows (n,) and cols (K,): f64 (n, K). In
-    float64 so that sin(pi) is 1e-16, not float32's -8.7e-8 (times a large sum, past
-    tolerance at a Nyquist bin)."""
-    product = ops.mul(ops.unsqueeze(rows, 1), ops.unsqueeze(cols, 0))
-    turns = ops.remainder(product, length)
-    scale = 2 * math.pi / length if isinstance(length, int) else \
-        ops.div(2 * math.pi, ops.cast(length, DType.f64))
-    return ops.mul(ops.cast(turns, DType.f64), scale)
+def _fit(x, axis: int, length):
+    """x cut, or padded with zeros, to ``length`` along ``axis``."""
+    n = x.shape[axis]
+    if is_static(n) and is_static(length) and n > length:
+        return ops.slice(x, axis, 0, length)
+    if is_static(n) and is_static(length) and n < length:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, length - n)
+        return ops.pad(x, widths)
+    return x
 
 
-def _matmul(x, matrix):
-    return ops.matmul(x, ops.cast(matrix, x.dtype))
-
-
-def _forward(re, im, rows, cols, length):
-    """X[k] = sum_t (a + ib)[t] e^(-2 pi i k t / L) for signal positions ``rows``, bins
-    ``cols``."""
-    theta = _angles(rows, cols, length)
-    cos, sin = ops.cos(theta), ops.sin(theta)
-    if im is None:
-        return _matmul(re, cos), ops.neg(_matmul(re, sin))
-    return (ops.add(_matmul(re, cos), _matmul(im, sin)),
-            ops.sub(_matmul(im, cos), _matmul(re, sin)))
-
-
-def _inverse(re, im, rows, cols, length):
-    """x[t] = 1/L sum_k X[k] e^(2 pi i k t / L) for bins ``rows``, signal positions
-    ``cols``."""
-    theta = _angles(rows, cols, length)
-    cos, sin = ops.cos(theta), ops.sin(theta)
-    scale = 1.0 / length if isinstance(length, int) else \
-        ops.reciprocal(ops.cast(length, re.dtype))
-    if im is None:
-        return ops.mul(_matmul(re, cos), scale), ops.mul(_matmul(re, sin), scale)
-    return (ops.mul(ops.sub(_matmul(re, cos), _matmul(im, sin)), scale),
-            ops.mul(ops.add(_matmul(re, sin), _matmul(im, cos)), scale))
-
-
-def _inverse_real(re, im, length: int):
-    """numpy's irfft: the one-sided spectrum's first L//2 + 1 bins, each but bin 0 and (for
-    an even L) bin L/2 counted twice for its conjugate twin; the real part only."""
-    bins = min(re.shape[-1], length // 2 + 1)
-    re, im = ops.slice(re, -1, 0, bins), ops.slice(im, -1, 0, bins) if im is not None else None
-    twice = [1.0 if k == 0 or 2 * k == length else 2.0 for k in range(bins)]
-    weight = ops.unsqueeze(re.builder.const(twice, re.dtype), 1)
-    theta = _angles(ops.iota(bins, "i64", re.builder), ops.iota(length, "i64", re.builder),
-                    length)
-    cos = ops.mul(ops.cast(ops.cos(theta), re.dtype), weight)
-    out = _matmul(re, cos)
-    if im is not None:
-        out = ops.sub(out, _matmul(im, ops.mul(ops.cast(ops.sin(theta), re.dtype), weight)))
-    return ops.mul(out, 1.0 / length)
-
-
-def _dft_along(x, axis: int, length: int | None, inverse: bool, onesided: bool):
-    """The ONNX DFT of x (..., 1 or 2) along ``axis`` (not the last)."""
+def _dft_along(x, axis: int, length, inverse: bool, onesided: bool):
+    """The ONNX DFT of x (..., 1 or 2) along ``axis`` (not the last): the ``fft``
+    primitive on the signal cut or zero-padded to ``length``; inverse and onesided is
+    numpy's irfft (a real result)."""
     parts = x.shape[-1]
     if parts not in (1, 2):
         raise InvalidModelError(f"DFT: the last axis holds 1 (real) or 2 (complex) values, "
                                 f"got {x.type}")
+    dtype = x.dtype
+    wide = x if dtype in (DType.f32, DType.f64) else ops.cast(x, DType.f32)
+    signal = ops.view_as_complex(wide) if parts == 2 else ops.select(wide, -1, 0)
     n = x.shape[axis]
-    if not is_static(n):
-        raise UnsupportedOpError(f"DFT along the symbolic axis {n}")
-    re = ops.movedim(ops.select(x, -1, 0), axis, -1)
-    im = ops.movedim(ops.select(x, -1, 1), axis, -1) if parts == 2 else None
-    if length is None:
-        length = 2 * (n - 1) if inverse and onesided else n
+    if inverse and onesided:
+        length = 2 * (n - 1) if length is None else length
+        spectrum = _fit(ops.cast(signal, ops.real_to_complex(wide.dtype)), axis, length // 2 + 1)
+        out = ops.unsqueeze(ops.fft(spectrum, axis, True, length, kind="c2r"), -1)
+        return ops.cast(out, dtype)
+    length = n if length is None else length
     if length < 1:
         raise InvalidModelError(f"DFT: dft_length {length} must be positive")
-    if inverse and onesided:
-        out = ops.unsqueeze(_inverse_real(re, im, length), -1)
-        return ops.movedim(out, -2, axis)
-    if n > length:  # the signal is cut to dft_length (and zero-padded where shorter)
-        re, im = ops.slice(re, -1, 0, length), ops.slice(im, -1, 0, length) \
-            if im is not None else None
-    rows = ops.iota(min(n, length), "i64", x.builder)
-    bins = length // 2 + 1 if onesided and not inverse else length
-    cols = ops.iota(bins, "i64", x.builder)
-    out_re, out_im = (_inverse if inverse else _forward)(re, im, rows, cols, length)
-    return ops.movedim(ops.stack([out_re, out_im], -1), -2, axis)
+    signal = _fit(signal, axis, length)
+    if parts == 1 and onesided and not inverse:
+        out = ops.fft(signal, axis, n=length, kind="r2c")
+    else:
+        out = ops.fft(signal, axis, inverse, length)
+        out = ops.slice(out, axis, 0, length // 2 + 1) if onesided else out
+    return ops.cast(ops.view_as_real(out), dtype)
 
 
 @register("DFT")
@@ -188,14 +144,7 @@ def _stft(ctx, signal, frame_step, window=None, frame_length=None):
     framed = ops.gather(signal, index, 1, wrap=False)  # (B, F, L, parts)
     if window is not None:
         framed = ops.mul(framed, ops.unsqueeze(ops.cast(window, signal.dtype), 1))
-    re = ops.select(framed, -1, 0)
-    im = ops.select(framed, -1, 1) if signal.shape[-1] == 2 else None
-    onesided = ctx.flag("onesided", 1)
-    bins = (length // 2 + 1 if isinstance(length, int) else
-            ops.add(ops.floor_divide(length, 2), 1)) if onesided else length
-    columns = arange_i64(bins, ctx.builder) if bins is not length else taps
-    out_re, out_im = _forward(re, im, taps, columns, length)
-    return ops.stack([out_re, out_im], -1)
+    return _dft_along(framed, 2, None, False, ctx.flag("onesided", 1))
 
 
 def _scalar_f64(ctx, value):

@@ -1,10 +1,12 @@
 """The ATen op table, split by family; importing this package registers every entry."""
 from tdag.canonicalize.torch.aten import (  # noqa: F401
+                                    complex,
                                     contraction,
                                     creation,
                                     elementwise,
                                     experts,
                                     indexing,
+                                    linalg,
                                     losses,
                                     masking,
                                     movement,
@@ -16,6 +18,7 @@ from tdag.canonicalize.torch.aten import (  # noqa: F401
                                     scatter,
                                     search,
                                     sorting,
+                                    special,
 )
 from tdag.canonicalize.torch.aten.registry import TABLE, entry_for, key, supports
 

@@ -170,12 +170,9 @@ def frac(x):
 
 @aten("atan2")
 def atan2(y, x):
-    """atan(y/x) corrected by quadrant; x == 0 is handled by atan(+-inf) = +-pi/2."""
     if not y.dtype.is_float:
         y = ops.cast(y, "f32")
-    base = ops.atan(ops.div(y, x))
-    shift = ops.where(ops.ge(y, 0.0), math.pi, -math.pi)
-    return ops.where(ops.lt(x, 0.0), ops.add(base, shift), base)
+    return ops.atan2(y, x)
 
 
 @aten("hypot")

@@ -14,7 +14,7 @@ from tdag import ops
 from tdag.canonicalize.torch.aten import indexing
 from tdag.canonicalize.torch.aten.movement import diagonal
 from tdag.canonicalize.torch.aten.registry import aten, scalar
-from tdag.ops import masking, writes
+from tdag.ops import writes
 from tdag.ops.writes import positions_of, write
 from tdag.ir.types import DType
 
@@ -115,19 +115,7 @@ def put(x, index, source, accumulate=False):
 
 @aten("bincount")
 def bincount(x, weights=None, minlength=0):
-    """Counts (or weight sums) of each value 0..max(x), at least ``minlength`` of them: a
-    length data decides (refused at run time where x holds a negative value, as torch)."""
-    x = ops.cast(x, DType.i64)
-    top = ops.add(ops.amax(x), 1) if not _empty(x) else ops.full((), 0, DType.i64, like=x)
-    length = masking.checked_size(ops.maximum(top, minlength),
-                                  ops.logical_not(ops.amax(ops.lt(x, 0))))
-    dtype = DType.i64 if weights is None else weights.dtype
-    zeros = ops.cast(ops.mul(length, 0), dtype)  # reads the node that binds the length
-    return writes.scatter(zeros, x, 1 if weights is None else weights, 0, "add")
-
-
-def _empty(x) -> bool:
-    return any(isinstance(d, int) and d == 0 for d in x.shape)
+    return writes.bincount(x, weights, minlength)
 
 
 @aten("diagonal_scatter")

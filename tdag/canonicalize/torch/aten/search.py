@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -69,9 +68,7 @@ def histc(x, bins=100, min=0, max=0):
 
 @aten("angle")
 def angle(x):
-    """Of a real number: pi if negative, else 0 (nan stays nan)."""
-    x = ops.cast(x, DType.f32) if not x.dtype.is_float else x
-    return ops.where(ops.lt(x, 0.0), math.pi, ops.where(ops.isnan(x), x, 0.0))
+    return ops.angle(x)
 
 
 @aten("_pdist_forward")

@@ -1,0 +1,44 @@
+"""The two series evaluators of the Cephes tables, over tdag.ops: Horner's rule (polevl) and
+Clenshaw's recurrence for a Chebyshev series (chbevl); each is len(coefficients) multiply-adds
+per element."""
+from __future__ import annotations
+
+import math
+
+from tdag.ops import core, creation
+from tdag.ops.masking import checked_zero
+from tdag.ops.tensor import Tensor
+
+
+def filled(like: Tensor, value: float) -> Tensor:
+    """A constant of like's shape and dtype (not like * 0 + value: inf * 0 is NaN)."""
+    return creation.full(tuple(like.shape), value, like.dtype, like=like)
+
+
+def horner(x: Tensor, coefficients) -> Tensor:
+    """sum_i c_i x^(len-1-i): Cephes' polevl, highest power first."""
+    result = filled(x, 0.0)
+    for c in coefficients:
+        result = core.add(core.mul(result, x), float(c))
+    return result
+
+
+def chbevl(x: Tensor, coefficients) -> Tensor:
+    """Clenshaw's sum of a Chebyshev series at x (already mapped to [-2, 2]), Cephes' chbevl."""
+    b0 = filled(x, float(coefficients[0]))
+    b1 = b2 = filled(x, 0.0)
+    for c in coefficients[1:]:
+        b2, b1 = b1, b0
+        b0 = core.add(core.sub(core.mul(x, b1), b2), float(c))
+    return core.mul(core.sub(b0, b2), 0.5)
+
+
+
+def refuse_where(value: Tensor, bad: Tensor, what: str) -> Tensor:
+    """value, raising at run time (tdag.run, torch, onnxruntime) where any element of ``bad``
+    holds: for inputs past what the unrolled composition covers, or that torch refuses;
+    ``what`` names the check in tdag.run's error."""
+    if math.prod(int(d) for d in bad.shape) == 0:
+        return value
+    worst = core.amax(core.reshape(core.cast(bad, "i64"), (-1,)), 0)
+    return core.add(value, core.cast(checked_zero(core.eq(worst, 0), what), value.dtype))

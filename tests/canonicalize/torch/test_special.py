@@ -1,0 +1,87 @@
+"""torch.special through from_torch on every target (tdag.run, to_torch, to_onnx on
+onnxruntime, to_jax), against eager on inputs that cross every branch of torch's Math.h
+(each side of the Chebyshev and rational pieces, the reflections, 0, +-inf, NaN).
+
+Tolerances: rtol 1e-4 and atol 1e-5 of each output's largest finite value; torch's float32
+kernels are themselves that far from the float64 values.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tdag
+from support.targets import assert_on_targets, capture, on_targets
+
+EDGES = [0.0, -0.0, 1.0, -1.0, 2.0, 5.0, 8.0, 50.0, float("inf"), float("-inf"), float("nan")]
+
+
+def _points(low, high, count=61, seed=0):
+    torch.manual_seed(seed)
+    return torch.cat([torch.linspace(low, high, count), (high - low) * torch.rand(20) + low,
+                      torch.tensor(EDGES)])
+
+
+UNARY = [torch.special.i0, torch.special.i0e, torch.special.i1, torch.special.i1e,
+         torch.special.modified_bessel_i0, torch.special.modified_bessel_i1,
+         torch.special.modified_bessel_k0, torch.special.modified_bessel_k1,
+         torch.special.scaled_modified_bessel_k0, torch.special.scaled_modified_bessel_k1,
+         torch.special.bessel_j0, torch.special.bessel_j1, torch.special.bessel_y0,
+         torch.special.bessel_y1, torch.special.spherical_bessel_j0, torch.lgamma,
+         torch.digamma, torch.special.erfcx, torch.special.log_ndtr,
+         lambda x: torch.polygamma(1, x), lambda x: torch.polygamma(3, x)]
+
+
+def test_unary_special_functions_on_every_target():
+    x = _points(-12.0, 30.0)
+    assert_on_targets(lambda t: tuple(f(t) for f in UNARY), (x,))
+
+
+def test_ndtri_and_zeta_on_every_target():
+    p = torch.cat([torch.rand(40), torch.tensor([0.0, 1.0, -0.5, 1.5, 1e-20, 0.9, 0.5])])
+    x = torch.cat([torch.rand(40) * 8 + 1, torch.tensor([1.0, 0.5, 2.0, 3.0, 4.0, 2.5, 6.0])])
+    q = torch.cat([torch.randn(40) * 4, torch.tensor([1.0, 1.0, -2.0, -2.5, 0.0, -1.5, 3.0])])
+    assert_on_targets(lambda a, b, c: (torch.special.ndtri(a), torch.special.zeta(b, c)),
+                      (p, x, q))
+
+
+POLYNOMIALS = [getattr(torch.special, f"{family}_polynomial_{kind}")
+               for family, kinds in [("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw"),
+                                     ("hermite", ["h", "he"]), ("laguerre", "l"),
+                                     ("legendre", "p")] for kind in kinds]
+
+
+@pytest.mark.parametrize("poly", POLYNOMIALS, ids=lambda f: f.__name__)
+def test_polynomials_of_a_tensor_degree(poly):
+    """Degrees -1..12 (past torch's closed-form switch at 6 and 8) at points in and outside
+    [-1, 1], the ends included."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.linspace(-1.5, 1.5, 13), torch.tensor([-1.0, 0.0, 1.0, 0.5])])
+    n = torch.randint(-1, 13, (x.numel(),)).float()
+    assert_on_targets(poly, (x, n), targets=("run", "torch", "onnx"))
+
+
+def test_polynomials_of_a_python_degree():
+    x = torch.linspace(-1.2, 1.2, 9)
+    assert_on_targets(lambda t: tuple(p(t, 7) for p in POLYNOMIALS), (x,),
+                      targets=("run", "onnx"))
+
+
+def test_a_degree_past_the_unrolled_steps_raises():
+    """|x| > 1 at degree 70 has no closed form: refused at run time, not truncated."""
+    x, n = torch.tensor([2.0]), torch.tensor([70.0])
+    prog = capture(torch.special.legendre_polynomial_p, (x, torch.tensor([3.0])))
+    with pytest.raises(tdag.TdagError, match="polynomial_degree_past_64"):
+        tdag.run(prog, x, n)
+    inside = torch.tensor([0.3])  # Chebyshev's closed form covers |x| < 1 at any degree
+    prog = capture(torch.special.chebyshev_polynomial_t, (inside, n))
+    got = on_targets(prog, (inside, n), ("run",))["run"][0]
+    torch.testing.assert_close(got, torch.special.chebyshev_polynomial_t(inside, n))
+
+
+def test_mvlgamma_refuses_what_torch_refuses():
+    x = torch.tensor([3.0, 4.5])
+    assert_on_targets(lambda t: torch.mvlgamma(t, 3), (x,), targets=("run", "onnx"))
+    prog = capture(lambda t: torch.mvlgamma(t, 3), (x,))
+    with pytest.raises(tdag.TdagError, match="mvlgamma"):
+        tdag.run(prog, torch.tensor([0.5, 4.0]))
