@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Callable
 
 from tdag import ops
 from tdag.ir.graph import TDAG, Node
@@ -107,7 +108,10 @@ def _under_views(ctx: Context, name: str) -> Op | None:
     return None if node is None else node.op
 
 
-def _norm_backward(node: Node, ctx: Context, op: Op, kind: type, accept=None):
+def _norm_backward(node: Node, ctx: Context, op: Op, kind: type,
+                   accept: Callable[[Context, dict, TDAG], bool] | None = None):
+    """The norm's input gradient where its template binds inside the sum at ``node`` (and
+    ``accept`` takes the binding); the sum's other terms added to it."""
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
     types = (node.type, node.type)

@@ -45,8 +45,8 @@ PASSES: dict[str, Pass] = {
     # before contraction makes the product of gathered expert matrices an einsum
     "experts": rule_pass(*experts.RULES),
     "contraction": rule_pass(*contraction.RULES),
-    # the input gradients of relu, clamp, silu and max pooling, while the forward masks they
-    # read are still compositions (before activations and pool make them kernels)
+    # the input gradients of relu, clamp, silu, max pooling and batch norm, while the forward
+    # masks they read are still compositions (before activations and pool make them kernels)
     "cnn_backward": rule_pass(*cnn_backward.RULES),
     "activations": rule_pass(*activations.RULES),
     # the input gradients of softmax and gelu, before softmax's rule takes their exp apart

@@ -152,3 +152,14 @@ def test_grad_differentiates_the_composition():
     x = a.clone().requires_grad_()
     (torch.linalg.inv(x) * w).sum().backward()
     torch.testing.assert_close(got, x.grad)
+
+
+@pytest.mark.parametrize("upper", [False, True], ids=["lower", "upper"])
+def test_only_the_named_triangle_is_read_on_every_target(upper):
+    """The other triangle holds noise: torch reads one triangle (jnp.linalg would average)."""
+    torch.manual_seed(0)
+    noise = torch.randn(5, 5)
+    a = _spd(5, 5) + (noise.tril(-1) if upper else noise.triu(1))
+    uplo = "U" if upper else "L"
+    assert_on_targets(lambda x: (torch.linalg.cholesky(x, upper=upper),
+                                 torch.linalg.eigh(x, UPLO=uplo)[0]), (a,))

@@ -134,12 +134,15 @@ def _jax_solve(node, a, cx):
 
 
 def _jax_cholesky(node, a, cx):
-    lower = cx.jnp.linalg.cholesky(a[0])
+    """From the named triangle only, as torch (jnp.linalg.cholesky averages A and A^T):
+    the upper factor is the lower one of A^T, transposed."""
+    x = cx.jnp.swapaxes(a[0], -1, -2) if node.spec.upper else a[0]
+    lower = cx.lax.linalg.cholesky(x, symmetrize_input=False)
     return cx.jnp.swapaxes(lower, -1, -2) if node.spec.upper else lower
 
 
 def _jax_eigh(node, a, cx):
-    values, vectors = cx.jnp.linalg.eigh(a[0], UPLO=_uplo(node.spec))
+    values, vectors = cx.jnp.linalg.eigh(a[0], UPLO=_uplo(node.spec), symmetrize_input=False)
     return cx.jnp.concatenate([vectors, values[..., None, :]], -2)
 
 

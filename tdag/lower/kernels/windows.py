@@ -16,7 +16,7 @@ from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.symbols import is_static, product
+from tdag.ir.symbols import Dim, as_dim, is_static, product
 from tdag.ir.types import DType, TensorType
 
 # -- pooling ----------------------------------------------------------------------------------
@@ -72,7 +72,10 @@ def _pool_cost(spec: Pool, ins, out: TensorType) -> Cost:
 
 def global_pool(node, in_shape) -> bool:
     """A pool whose one window covers the whole (static) spatial extent."""
-    s = node.spec
+    return _covers_all(node.spec, in_shape)
+
+
+def _covers_all(s, in_shape) -> bool:
     return all(p == 0 for p in s.padding) and all(d == 1 for d in s.dilation) and \
         tuple(in_shape[2:]) == tuple(s.kernel)
 
@@ -91,6 +94,16 @@ def _max_pool_torch(node, a, code):
     pooled = (f"F.max_pool{NDIM[len(s.kernel)]}({x}, {tuple_expr(s.kernel)}, "
               f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.dilation)})")
     return pooled if layout is None else f"{pooled}.contiguous()"
+
+
+def _max_pool_workspace(spec, ins, out: TensorType, contiguous) -> Dim:
+    """The channels-last copy of the input and the int64 indices ATen's CPU max_pool2d
+    computes and drops (it runs max_pool2d_with_indices) beside the pooled result, which
+    the copy back to (N, C, *S) replaces once the input's copy is freed
+    (``_max_pool_torch``); none for a global pool (an amax)."""
+    if _covers_all(spec, ins[0].shape) or len(spec.kernel) not in CHANNELS_LAST:
+        return 0
+    return as_dim(ins[0].numel * ins[0].dtype.itemsize + out.numel * 8)
 
 
 def _max_pool_onnx(node, ins, g, cx):
@@ -134,7 +147,7 @@ _LAYOUT = Refuse("works on the framework's fixed (N, C, *S) layout: strip the ba
 primitive(Op.max_pool, Pool, 1, _pool_shape_rule("max_pool"), _max_pool_eval, _pool_cost,
           "pad + unfold + reduce-max materialises every window",
           traits=Trait.KERNEL, batch=_LAYOUT, torch=_max_pool_torch, onnx=_max_pool_onnx,
-          jax=_max_pool_jax,
+          jax=_max_pool_jax, workspace=_max_pool_workspace,
           decompose=lambda s, x: ops.max_pool(x, s.kernel, s.stride, s.padding, s.dilation))
 
 

@@ -31,11 +31,14 @@ def solve_triangular(t: Tensor, b: Tensor, upper: bool, left: bool = True,
 
 
 def cholesky_ex(a: Tensor, upper: bool = False) -> tuple[Tensor, Tensor]:
-    """(L, info): A = L L^T from A's lower triangle, right-looking; info is k where the k-th
-    pivot is not positive (potrf's), its factor NaN from there on."""
+    """(L, info): A = L L^T from A's lower triangle (U^T U from the upper one where
+    ``upper``), right-looking; info is k where the k-th pivot is not positive (potrf's), its
+    factor NaN from there on."""
     n = static_size(a, "cholesky")
     batch = tuple(a.shape[:-2])
     rows = positions(n, a)
+    if upper:  # torch reads the upper triangle then: A^T's lower one
+        a = mT(a)
     a = core.where(core.ge(core.unsqueeze(rows, 1), rows), a, mT(a))  # the lower triangle
     info = creation.full(batch, 0, "i32", like=a)
     columns = []

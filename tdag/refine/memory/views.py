@@ -24,6 +24,7 @@ class Views:
         self.strides: dict[str, Strides] = {}
         self.shapes: dict[str, tuple] = {}
         self.base: dict[str, str] = {}
+        self._evaluated: dict[tuple, tuple] = {}  # a shape -> its sizes (a 7B step: ~40 shapes)
         for value in graph.inputs:
             self._fresh(value.name, value.type.shape)
         for name, weight in graph.weights.items():
@@ -38,7 +39,9 @@ class Views:
         return all(d == 1 or s == w for d, s, w in zip(shape, strides, want))
 
     def _concrete(self, shape) -> tuple:
-        return tuple(evaluate(d, self.sizes) for d in shape)
+        if shape not in self._evaluated:
+            self._evaluated[shape] = tuple(evaluate(d, self.sizes) for d in shape)
+        return self._evaluated[shape]
 
     def _fresh(self, name: str, shape) -> None:
         self.shapes[name] = self._concrete(shape)

@@ -38,7 +38,7 @@ def imag(x):
     return ops.imag(x)
 
 
-@aten("conj", "_conj", "conj_physical")
+@aten("conj", "_conj", "conj_physical", "_conj_physical")
 def conj(x):
     return ops.conj(x)
 
