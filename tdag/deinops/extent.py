@@ -188,7 +188,9 @@ def _pad_torch(node, a, code):
 
 
 def _pad_onnx(node, ins, g, cx):
-    widths = node.spec.widths
+    # a complex value runs as its (real, imaginary) pairs: one more, unpadded, axis
+    widths = tuple(node.spec.widths) + ((0, 0),) * (cx.type(node.inputs[0]).rank -
+                                                   len(node.spec.widths))
     if not widths:
         return g.node("Identity", ins)
     pads = g.shape([lo for lo, _ in widths] + [hi for _, hi in widths], False)

@@ -15,8 +15,8 @@ from tdag.ops.arrays import (
     split, stack, tile, var,
 )
 from tdag.ops.complex import (
-    angle, atan2, complex, conj, fft, fftn, imag, polar, real, real_to_complex, view_as_complex,
-    view_as_real,
+    angle, atan2, complex, conj, fft, fftn, full_spectrum, imag, polar, real, real_to_complex,
+    view_as_complex, view_as_real,
 )
 from tdag.ops.contraction import einsum
 from tdag.ops.core import (
@@ -67,8 +67,8 @@ __all__ = [
     "amax", "amin", "angle", "atan2",
     "arange", "arange_of", "argmax", "argmin", "argsort", "as_tensor", "asin", "asinh", "atan",
     "atanh", "avg_pool", "batch_norm", "broadcast_index", "broadcast_shapes", "broadcast_to",
-    "buffer", "complex", "conj", "fft", "fftn", "imag", "polar", "real", "real_to_complex",
-    "view_as_complex", "view_as_real",
+    "buffer", "complex", "conj", "fft", "fftn", "full_spectrum", "imag", "polar", "real",
+    "real_to_complex", "view_as_complex", "view_as_real",
     "cast", "cat", "ceil", "checked_size", "checked_zero", "chunk", "clamp", "concat", "const",
     "conv", "conv_transpose", "cos", "cosh", "cummax", "cummin", "cumprod", "cumsum",
     "dim_tensor", "div", "dropout",

@@ -17,13 +17,17 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import torch
+
 from tdag.deinops.bitcast import bitcast
 from tdag.deinops.fft import Fft, FftKind, FftNorm
 from tdag.errors import ShapeError
 from tdag.ir.op import Op
 from tdag.ir.types import COMPLEX, DType
-from tdag.ops.arrays import stack
-from tdag.ops.core import add, atan, cast, cos, div, ge, isnan, lt, mul, select, sin, where
+from tdag.ops.arrays import concat, stack
+from tdag.ops.core import (
+    add, atan, cast, cos, div, gather, ge, isnan, lt, mul, select, sin, where,
+)
 from tdag.ops.promotion import norm_axis
 from tdag.ops.tensor import Tensor
 
@@ -108,6 +112,18 @@ def fft(x: Tensor, axis: int = -1, inverse: bool = False, n: int | None = None,
         if kind is FftKind.c2c and not x.dtype.is_complex:
             x = cast(x, real_to_complex(x.dtype))
     return x.builder.emit(Op.fft, Fft(axis, inverse, n, FftNorm(norm), kind), x)
+
+
+def full_spectrum(half: Tensor, axis: int, n: int) -> Tensor:
+    """The n-point spectrum of a real signal from its r2c half (0 .. n//2): the frequencies
+    above n//2 are the conjugates of those below, X[k] = conj(X[n - k]). What ATen's
+    ``_fft_r2c`` with onesided=False computes: an r2c transform and the mirror, half the
+    work of a complex transform of the signal cast to complex."""
+    mirrored = n - n // 2 - 1
+    if mirrored <= 0:
+        return half
+    positions = half.builder.const(torch.arange(mirrored, 0, -1))
+    return concat([half, conj(gather(half, positions, axis))], axis)
 
 
 def fftn(x: Tensor, axes: Sequence[int], inverse: bool = False, norm: str = "backward",

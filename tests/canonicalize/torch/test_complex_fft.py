@@ -120,6 +120,10 @@ FFTS = {
     "fft2": lambda x, norm: _pairs(torch.fft.fft2(x, norm=norm)),
     "rfftn": lambda x, norm: _pairs(torch.fft.rfftn(x, norm=norm)),
     "ifft-complex": lambda x, norm: _pairs(torch.fft.ifft(torch.complex(x, -x), norm=norm)),
+    # a real signal's full spectrum is its r2c half and the mirrored conjugates (odd n too)
+    "fft-odd": lambda x, norm: _pairs(torch.fft.fft(x[:, :7], norm=norm)),
+    # zero-padded to a longer transform along two axes: the pad runs on ONNX's pairs too
+    "fft2-padded": lambda x, norm: _pairs(torch.fft.fft2(x, s=(5, 10), norm=norm)),
 }
 
 

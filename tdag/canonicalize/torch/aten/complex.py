@@ -5,6 +5,7 @@ one-axis ``fft`` primitives."""
 from __future__ import annotations
 
 from tdag import ops
+from tdag.ir.symbols import is_static
 from tdag.canonicalize.torch.aten.registry import aten
 
 
@@ -55,6 +56,11 @@ def _norm(normalization: int, forward: bool) -> str:
 @aten("_fft_r2c")
 def fft_r2c(x, dim, normalization, onesided):
     norm = _norm(normalization, True)
+    if not onesided and is_static(x.shape[dim[-1]]):  # r2c, then the mirrored half
+        last = dim[-1]
+        y = ops.full_spectrum(ops.fft(x, last, False, norm=norm, kind="r2c"), last,
+                              int(x.shape[last]))
+        return ops.fftn(y, dim[:-1], False, norm) if len(dim) > 1 else y
     if not onesided:  # the full spectrum: the real signal as complex values
         return ops.fftn(ops.cast(x, ops.real_to_complex(x.dtype)), dim, False, norm)
     return ops.fftn(x, dim, False, norm, "r2c")
