@@ -46,7 +46,7 @@ from tdag.lower.kernels.activations import Clamp
 from tdag.lower.kernels.backward import vjp_of
 from tdag.deinops.codegen import tuple_expr
 from tdag.lower.kernels.common import NDIM, decomposed_onnx, float_input, per_element, same_shape
-from tdag.lower.kernels.norms import BatchNorm
+from tdag.lower.kernels.norms import BatchNorm, per_channel_shape
 from tdag.lower.kernels.windows import CHANNELS_LAST, Pool, window_jax
 
 POINTWISE = Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE
@@ -197,13 +197,7 @@ primitive(Op.max_pool_backward, Pool, 2, _pool_shape, _pool_eval, _pool_cost,
 
 
 def _bn_shape(spec: BatchNorm, ins):
-    dy = ins[0]
-    float_input("batch_norm_backward", dy)
-    if dy.rank < 2:
-        raise ShapeError(f"batch_norm_backward: needs a channel axis, got {dy}")
-    for t in ins[1:]:
-        same_shape("batch_norm_backward", t, (dy.shape[1],), dy.dtype)
-    return dy
+    return per_channel_shape("batch_norm_backward", ins)
 
 
 def _bn_channel(rank: int) -> tuple:

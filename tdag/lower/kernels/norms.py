@@ -222,14 +222,19 @@ class BatchNorm:
     eps: float
 
 
-def _batch_norm_shape(spec: BatchNorm, ins):
+def per_channel_shape(name: str, ins) -> TensorType:
+    """x[N, C, *] and vectors of C values of x's dtype (batch norm and its gradient) -> x."""
     x = ins[0]
-    float_input("batch_norm", x)
+    float_input(name, x)
     if x.rank < 2:
-        raise ShapeError(f"batch_norm: needs a channel axis, got {x}")
+        raise ShapeError(f"{name}: needs a channel axis, got {x}")
     for t in ins[1:]:
-        same_shape("batch_norm", t, (x.shape[1],), x.dtype)
+        same_shape(name, t, (x.shape[1],), x.dtype)
     return x
+
+
+def _batch_norm_shape(spec: BatchNorm, ins):
+    return per_channel_shape("batch_norm", ins)
 
 
 def _batch_norm_eval(spec: BatchNorm, xs, resolve):
