@@ -3,7 +3,16 @@ allocated): inference at sequence 2048, a decode step against a 4,096-token stat
 (prefill beside it), and an AdamW training step split by kind (weights, gradients,
 optimizer state, activations kept for the backward pass), with the peak of each phase
 (forward, backward, optimizer). Each figure is ``tdag.memory`` of the program
-``tdag.to_torch`` would run; each capture (torch.export) and each analysis is timed apart.
+``tdag.to_torch`` would run; each stage of each capture (torch.export, tdag.from_torch) and
+of each analysis (train_step, lowering, the memory replay) is timed apart, in wall and CPU
+seconds.
+
+Two exports make the three programs: the training step's (``WithLoss``, whose logits are the
+inference program: ``tdag.extract`` takes them out, the nodes the export of ``model(ids)``
+alone gives, with the same figures; ``--inference-export`` exports it apart to check) and
+the cache step's (non-strict, through ``CacheStep``; ``--strict`` as transformers exports
+it). torch.export records no source lines unless ``--source-lines``: they cost a third of
+an export, and no figure reads them (module scopes are kept).
 
     python benchmarks/llama7b_memory.py                 # 32 layers, bf16
     python benchmarks/llama7b_memory.py --layers 2 --seq 256 --cache 512
@@ -11,10 +20,12 @@ optimizer state, activations kept for the backward pass), with the peak of each 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -32,9 +43,7 @@ GiB = 2 ** 30
 
 class WithLoss(torch.nn.Module):
     """The causal LM's next-token cross-entropy, a scalar every parameter reaches, written as
-    the mean negative log-softmax at the labels: ``F.cross_entropy`` exports as
-    ``aten.cross_entropy_loss``, which tdag's ATen table lacks, and decomposing it re-traces
-    the whole exported program (~80 s of the 32-layer capture)."""
+    the mean negative log-softmax at the labels."""
 
     def __init__(self, model):
         super().__init__()
@@ -45,6 +54,44 @@ class WithLoss(torch.nn.Module):
         return -logp.gather(-1, labels.unsqueeze(-1)).mean()
 
 
+class CacheStep(torch.nn.Module):
+    """transformers' static-cache step (``TorchExportableModuleWithStaticCache``) whose cache
+    layers read the module's own buffers on every call. Non-strict export swaps a module's
+    buffers for fake tensors while it traces; cache layers still holding the real tensors
+    would be lifted as constants, not buffers the step writes. In eager the assignments
+    change nothing."""
+
+    def __init__(self, model: LlamaForCausalLM, cache: int):
+        super().__init__()
+        self.step = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
+                                                          max_cache_len=cache).model
+
+    def forward(self, input_ids, cache_position):
+        for i, layer in enumerate(self.step.static_cache.layers):
+            layer.keys = self.step.get_buffer(f"key_cache_{i}")
+            layer.values = self.step.get_buffer(f"value_cache_{i}")
+            layer.cumulative_length = self.step.get_buffer(f"cumulative_length_{i}")
+        return self.step(input_ids=input_ids, cache_position=cache_position)
+
+
+class Stages:
+    """Wall and CPU seconds per named stage: the machine is shared, and CPU time is what
+    the work costs when other processes hold the cores."""
+
+    def __init__(self):
+        self.times: dict[str, tuple[float, float]] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.times[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+
+    def total(self, prefix: str = "") -> tuple[float, float]:
+        parts = [t for name, t in self.times.items() if name.startswith(prefix)]
+        return sum(w for w, _ in parts), sum(c for _, c in parts)
+
+
 def meta_llama(layers: int, cache: int, dtype: torch.dtype) -> LlamaForCausalLM:
     config = LlamaConfig(**{**LLAMA2_7B, "num_hidden_layers": layers}, use_cache=False,
                          max_position_embeddings=cache, attn_implementation="sdpa")
@@ -52,55 +99,106 @@ def meta_llama(layers: int, cache: int, dtype: torch.dtype) -> LlamaForCausalLM:
         return LlamaForCausalLM(config).to(dtype).eval()
 
 
-def programs(layers: int, seq: int, cache: int, dtype: torch.dtype) -> tuple[dict, dict]:
-    """The inference, cache-step and training-step programs of one meta-device model, and
-    the seconds each capture took."""
+@dataclass(frozen=True)
+class Capture:
+    """How the programs are captured (the module docstring says why)."""
+
+    strict: bool = False            # the step as transformers exports it
+    inference_export: bool = False  # the inference program by an export of its own
+    source_lines: bool = False      # torch.export records each node's source line
+
+
+def programs(layers: int, seq: int, cache: int, dtype: torch.dtype, stages: Stages,
+             how: Capture = Capture()) -> dict:
+    """The inference, cache-step and training-step programs of one meta-device model, each
+    capture (torch.export, then tdag.from_torch) timed."""
     model = meta_llama(layers, cache, dtype)
+    with _source_lines(how.source_lines):
+        return _programs(model, seq, cache, stages, how)
+
+
+def _programs(model, seq: int, cache: int, stages: Stages, how: Capture) -> dict:
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
-    progs, seconds = {}, {}
-    start = time.perf_counter()
-    progs["inference"] = tdag.from_torch(model, (ids,))
-    seconds["inference"] = time.perf_counter() - start
-    start = time.perf_counter()
+    progs = {}
+    with stages("capture train: export"):
+        ep = torch.export.export(WithLoss(model), (ids, torch.zeros_like(ids)), strict=False)
+    with stages("capture train: from_torch"):
+        progs["train"] = tdag.from_torch(ep)
+    if how.inference_export:
+        with stages("capture inference: export"):
+            ep = torch.export.export(model, (ids,), strict=False)
+        with stages("capture inference: from_torch"):
+            progs["inference"] = tdag.from_torch(ep)
+    else:
+        with stages("capture inference: extract"):
+            progs["inference"] = logits_program(progs["train"], model.config.vocab_size)
     model.config.use_cache = model.generation_config.use_cache = True
     model.generation_config.cache_implementation = "static"
-    wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
     length = torch.export.Dim("seq", min=1, max=cache - 1)
-    progs["step"] = tdag.from_torch(wrapper.export(
-        input_ids=torch.zeros(1, 4, dtype=torch.long, device="meta"),
-        cache_position=torch.arange(4, device="meta"),
-        dynamic_shapes={"input_ids": {1: length}, "cache_position": {0: length}}))
-    seconds["step"] = time.perf_counter() - start
-    start = time.perf_counter()
-    model.config.use_cache = False
-    progs["train"] = tdag.from_torch(WithLoss(model), (ids, ids))
-    seconds["train"] = time.perf_counter() - start
-    return progs, seconds
+    inputs = {"input_ids": torch.zeros(1, 4, dtype=torch.long, device="meta"),
+              "cache_position": torch.arange(4, device="meta")}
+    shapes = {"input_ids": {1: length}, "cache_position": {0: length}}
+    with stages(f"capture step: export ({'strict' if how.strict else 'non-strict'})"):
+        if how.strict:
+            wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
+                                                            max_cache_len=cache)
+            ep = wrapper.export(**inputs, dynamic_shapes=shapes)
+        else:
+            ep = torch.export.export(CacheStep(model, cache), (), inputs,
+                                     dynamic_shapes=shapes, strict=False)
+    with stages("capture step: from_torch"):
+        progs["step"] = tdag.from_torch(ep)
+    return progs
 
 
-def reports(progs: dict, seq: int) -> dict:
-    """``tdag.memory`` of each, timed: the step program at the whole prompt (prefill) and at
-    one new token (lowered once: the two differ only in the size), the training step with
-    AdamW (``train_step`` included in its time)."""
+def logits_program(train: tdag.Program, vocab: int) -> tdag.Program:
+    """The program computing the logits from the token ids inside the training capture:
+    the last node of ``lm_head`` (``WithLoss`` reads ``model(ids).logits``)."""
+    head = [n for n in train.graph.nodes if n.origin.scope == "model.lm_head"]
+    if not head or head[-1].type.shape[-1] != vocab:
+        raise tdag.TdagError("no lm_head node giving the logits in the training capture")
+    return tdag.extract(train, inputs=["ids"], outputs=[head[-1].name])
+
+
+@contextlib.contextmanager
+def _source_lines(keep: bool):
+    saved = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = not keep
+    try:
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = saved
+
+
+def reports(progs: dict, seq: int, stages: Stages) -> dict:
+    """``tdag.memory`` of each, each step timed: the step program at the whole prompt
+    (prefill) and at one new token (lowered once: the two differ only in the size), the
+    training step with AdamW."""
     (length,) = {d.name for v in progs["step"].main.inputs for d in v.type.shape
                  if not isinstance(d, int)}
     out = {}
-    start = time.perf_counter()
-    out["inference"] = tdag.memory(progs["inference"]), time.perf_counter() - start
-    start = time.perf_counter()
-    step = lower(progs["step"])
-    out["prefill"] = memory_of(step, liveness, **{length: seq}), time.perf_counter() - start
-    start = time.perf_counter()
-    out["decode step"] = memory_of(step, liveness, **{length: 1}), time.perf_counter() - start
-    start = time.perf_counter()
-    train = tdag.train_step(progs["train"], tdag.optim.AdamW())
-    out["train step"] = tdag.memory(train), time.perf_counter() - start
+    with stages("analysis inference: lower"):
+        inference = lower(progs["inference"])
+    with stages("analysis inference: memory"):
+        out["inference"] = memory_of(inference, liveness)
+    with stages("analysis step: lower"):
+        step = lower(progs["step"])
+    with stages("analysis step: memory (prefill)"):
+        out["prefill"] = memory_of(step, liveness, **{length: seq})
+    with stages("analysis step: memory (decode)"):
+        out["decode step"] = memory_of(step, liveness, **{length: 1})
+    with stages("analysis train: train_step"):
+        train = tdag.train_step(progs["train"], tdag.optim.AdamW())
+    with stages("analysis train: lower"):
+        train = lower(train)
+    with stages("analysis train: memory"):
+        out["train step"] = memory_of(train, liveness)
     return out
 
 
-def show(name: str, report, seconds: float, captured: float) -> None:
+def show(name: str, report) -> None:
     print(f"{name:<12} peak {report.peak / GiB:8.2f} GiB  after {report.peak_at} "
-          f"({report.peak_phase}); capture {captured:.1f} s, analysis {seconds:.1f} s")
+          f"({report.peak_phase})")
     for kind, value in report.by_kind.items():
         print(f"    {kind:<12} {value / GiB:8.2f} GiB")
     if len(report.phases) > 1:
@@ -109,25 +207,40 @@ def show(name: str, report, seconds: float, captured: float) -> None:
             print(f"    peak in {phase:<10} {part.peak / GiB:8.2f} GiB  ({kinds})")
 
 
+def show_times(stages: Stages) -> None:
+    print(f"\n{'stage':<40} {'wall s':>7} {'cpu s':>7}")
+    for name, (wall, cpu) in stages.times.items():
+        print(f"{name:<40} {wall:7.2f} {cpu:7.2f}")
+    for part in ("capture", "analysis", ""):
+        wall, cpu = stages.total(part)
+        print(f"{(part or 'total') + ' (sum)':<40} {wall:7.2f} {cpu:7.2f}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--cache", type=int, default=4096, help="static cache tokens")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--strict", action="store_true",
+                        help="export the step strict, as transformers' export does")
+    parser.add_argument("--inference-export", action="store_true",
+                        help="export the inference program apart (not from the training one)")
+    parser.add_argument("--source-lines", action="store_true",
+                        help="let torch.export record each node's source line")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    progs, captured = programs(args.layers, args.seq, args.cache, getattr(torch, args.dtype))
-    results = reports(progs, args.seq)
+    stages = Stages()
+    how = Capture(args.strict, args.inference_export, args.source_lines)
+    progs = programs(args.layers, args.seq, args.cache, getattr(torch, args.dtype), stages,
+                     how)
+    results = reports(progs, args.seq, stages)
     print(f"Llama-2-7B shapes, {args.layers} layers, {args.dtype}, meta device; sequence "
           f"{args.seq}, static cache {args.cache}; capture: torch.export + tdag.from_torch, "
           f"analysis: lowering (and train_step) + tdag.memory\n")
-    source = {"inference": "inference", "prefill": "step", "decode step": "step",
-              "train step": "train"}
-    for name, (report, seconds) in results.items():
-        show(name, report, seconds, captured[source[name]])
-    total = sum(captured.values()) + sum(s for _, s in results.values())
-    print(f"\ntotal {total:.1f} s (the step program is captured once for prefill and decode)")
+    for name, report in results.items():
+        show(name, report)
+    show_times(stages)
 
 
 if __name__ == "__main__":

@@ -39,15 +39,13 @@ EXCLUSION_REASONS = {
                       "masked_select); torch.export itself marks these sizes unbacked "
                       "(combinations: C(n, r) is static, but torch's graph computes it "
                       "with masked_select)",
-    "factorization": "factorizations tdag does not compose: LDL^T (Bunch-Kaufman pivoting "
-                     "picks 1x1 or 2x2 blocks by value); lstsq, whose residuals' size "
-                     "depends on the driver's rank test (torch.export itself fails on it). "
-                     "The others are compositions over a static n (tdag/ops/linalg): LU, "
-                     "Cholesky, triangular solves, Householder QR, matrix_exp, Jacobi "
-                     "eigh and SVD",
-    "special": "special functions with convergence loops tdag does not unroll yet: airy_ai "
-               "(a power series summed to machine epsilon), igamma/igammac (SciPy's "
-               "series, continued fraction and asymptotic branches chosen by value)",
+    "factorization": "lstsq, whose residuals' size depends on the driver's rank test "
+                     "(torch.export itself fails on it). LDL^T (Bunch-Kaufman pivoting picks "
+                     "1x1 or 2x2 blocks by value) and eig (complex eigenvectors) are LAPACK "
+                     "kernels on tdag.run and to_torch with no composition: ONNX refuses "
+                     "them by name. The others are compositions over a static n "
+                     "(tdag/ops/linalg): LU, Cholesky, triangular solves, Householder QR, "
+                     "matrix_exp, Jacobi eigh and SVD",
     "bitwise": "bit manipulation of floats (frexp, nextafter, hash): no bitwise primitive",
     "sparse": "sparse layouts",
     "training": "training-mode normalisation writes the running statistics it is given "
@@ -67,10 +65,7 @@ EXCLUDED = {
         "nonzero", "nonzero_static", "argwhere", "nn.functional.ctc_loss",
         "_segment_reduce.lengths", "_segment_reduce.offsets"], "data-dependent"),
     **dict.fromkeys([
-        "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve", "linalg.lstsq",
-        "linalg.lstsq.grad_oriented"], "factorization"),
-    **dict.fromkeys([
-        "igamma", "igammac", "special.airy_ai"], "special"),
+        "linalg.lstsq", "linalg.lstsq.grad_oriented"], "factorization"),
     **dict.fromkeys(["frexp", "nextafter", "hash_tensor"], "bitwise"),
     **dict.fromkeys(["to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"], "sparse"),
     **dict.fromkeys(["native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",

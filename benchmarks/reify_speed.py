@@ -1,30 +1,44 @@
 """How fast is reified code? tdag's torch module vs the eager original, and tdag's ONNX vs
-``torch.onnx.export``'s ONNX, both on onnxruntime.
+``torch.onnx.export``'s file on onnxruntime, as exported and after onnxruntime's own offline
+optimiser (``SessionOptions.optimized_model_filepath``).
 
-Each model goes torch -> ``tdag.from_torch`` -> ``to_torch`` / ``to_onnx`` (lowered). The
-two sides of each comparison are timed interleaved (A B B A ...: the order alternates every
-round) and each side's median is taken, so a noisy machine slows both alike. A ratio below 1
-means tdag's version is faster. Targets: at most 1.05 each, as a geometric mean.
+Each model goes torch -> ``tdag.from_torch`` -> ``tdag.lower`` -> ``to_torch`` / ``to_onnx``.
+The sides of each comparison are timed interleaved (the order rotates every round) and each
+side's median is taken, so a noisy machine slows all alike. A ratio below 1 means tdag's
+version is faster. Issue 25's targets: tdag's ONNX over the exporter's <= 0.95x geo-mean, none
+above 1.05x; the torch module over eager <= 0.6x geo-mean; outputs within 1e-5 relative.
 
-    python benchmarks/reify_speed.py                  # all models, default sizes
-    python benchmarks/reify_speed.py --models mlp,cnn --rounds 30
+    eager, tdag, torch x     eager ms, the reified module's ms, their ratio
+    export, export-opt       the exporter's file on onnxruntime, and that file after
+                             onnxruntime's offline optimiser (saved, then loaded as a file)
+    tdag-onnx, x exp, x opt  ``to_onnx``'s file on onnxruntime, over each of the two
+    nodes                    ONNX nodes (subgraphs included): tdag / export / export-opt
+    err                      the largest relative error of the three files and the module
+
+    python benchmarks/reify_speed.py                        # issue 25's eleven models
+    python benchmarks/reify_speed.py --models mlp,cnn --rounds 30   # the small models
+    python benchmarks/reify_speed.py --models gpt2 --ops    # op types of both optimised files
+    python benchmarks/reify_speed.py --save /tmp/files      # keep the four files per model
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import io
 import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "tests")]
 
 import numpy as np  # noqa: E402
+import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
@@ -33,25 +47,59 @@ import tdag.lower  # noqa: E402
 from tdag.canonicalize import from_torch  # noqa: E402
 from tdag.reify import to_onnx, to_torch  # noqa: E402
 from support.torch_models import (CNN, MLP, Decoder, Encoder, Tagger, UNetBlock,  # noqa: E402
-                          attention_mask, padding_mask)
-
-
-
+                                  attention_mask, padding_mask)
 
 # one thread each for torch and onnxruntime: on a shared machine, thread pools that wait
 # for busy cores make small kernels 100x slower at random, which no interleaving evens out
 THREADS = 1
+LEVELS = {"extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+          "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
 
-# name -> (model factory, example inputs): sizes where kernels, not Python, take the time
+
+class First(torch.nn.Module):
+    """A transformers model's first output (logits or the last hidden state): one tensor,
+    as both exporters take it, without the KV cache an LM would return beside it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        if hasattr(model.config, "use_cache"):
+            model.config.use_cache = False
+
+    def forward(self, *args):
+        return self.model(*args)[0]
+
+
+def _transformers(name: str):
+    """A builder of benchmarks/train_step_speed.py, taking a scale of its widths."""
+    def build(scale: float):
+        import train_step_speed  # transformers loads only where a model needs it
+        model, args, _ = train_step_speed.MODELS[name](scale)
+        return First(model), args
+    return build
+
+
+def _fixed(factory, inputs):
+    return lambda scale: (factory(), inputs())
+
+
+# name -> scale -> (model, example inputs): sizes where kernels, not Python, take the time
 MODELS = {
-    "mlp": (lambda: MLP((256, 512, 512, 10)), lambda: (torch.randn(64, 256),)),
-    "cnn": (lambda: CNN(3, 10), lambda: (torch.randn(16, 3, 32, 32),)),
-    "encoder": (lambda: Encoder(128, 4, 2), lambda: (torch.randn(8, 64, 128), padding_mask(8, 64))),
-    "decoder": (lambda: Decoder(vocab=512, d=128, layers=2, heads=4, kv_heads=2, hidden=256),
-                lambda: (torch.randint(1, 512, (4, 64)), attention_mask(4, 64))),
-    "tagger": (lambda: Tagger(200, 64, 64, 9), lambda: (torch.randint(1, 200, (8, 24)),)),
-    "unet": (lambda: UNetBlock(16), lambda: (torch.randn(4, 16, 64, 64),)),
+    **{name: _transformers(name) for name in (
+        "gpt2", "bert", "llama", "vit", "resnet", "convnext", "mobilenet-v2", "t5-encoder",
+        "whisper-encoder")},
+    "tagger": _fixed(lambda: Tagger(200, 64, 64, 9), lambda: (torch.randint(1, 200, (8, 24)),)),
+    "unet": _fixed(lambda: UNetBlock(16), lambda: (torch.randn(4, 16, 64, 64),)),
+    "mlp": _fixed(lambda: MLP((256, 512, 512, 10)), lambda: (torch.randn(64, 256),)),
+    "cnn": _fixed(lambda: CNN(3, 10), lambda: (torch.randn(16, 3, 32, 32),)),
+    "encoder": _fixed(lambda: Encoder(128, 4, 2),
+                      lambda: (torch.randn(8, 64, 128), padding_mask(8, 64))),
+    "decoder": _fixed(lambda: Decoder(vocab=512, d=128, layers=2, heads=4, kv_heads=2,
+                                      hidden=256),
+                      lambda: (torch.randint(1, 512, (4, 64)), attention_mask(4, 64))),
 }
+ISSUE_25 = ("gpt2", "bert", "llama", "vit", "resnet", "convnext", "mobilenet-v2", "t5-encoder",
+            "whisper-encoder", "tagger", "unet")
 
 
 def set_threads(n: int) -> None:
@@ -60,20 +108,27 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-def interleaved(a, b, rounds: int, inner: int) -> tuple[float, float]:
-    """Median seconds per call of ``a`` and ``b``, timed in alternating order."""
-    for _ in range(3):  # warm up both
-        a(), b()
-    times = {0: [], 1: []}
-    fns = (a, b)
+def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
+    """Median seconds per call of each of ``fns``, the order rotating every round."""
+    for _ in range(3):  # warm up every side
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for r in range(rounds):
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        for i in order:
+        order = list(range(len(fns)))
+        order = order[r % len(fns):] + order[:r % len(fns)]
+        for i in order if r % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             for _ in range(inner):
                 fns[i]()
             times[i].append((time.perf_counter() - start) / inner)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return [statistics.median(t) for t in times]
+
+
+def interleaved(a, b, rounds: int, inner: int) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and ``b``, timed in alternating order."""
+    t_a, t_b = interleaved_all((a, b), rounds, inner)
+    return t_a, t_b
 
 
 def _inner(fn, budget: float = 0.02) -> int:
@@ -83,39 +138,87 @@ def _inner(fn, budget: float = 0.02) -> int:
     return max(1, min(200, int(budget / once)))
 
 
-def _session(model_bytes: bytes) -> ort.InferenceSession:
+def _options(level: str = "all", save: str | None = None) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = options.inter_op_num_threads = THREADS
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    options.graph_optimization_level = LEVELS[level]
+    if save:
+        options.optimized_model_filepath = save
+    return options
 
 
-def _torch_onnx(model, args) -> bytes:
+def _session(model_bytes: bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(model_bytes, _options(), providers=["CPUExecutionProvider"])
+
+
+def optimised(model_bytes: bytes, path: str, level: str) -> bytes:
+    """``model_bytes`` after onnxruntime's offline optimiser at ``level``, saved to ``path``."""
+    ort.InferenceSession(model_bytes, _options(level, path), providers=["CPUExecutionProvider"])
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@contextlib.contextmanager
+def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stdout, sys.stdout = sys.stdout, io.StringIO()
         try:
-            program = torch.onnx.export(model, args, dynamo=True)
+            yield
         finally:
             sys.stdout = stdout
+
+
+def _torch_onnx(model, args) -> bytes:
+    with _quiet():
+        program = torch.onnx.export(model, args, dynamo=True)
     return program.model_proto.SerializeToString()
 
 
-def bench(name: str, rounds: int) -> dict:
+def op_counts(model_bytes: bytes) -> collections.Counter:
+    """How many nodes of each op type (``domain:op`` outside ONNX's), subgraphs included."""
+    graphs, counts = [onnx.load_from_string(model_bytes).graph], collections.Counter()
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            counts[f"{node.domain}:{node.op_type}" if node.domain else node.op_type] += 1
+            graphs.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    return counts
+
+
+def _error(got, want) -> float:
+    return max(float(np.abs(np.asarray(g) - w).max() / (np.abs(w).max() + 1e-12))
+               for g, w in zip(got, want))
+
+
+def _files(model, args, lowered, folder: str, level: str, runtime: str | None) -> dict:
+    """name -> the bytes of tdag's file, the exporter's, and both after the optimiser."""
+    files = {"tdag": to_onnx(lowered, lower=False, runtime=runtime).SerializeToString(),
+             "export": _torch_onnx(model, args)}
+    for name in ("tdag", "export"):
+        files[f"{name}-opt"] = optimised(files[name], os.path.join(folder, f"{name}-opt.onnx"),
+                                         level)
+    for name in ("tdag", "export"):
+        with open(os.path.join(folder, f"{name}.onnx"), "wb") as f:
+            f.write(files[name])
+    return files
+
+
+def bench(name: str, rounds: int, scale: float = 2.0, level: str = "all",
+          runtime: str | None = None, save: str | None = None) -> dict:
     torch.manual_seed(0)
-    factory, make_inputs = MODELS[name]
-    model = factory().eval()
-    args = make_inputs()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():
+        model, args = MODELS[name](scale)
+        model = model.eval()
         prog = from_torch(model, args)
     lowered = tdag.lower.lower(prog)
     module = to_torch(lowered, lower=False).eval()
     with torch.inference_mode():
-        ref = torch.utils._pytree.tree_leaves(model(*args))
+        ref = [r.numpy() for r in torch.utils._pytree.tree_leaves(model(*args))]
         got = module(*args)
     got = got if isinstance(got, tuple) else (got,)
-    error = max(((g - r).abs().max() / (r.abs().max() + 1e-12)).item() for g, r in zip(got, ref))
+    errors = [_error([g.numpy() for g in got], ref)]
 
     def eager():
         with torch.inference_mode():
@@ -126,40 +229,93 @@ def bench(name: str, rounds: int) -> dict:
             return module(*args)
 
     t_eager, t_tdag = interleaved(eager, reified, rounds, _inner(eager))
-    ours = _session(to_onnx(lowered, lower=False).SerializeToString())
-    theirs = _session(_torch_onnx(model, args))
-    feeds = [{i.name: a.numpy() for i, a in zip(s.get_inputs(), args)} for s in (ours, theirs)]
-    run_theirs = lambda: theirs.run(None, feeds[1])  # noqa: E731
-    run_ours = lambda: ours.run(None, feeds[0])  # noqa: E731
-    onnx_error = max(float(np.abs(a - b.numpy()).max() / (np.abs(b.numpy()).max() + 1e-12))
-                     for a, b in zip(run_ours(), ref))
-    t_theirs, t_ours = interleaved(run_theirs, run_ours, rounds, _inner(run_theirs))
-    return {"model": name, "nodes": prog.num_nodes, "lowered": lowered.num_nodes,
-            "eager_ms": t_eager * 1e3, "tdag_ms": t_tdag * 1e3, "torch_ratio": t_tdag / t_eager,
-            "ort_export_ms": t_theirs * 1e3, "ort_tdag_ms": t_ours * 1e3,
-            "onnx_ratio": t_ours / t_theirs, "error": max(error, onnx_error)}
+    folder = save and os.path.join(save, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        files = _files(model, args, lowered, folder or tmp, level, runtime)
+    runs = {}
+    for key in ("export", "export-opt", "tdag"):
+        sess = _session(files[key])
+        feed = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
+        runs[key] = (lambda s, f: lambda: s.run(None, f))(sess, feed)
+        errors.append(_error(runs[key](), ref))
+    t_export, t_opt, t_ours = interleaved_all(list(runs.values()), rounds,
+                                              _inner(runs["export"]))
+    counts = {key: op_counts(data) for key, data in files.items()}
+    return {"model": name, "eager_ms": t_eager * 1e3, "tdag_ms": t_tdag * 1e3,
+            "torch_ratio": t_tdag / t_eager, "export_ms": t_export * 1e3,
+            "opt_ms": t_opt * 1e3, "onnx_ms": t_ours * 1e3, "export_ratio": t_ours / t_export,
+            "opt_ratio": t_ours / t_opt, "counts": counts,
+            "nodes": "/".join(str(sum(counts[k].values()))
+                              for k in ("tdag", "export", "export-opt")),
+            "error": max(errors)}
+
+
+COLUMNS = (("model", "<16", "{}"), ("eager", ">8", "{:.3f}"), ("tdag", ">8", "{:.3f}"),
+           ("torch x", ">8", "{:.3f}"), ("export", ">9", "{:.3f}"),
+           ("export-opt", ">11", "{:.3f}"), ("tdag-onnx", ">10", "{:.3f}"),
+           ("x exp", ">7", "{:.3f}"), ("x opt", ">7", "{:.3f}"), ("nodes", ">14", "{}"),
+           ("err", ">9", "{:.1e}"))
+KEYS = ("model", "eager_ms", "tdag_ms", "torch_ratio", "export_ms", "opt_ms", "onnx_ms",
+        "export_ratio", "opt_ratio", "nodes", "error")
+
+
+def _line(row: dict) -> str:
+    return "".join(format(form.format(row[key]), align)
+                   for (_, align, form), key in zip(COLUMNS, KEYS))
+
+
+def _op_table(row: dict) -> str:
+    """Op types of the four files, side by side, those whose counts differ first."""
+    files = ("tdag", "export", "tdag-opt", "export-opt")
+    ops = sorted(set().union(*(row["counts"][f] for f in files)),
+                 key=lambda op: (row["counts"]["tdag-opt"][op] == row["counts"]["export-opt"][op],
+                                 op))
+    lines = [f"  {'op':<40}" + "".join(f"{f:>11}" for f in files)]
+    lines += [f"  {op:<40}" + "".join(f"{row['counts'][f][op]:>11}" for f in files)
+              for op in ops]
+    return "\n".join(lines)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(ISSUE_25),
+                        help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--scale", type=float, default=2.0,
+                        help="of the transformers models' widths (train_step_speed's)")
+    parser.add_argument("--level", choices=LEVELS, default="all",
+                        help="onnxruntime's offline optimiser level for the -opt files")
+    parser.add_argument("--runtime", choices=("onnxruntime",),
+                        help="to_onnx's runtime= (onnxruntime's contrib kernels)")
+    parser.add_argument("--ops", action="store_true", help="print each model's op types")
+    parser.add_argument("--save", help="a folder to keep each model's four files in")
     opts = parser.parse_args()
+    names = opts.models.split(",")
+    unknown = set(names) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(MODELS)}")
     set_threads(opts.threads)
-    rows = [bench(name, opts.rounds) for name in opts.models.split(",")]
-    header = (f"{'model':<9} {'nodes':>6} {'lowered':>7} {'eager ms':>9} {'tdag ms':>8} "
-              f"{'ratio':>6} {'ort(export) ms':>15} {'ort(tdag) ms':>13} {'ratio':>6} "
-              f"{'max rel err':>11}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(f"{r['model']:<9} {r['nodes']:>6} {r['lowered']:>7} {r['eager_ms']:>9.3f} "
-              f"{r['tdag_ms']:>8.3f} {r['torch_ratio']:>6.3f} {r['ort_export_ms']:>15.3f} "
-              f"{r['ort_tdag_ms']:>13.3f} {r['onnx_ratio']:>6.3f} {r['error']:>11.1e}")
-    geo = lambda key: math.exp(statistics.fmean(math.log(r[key]) for r in rows))  # noqa: E731
-    print(f"geometric mean: torch {geo('torch_ratio'):.3f}, onnxruntime {geo('onnx_ratio'):.3f}"
-          f"  (target <= 1.05; below 1 is faster than the original)")
+    print(f"scale {opts.scale}, {opts.threads} thread(s), medians of {opts.rounds} interleaved"
+          f" rounds, ms; -opt: onnxruntime's optimiser at {opts.level}; nodes: tdag/export/"
+          f"export-opt")
+    print("".join(format(title, align) for title, align, _ in COLUMNS))
+    rows = []
+    for name in names:
+        rows.append(bench(name, opts.rounds, opts.scale, opts.level, opts.runtime, opts.save))
+        print(_line(rows[-1]), flush=True)
+        if opts.ops:
+            print(_op_table(rows[-1]), flush=True)
+    print(f"geo-mean: torch x {geomean(r['torch_ratio'] for r in rows):.3f} (target <= 0.6), "
+          f"onnx x export {geomean(r['export_ratio'] for r in rows):.3f} (target <= 0.95, "
+          f"none above 1.05), x export-opt {geomean(r['opt_ratio'] for r in rows):.3f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from tdag.deinops import fft_matmul
 from tdag.deinops.primitive import Cost, primitive
 from tdag.errors import ShapeError
 from tdag.ir.batching import AxisRule, same_axis
@@ -126,12 +127,17 @@ _ONNX_SCALE = {(FftNorm.backward, False): 0.0, (FftNorm.ortho, False): -0.5,
 
 
 def _onnx(node, ins, g, cx):
-    """ONNX's DFT on (real, imaginary) pairs; c2r completes the spectrum by conjugate
-    symmetry (DFT's inverse takes no one-sided input) and keeps the real part. float32
-    transforms run in float64, rounded once at the end: onnxruntime's float32 DFT is 5 to
+    """Matmuls where ``fft_matmul.plan`` splits the length (static, >= 64 points, a divisor
+    from 4: ten times faster than onnxruntime's DFT and within 3 times torch's float32 error),
+    else ONNX's DFT on (real, imaginary) pairs. c2r completes the spectrum by conjugate
+    symmetry (DFT's inverse takes no one-sided input) and keeps the real part. DFTs of
+    float32 run in float64, rounded once at the end: onnxruntime's float32 DFT is 5 to
     1000 times less accurate than torch's (2.6e-4 of the largest value at n = 1000, past
     the ONNX conformance cases' tolerance), its float64 one exact to 1e-12."""
     s = node.spec
+    p = fft_matmul.plan(int(s.n)) if is_static(s.n) else None
+    if p is not None:
+        return _matmul_onnx(node, ins, g, cx, p)
     dtype = cx.type(node.inputs[0]).dtype.real
     if dtype is DType.f32:
         wide = node.replace(type=node.type.with_dtype(_WIDER[node.type.dtype]))
@@ -156,6 +162,30 @@ def _onnx(node, ins, g, cx):
 
 
 _WIDER = {DType.f32: DType.f64, DType.c64: DType.c128}
+
+def norm_scale(norm: FftNorm, inverse: bool, n: int) -> float:
+    """The factor torch's ``norm`` puts on the unnormalised sum of n terms: "backward" 1/n
+    on the inverse, "forward" on the forward transform, "ortho" 1/sqrt(n) on both."""
+    if norm is FftNorm.ortho:
+        return n ** -0.5
+    return 1 / n if inverse == (norm is FftNorm.backward) else 1.0
+
+
+def _matmul_onnx(node, ins, g, cx, p: fft_matmul.Plan) -> str:
+    """The four-step FFT (``fft_matmul``): r2c computes the first n//2+1 frequencies of the
+    real signal's transform, c2r the real part of the inverse of the one-sided spectrum
+    weighted for the mirror images it leaves out (``fft_matmul.one_sided``), padded only to
+    whole rows of the first stage (``fft_matmul.padded``: about half its matmul)."""
+    s, t = node.spec, cx.type(node.inputs[0])
+    n, x = int(s.n), ins[0]
+    present = fft_matmul.padded(p, int(half(n))) if s.kind is FftKind.c2r else n
+    if s.kind is FftKind.c2r:
+        x = fft_matmul.one_sided(g, x, t.rank, s.axis, n, t.dtype.real, present)
+    shape = [n if i == s.axis else d for i, d in enumerate(t.shape)]
+    real = s.kind is FftKind.r2c
+    return fft_matmul.transform(g, x, shape, s.axis, real, s.inverse,
+                                norm_scale(s.norm, s.inverse, n), t.dtype.real, p,
+                                int(half(n)) if real else n, s.kind is FftKind.c2r, present)
 
 
 class _Wide:

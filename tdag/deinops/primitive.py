@@ -14,6 +14,7 @@ from tdag.ir.record import (
     CostRule,
     Decomposer,
     Evaluator,
+    InPlaceRule,
     JaxEmitter,
     NoSpec,
     OnnxEmitter,
@@ -39,19 +40,20 @@ def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, eva
               torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
               jax: JaxEmitter, decompose: Decomposer | None = None,
               vjp: VjpRule | None = None, complex_values: bool | None = None,
-              view: ViewRule | None = None, workspace: WorkspaceRule | None = None) -> OpRecord:
+              view: ViewRule | None = None, workspace: WorkspaceRule | None = None,
+              in_place: InPlaceRule | None = None) -> OpRecord:
     """Register the record of ``op``; called once per op by the module that defines it. A
     kernel gives ``decompose``, the composition it stands for; a primitive has none. Every
     primitive gives ``vjp``; a kernel may leave it to its composition. ``complex_values``:
     whether the op takes complex operands (its shape rule then says which of its kinds do);
-    by default the ops that only move or pick values do, and no arithmetic does. ``view`` and
-    ``workspace``: what the torch call holds (``tdag/ir/record.py``)."""
+    by default the ops that only move or pick values do, and no arithmetic does. ``view``,
+    ``workspace`` and ``in_place``: what the torch call holds (``tdag/ir/record.py``)."""
     if complex_values is None:
         complex_values = bool(traits & _MOVES_VALUES)
     if not complex_values:
         shape = _real_only(op, shape)
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
-                             torch, onnx, jax, decompose, vjp, view, workspace))
+                             torch, onnx, jax, decompose, vjp, view, workspace, in_place))
 
 
 def _real_only(op: Op, shape: ShapeRule) -> ShapeRule:

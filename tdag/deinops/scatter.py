@@ -67,22 +67,50 @@ _BOOL_COMBINE = {"add": "max", "mul": "min"}  # or, and
 def scatter_rows(target: torch.Tensor, axis: int, index: torch.Tensor, values: torch.Tensor,
                  combine: str) -> torch.Tensor:
     """tdag's scatter in torch: ``index_copy`` / ``index_add`` / ``scatter_reduce``."""
-    index = index.reshape(-1).long()
-    values = values.reshape(*target.shape[:axis], index.numel(), *target.shape[axis + 1:])
-    if combine == "replace":  # one write has no duplicate (a KV-cache step)
-        rows = values if index.numel() < 2 else \
-            values.index_select(axis, last_writes(index, target.shape[axis]))
-        return target.index_copy(axis, index, rows)
+    index, values = _flat_writes_torch(target, axis, index, values)
+    if combine == "replace":
+        return target.index_copy(axis, index, _replacing_rows(target, axis, index, values))
     if target.dtype == torch.bool:
         out = scatter_rows(target.to(torch.uint8), axis, index, values.to(torch.uint8),
                            _BOOL_COMBINE.get(combine, combine))
         return out.bool()
     if combine == "add":
         return target.index_add(axis, index, values)
-    # scatter_reduce with the index spread over each row (index_reduce is still beta)
-    spread = index.reshape([-1 if a == axis else 1 for a in range(target.dim())])
-    return target.scatter_reduce(axis, spread.expand(values.shape), values,
+    return target.scatter_reduce(axis, _spread(target, axis, index, values), values,
                                  _TORCH_REDUCE[combine])
+
+
+def scatter_rows_(target: torch.Tensor, axis: int, index: torch.Tensor, values: torch.Tensor,
+                  combine: str) -> torch.Tensor:
+    """``scatter_rows`` written into ``target`` (``index_copy_``, as torch's static KV cache
+    writes itself): the generated code calls it where nothing reads the target after it
+    (``scatter_overwritten``), so a cache step holds no second copy of its cache."""
+    index, values = _flat_writes_torch(target, axis, index, values)
+    if combine == "replace":
+        return target.index_copy_(axis, index, _replacing_rows(target, axis, index, values))
+    if combine == "add":
+        return target.index_add_(axis, index, values)
+    return target.scatter_reduce_(axis, _spread(target, axis, index, values), values,
+                                  _TORCH_REDUCE[combine])
+
+
+def _flat_writes_torch(target, axis: int, index, values) -> tuple:
+    """(the index flat as int64, the values with its axes merged into one)."""
+    index = index.reshape(-1).long()
+    return index, values.reshape(*target.shape[:axis], index.numel(), *target.shape[axis + 1:])
+
+
+def _replacing_rows(target, axis: int, index, values):
+    """The rows a replace writes: one write has no duplicate (a KV-cache step)."""
+    if index.numel() < 2:
+        return values
+    return values.index_select(axis, last_writes(index, target.shape[axis]))
+
+
+def _spread(target, axis: int, index, values):
+    """scatter_reduce's index: the flat index spread over each row (index_reduce is beta)."""
+    spread = index.reshape([-1 if a == axis else 1 for a in range(target.dim())])
+    return spread.expand(values.shape)
 
 
 def last_writes(index: torch.Tensor, length: int) -> torch.Tensor:
@@ -168,7 +196,23 @@ def _scatter_insert(spec: Scatter, in_types, batched) -> tuple:
 
 def _scatter_torch(node, a, code):
     s = node.spec
-    return f"_rt.scatter_rows({a[0]}, {s.axis}, {a[1]}, {a[2]}, {s.combine!r})"
+    fn = "scatter_rows_" if code.written_over(node) else "scatter_rows"
+    return f"_rt.{fn}({a[0]}, {s.axis}, {a[1]}, {a[2]}, {s.combine!r})"
+
+
+def scatter_overwritten(node, code) -> tuple[str, ...]:
+    """(target,) where the generated torch code writes the scatter into its target
+    (``scatter_rows_``): the code may write over the target (``code.may_overwrite``: its own
+    storage, or consumed state, read by nothing after), and neither the index nor the values
+    share its storage (an overlapping copy); () otherwise, as for a bool target combined
+    (widened to u8, so written anew)."""
+    target, index, values = node.inputs
+    if node.type.dtype is DType.bool and node.spec.combine != "replace":
+        return ()
+    if not code.may_overwrite(node, target) or \
+            code.root(target) in (code.root(index), code.root(values)):
+        return ()
+    return (target,)
 
 
 _ONNX_REDUCTION = {"replace": "none", "add": "add", "mul": "mul", "max": "max", "min": "min"}
@@ -324,4 +368,5 @@ primitive(Op.scatter, Scatter, 3, _scatter_shape, _scatter_eval, _scatter_cost,
           "O(writes x target) where the kernel is O(writes + target)",
           traits=Trait.NONE,
           batch=OperandRule(_scatter_strip, _scatter_insert, mixing="writes along the batch axis"),
-          torch=_scatter_torch, onnx=_scatter_onnx, jax=_scatter_jax, vjp=_scatter_vjp)
+          torch=_scatter_torch, onnx=_scatter_onnx, jax=_scatter_jax, vjp=_scatter_vjp,
+          in_place=scatter_overwritten)

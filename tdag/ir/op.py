@@ -112,6 +112,7 @@ class Op(enum.Enum):
     take_along = "take_along"  # a sort's permutation read row by row: no flat gather
     put_along = "put_along"  # ... written back row by row: no dedupe of the writes
     logcumsumexp = "logcumsumexp"  # one pass, where the f64 shifted form is ~15 passes
+    fft_of_real = "fft_of_real"  # torch.fft.fft of a real signal: r2c + mirror in one pass
     embedding_bag = "embedding_bag"  # rows gathered and reduced into bags: one pass
     conv_integer = "conv_integer"
     dynamic_quantize = "dynamic_quantize"  # one output of DynamicQuantizeLinear
@@ -130,6 +131,9 @@ class Op(enum.Enum):
     linalg_det = "linalg_det"
     linalg_slogdet = "linalg_slogdet"  # sign and log|det| stacked on a last axis of 2
     linalg_eigh = "linalg_eigh"  # eigenvectors' rows, then the eigenvalues
+    linalg_eig = "linalg_eig"  # as eigh, complex (a real input's general eigenproblem)
+    linalg_ldl_factor = "linalg_ldl_factor"  # LD's rows, the pivots' row, info's row
+    linalg_ldl_solve = "linalg_ldl_solve"
     linalg_svd = "linalg_svd"  # U's rows, S, V's rows (reduced)
     linalg_qr = "linalg_qr"  # Q's rows, then R^T's (reduced)
     linalg_solve_triangular = "linalg_solve_triangular"

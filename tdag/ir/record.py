@@ -118,6 +118,7 @@ Decomposer = Callable[..., object]  # (spec, *operand Tensors) -> Tensor: a kern
 VjpRule = Callable[..., tuple]      # (spec, operands, output, cotangent, ops) -> cotangents
 ViewRule = Callable[..., "tuple | None"]  # (spec, in shape, in strides, out shape) -> strides
 WorkspaceRule = Callable[..., Dim]  # (spec, in types, out type, contiguous flags) -> bytes
+InPlaceRule = Callable[..., tuple]  # (node, torch code generator) -> the operands written over
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class OpRecord:
     vjp: VjpRule | None = None  # every primitive; a kernel may differentiate its decompose
     view: ViewRule | None = None  # the ops torch runs as views (Trait.VIEW)
     workspace: WorkspaceRule | None = None  # calls that allocate scratch beside the output
+    in_place: InPlaceRule | None = None  # calls that may write their result over operands
 
     def takes(self, count: int) -> bool:
         """Whether ``count`` operands are accepted."""

@@ -31,8 +31,9 @@ def cost(prog: Program | TDAG, lowered: bool = True) -> CostReport:
 
 
 def lowered_for_cost(prog: Program) -> Program:
-    """The lowered program ``cost`` counts: its TDAGs and controllers are the source's."""
-    return lower(prog, _KEEP_STEPS)
+    """The lowered program ``cost`` counts: its TDAGs and controllers are the source's, and
+    so is its work (no deployment folds)."""
+    return lower(prog, _KEEP_STEPS, final=())
 
 
 # every pass but join_calls: the lowered program keeps the source's TDAGs and controllers, so

@@ -12,6 +12,8 @@ from tdag.lower import (
     contraction,
     conv,
     experts,
+    fft,
+    fold,
     ml,
     movement,
     norms,
@@ -52,7 +54,8 @@ PASSES: dict[str, Pass] = {
     # the input gradients of softmax and gelu, before softmax's rule takes their exp apart
     "backward": rule_pass(*backward.RULES),
     "softmax": rule_pass(*softmax.RULES),
-    "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES),
+    # the n log n family: sorts, scans, scatters, a real signal's full spectrum
+    "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES, *fft.RULES),
     "norms": rule_pass(*norms.RULES),
     "conv": rule_pass(*conv.RULES),
     "pool": rule_pass(*pool.RULES),
@@ -65,18 +68,29 @@ PASSES: dict[str, Pass] = {
     # Program level: neighbouring calls as one TDAG, so the passes above see across them
     "join_calls": join_calls,
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
+    # FINAL: batch norms and channel scales into fixed conv / linear weights, exact cast
+    # chains, nodes of weights alone into consts (a deployment optimiser's folds)
+    "fold": fold.FOLD,
+    # the same on consts alone: to_torch's module keeps its parameters and buffers
+    "fold_consts": fold.FOLD_CONSTS,
 }
 
 DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "cnn_backward",
            "activations", "backward", "softmax", "sorting", "norms", "conv", "pool", "resize",
            "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
+# after DEFAULT's fixed point, so that no rule (an LSTM's, a quantized kernel's template)
+# finds its weights already folded
+FINAL = ("fold",)
 
 
 register_default(PASSES, DEFAULT)
 
 
-def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False) -> Program:
-    """Replace recognised patterns by kernels, running ``passes`` to a fixed point.
+def lower(prog: Program, passes: Sequence[str] = DEFAULT, check: bool = False,
+          final: Sequence[str] = FINAL) -> Program:
+    """Replace recognised patterns by kernels, running ``passes`` to a fixed point, then
+    ``final`` to its own.
 
     The result is a valid Program with the same outputs under ``tdag.run``."""
-    return run_passes(prog, passes, PASSES, check=check)
+    prog = run_passes(prog, passes, PASSES, check=check)
+    return run_passes(prog, final, PASSES, check=check) if final else prog

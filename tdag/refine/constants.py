@@ -37,7 +37,7 @@ class Constants:
             return
         if not has(node.op, Trait.VIEW) and _numel(node) > self.limit:
             return
-        value = _evaluate(node, [self.values[n] for n in node.inputs])
+        value = evaluate_node(node, [self.values[n] for n in node.inputs])
         if value is not None and tuple(value.shape) == node.type.shape and \
                 value.dtype == node.type.dtype.torch:
             self.values[node.name] = value
@@ -60,7 +60,7 @@ def _numel(node: Node) -> int:
     return int(node.type.numel)
 
 
-def _evaluate(node: Node, args) -> torch.Tensor | None:
+def evaluate_node(node: Node, args) -> torch.Tensor | None:
     """The node's value as the interpreter computes it (on carrier types where torch lacks a
     kernel for the node's), or None where it cannot."""
     rec = REGISTRY[node.op]
@@ -92,4 +92,4 @@ def fold_constants(graph: TDAG, limit: int = FOLD_LIMIT) -> tuple[TDAG, bool]:
     return graph.replace(nodes=tuple(nodes), weights=weights), True
 
 
-__all__ = ["Constants", "FOLD_LIMIT", "fold_constants"]
+__all__ = ["Constants", "FOLD_LIMIT", "evaluate_node", "fold_constants"]

@@ -44,7 +44,7 @@ def test_every_record_is_complete(op):
     rec = record(op)
     assert isinstance(rec, OpRecord) and rec.op is op
     for f in dataclasses.fields(OpRecord):
-        if f.name not in ("decompose", "vjp", "view", "workspace"):  # checked below
+        if f.name not in ("decompose", "vjp", "view", "workspace", "in_place"):  # below
             assert getattr(rec, f.name) is not None, f"{op.value}: record field {f.name} is empty"
     assert dataclasses.is_dataclass(rec.spec_type), op
     assert rec.spec_type.__dataclass_params__.frozen, f"{op.value}: spec must be frozen"
@@ -67,6 +67,7 @@ def test_every_record_is_complete(op):
     # the ops torch runs as views say what strides torch gives them (tdag.memory reads them)
     assert callable(rec.view) == rec.has(Trait.VIEW), f"{op.value}: view rule vs Trait.VIEW"
     assert rec.workspace is None or callable(rec.workspace), op
+    assert rec.in_place is None or callable(rec.in_place), op
 
 
 def test_traits_are_consistent():

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tdag
-from support.kernel_cases import CASES, Case, case_id, draw_inputs
+from support.kernel_cases import CASES, UNCOMPOSED, Case, case_id, draw_inputs
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.record import record
@@ -54,7 +54,7 @@ def _precision(case: Case) -> DType | None:
             out = record(case.op).shape(case.spec, _types(case, dtype))
         except tdag.ShapeError:
             continue
-        return dtype if out.dtype.is_float else None
+        return dtype if out.dtype.is_float or out.dtype.is_complex else None
     return None
 
 
@@ -62,7 +62,8 @@ def _floats(case: Case) -> list[int]:
     return [i for i, t in enumerate(_types(case, DType.f32)) if t.dtype.is_float]
 
 
-DIFFERENTIABLE = [c for c in CASES if _precision(c) is not None and _floats(c)]
+DIFFERENTIABLE = [c for c in CASES if _precision(c) is not None and _floats(c)
+                  and c.op not in UNCOMPOSED]  # no composition to differentiate
 PIECEWISE_CONSTANT = [c for c in CASES if _precision(c) is None and _floats(c)]
 
 
@@ -72,10 +73,12 @@ def _operands(case: Case, dtype: torch.dtype) -> list[torch.Tensor]:
 
 def _loss_program(case: Case, dtype: DType, cast: bool = False) -> tdag.Program:
     """``sum(kernel(x...) * w)`` over the program's inputs ``x0 ...`` and ``w``; ``cast``
-    takes an integer output to ``dtype`` first."""
+    takes an integer output to ``dtype`` first; a complex output is summed as its pairs."""
     b = Builder()
     ins = [b.input(f"x{i}", t) for i, t in enumerate(_types(case, dtype))]
     y = b.emit(case.op, case.spec, *ins, name="y")
+    if y.dtype.is_complex:
+        y = ops.view_as_real(y)
     if cast:
         y = ops.cast(y, dtype)
     w = b.input("w", TensorType(y.shape, dtype))
@@ -83,7 +86,9 @@ def _loss_program(case: Case, dtype: DType, cast: bool = False) -> tdag.Program:
 
 
 def _evaluate(case: Case, xs) -> torch.Tensor:
-    return record(case.op).evaluate(case.spec, xs, int)
+    """The kernel's evaluator; a complex result as its (real, imaginary) pairs."""
+    y = record(case.op).evaluate(case.spec, xs, int)
+    return torch.view_as_real(y) if y.is_complex() else y
 
 
 def _weights(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -130,7 +130,8 @@ def test_lowered_kernels_count_the_same_matmul_flops_and_traffic():
     for name, over in (("mlp", 1.25), ("cnn", 2.1), ("decoder", 1.25)):
         prog = from_torch(name)
         before = cost(prog).evaluate(batch=3)
-        after = checked_cost(tdag.lower.lower(prog)).evaluate(batch=3)
+        # without the deployment folds, which drop work (a batch norm into its conv)
+        after = checked_cost(tdag.lower.lower(prog, final=())).evaluate(batch=3)
         assert after.matmul_flops == before.matmul_flops
         assert after.fused_bytes <= before.fused_bytes <= over * after.fused_bytes, name
         assert after.unfused_bytes < before.unfused_bytes

@@ -1,7 +1,8 @@
 """tdag.remat: a training step within 60% of its peak, measured by torch's MemTracker on the
 reified module, with the original's loss and gradients (AdamW's first moments, 0.1 x the
 gradient, 1e-5 relative); the copies survive lowering and run late; a budget below the
-smallest reachable peak raises MemoryBudgetError naming it."""
+smallest reachable peak raises MemoryBudgetError naming it; a plan replays its trials'
+memory and lowers the program it found once."""
 from __future__ import annotations
 
 import pytest
@@ -12,6 +13,10 @@ import tdag
 from tdag import ops
 from tdag.ir.types import REMAT
 from tdag.lower.pipeline import lower
+from tdag.refine.memory import memory_of
+from tdag.refine.memory.remat import Target
+from tdag.refine.memory.remat import remat as plan
+from tdag.reify.torch.codegen import liveness
 from support.grad_models import SMALL, Loss, UNetBlock
 from support.mem_tracker import measured_peak
 
@@ -79,6 +84,23 @@ def test_gradients_equal_and_copies_run_late():
     assert min(copies) > first_backward
     assert smaller.report.recomputed and all(r.startswith(f"{next(iter(g.graphs))}:")
                                              for r in smaller.report.recomputed)
+
+
+def test_a_plan_replays_its_trials_and_lowers_once():
+    """Each trial replays the memory of the lowered program with its copies, not lowered
+    again; the plan found is lowered once, and is the one that judging every trial lowered
+    finds (the values, the peak, the flops)."""
+    g = lower(_mlp_grad())
+    budget = int(0.8 * memory_of(g, liveness).peak)
+    lowered = []
+
+    def counting(prog):
+        lowered.append(prog)
+        return lower(prog)
+    fast = plan(g, budget, Target(counting, lambda p: memory_of(p, liveness).peak), {})
+    assert len(lowered) == 1
+    slow = plan(g, budget, Target(lower, lambda p: memory_of(lower(p), liveness).peak), {})
+    assert fast.report == slow.report and fast.report.peak <= budget
 
 
 def test_a_budget_below_the_smallest_peak_names_it():

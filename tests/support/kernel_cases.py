@@ -15,10 +15,12 @@ import torch
 import tdag
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
+from tdag.deinops.fft import FftNorm
 from tdag.ir.types import DType
 from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
+from tdag.lower.kernels.fft import FftOfReal
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
@@ -37,7 +39,7 @@ from tdag.lower.kernels.sequence import Attention, Lstm
 from tdag.lower.kernels.sorting import Along, Arg, SearchSorted, TopK
 from tdag.lower.kernels.windows import Pool, Resize
 from tdag.lower.kernels.writes import BincountSized, EmbeddingBag
-from tdag.ops.linalg.kernels import Side, Triangle, TriangularSolve
+from tdag.ops.linalg.kernels import Ldl, Side, Triangle, TriangularSolve
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,8 @@ CASES = [
          xfail=_SORTED_ONLY),
     Case(Op.logcumsumexp, LogCumSumExp(1), ((3, 8),)),
     Case(Op.logcumsumexp, LogCumSumExp(0, True), ((8, 3),)),
+    Case(Op.fft_of_real, FftOfReal(1, 8), ((3, 8),)),
+    Case(Op.fft_of_real, FftOfReal(0, 7, FftNorm.ortho), ((7, 2),), id="odd length"),
     Case(Op.embedding_bag, EmbeddingBag("sum"), ((7, 3), (9,), (4,)), dtypes=_BAG),
     Case(Op.embedding_bag, EmbeddingBag("mean", True, 0), ((7, 3), (9,), (4,)), dtypes=_BAG,
          id="last offset, padding"),
@@ -271,7 +275,14 @@ CASES = [
     Case(Op.linalg_qr, NoSpec(), ((2, 5, 3),), xfail=_EMITTED),
     Case(Op.linalg_solve_triangular, TriangularSolve(True, False, True), ((4, 4), (3, 4)),
          xfail=_EMITTED),
+    Case(Op.linalg_eig, NoSpec(), ((2, 4, 4),)),
+    Case(Op.linalg_ldl_factor, Ldl(), ((2, 4, 4),)),
+    Case(Op.linalg_ldl_solve, Ldl(), ((4, 4), (4,), (4, 2)), dtypes={1: "int32"}),
 ]
+
+# kernels without a composition: their decompose raises UnsupportedOpError naming the op
+# (tdag/lower/kernels/linalg.py says why), so to_onnx and tdag.grad refuse them
+UNCOMPOSED = frozenset({Op.linalg_eig, Op.linalg_ldl_factor, Op.linalg_ldl_solve})
 
 
 def case_id(case: Case) -> str:

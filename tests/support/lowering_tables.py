@@ -357,6 +357,27 @@ def _linalg(a, rhs):
     return ops.concat([ops.reshape(p, (-1, math.prod(p.shape[1:]))) for p in parts], 1)
 
 
+def _eig(a):
+    """linalg.eig read through what LAPACK's order and phase leave alone: the eigenvalues'
+    sum (the trace) and each vector entry's squared magnitude, as (real, imaginary) pairs."""
+    values, vectors = kernels.eig(a)
+    trace = ops.view_as_real(ops.sum(values, -1))
+    magnitudes = ops.sum(ops.square(ops.view_as_real(vectors)), -1)
+    return ops.concat([trace, ops.reshape(magnitudes, (-1, 16))], 1)
+
+
+def _ldl(a, rhs):
+    """ldl_factor of a symmetric matrix and ldl_solve with its factors."""
+    ld, pivots, _ = kernels.ldl_factor(a + ops.transpose(a, 1, 2))
+    return ops.reshape(kernels.ldl_solve(ld, pivots, rhs), (-1, 12))
+
+
+# the programs whose kernels have no composition (support.kernel_cases.UNCOMPOSED): to_onnx
+# refuses them by the op's name, and to_jax the LDL ones (JAX has no LDL^T)
+ONNX_REFUSED = {"linalg-eig": "linalg_eig", "linalg-ldl": "linalg_ldl_factor"}
+JAX_REFUSED = {"linalg-ldl": "linalg_ldl_factor"}
+
+
 # input gradients as tdag.grad writes them (the decomposition is that chain)
 BACKWARDS = {"softmax-backward": (Op.softmax_backward, Softmax(2)),
              "gelu-backward": (Op.gelu_backward, Gelu("none")),
@@ -422,7 +443,11 @@ def _kernel_programs():
                                    x), DType.f32), ops.logcumsumexp(x, 1)], -1),
         [S(("b", 6))]))
     tables.append(("top-p", _top_p, [S(("b", 6))]))
+    tables.append(("spectrum", lambda x: ops.view_as_real(ops.full_spectrum(
+        ops.fft(x, 1, kind="r2c"), 1, 8)), [S(("b", 8))]))
     tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))
+    tables.append(("linalg-eig", _eig, [S(("b", 4, 4))]))
+    tables.append(("linalg-ldl", _ldl, [S(("b", 4, 4)), S(("b", 4, 3))]))
     tables.append(("experts", lambda x, offsets: ops.grouped_matmul(
         x, ops.const(torch.randn(3, 4, 5)), offsets), [S(("b", 4)), S((3,), "int64")]))
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +

@@ -91,9 +91,10 @@ def _batch_shapes(module, args, kwargs, batch: Dim):
 # -- decomposition ------------------------------------------------------------------------------
 
 
-def decompose_unknown(ep: ExportedProgram, known: Callable[[torch.fx.Node], bool],
+def decompose_unknown(ep: ExportedProgram,
+                      known: Callable[[ExportedProgram], Callable[[torch.fx.Node], bool]],
                       rounds: int = 4) -> ExportedProgram:
-    """Decompose the ops of the nodes ``known`` rejects, with torch's decompositions.
+    """Decompose the ops of the nodes ``known(ep)`` rejects, with torch's decompositions.
 
     A decomposition may itself produce ops the table lacks, hence a few rounds. A
     decomposition torch cannot apply (some of torch._decomp's emit prims, some CIA kernels
@@ -149,6 +150,7 @@ def _wrapped_regions(ep: ExportedProgram) -> bool:
 
 
 def _unknown_ops(ep: ExportedProgram, known) -> set:
+    known = known(ep)
     return {n.target for n in ep.graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
             and not known(n)}

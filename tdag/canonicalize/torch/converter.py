@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Collection
 
 import torch
 from torch.export import ExportedProgram
@@ -12,7 +13,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from tdag import ops
 from tdag.canonicalize.torch import aten
 from tdag.canonicalize.torch.aten.registry import is_inplace
-from tdag.canonicalize.torch.inplace import inplace_safe
+from tdag.canonicalize.torch.inplace import alias_root, aliases, inplace_safe, written_buffers
 from tdag.canonicalize.torch.names import leaf_fields, origin_of
 from tdag.canonicalize.torch.recurrent import RECURRENT
 from tdag.canonicalize.torch.symbols import SymbolMap, is_symbolic
@@ -48,7 +49,7 @@ _POISONED = _Poisoned()
 class Converter:
     """Walks an ExportedProgram's graph, emitting each ATen node through the op table."""
 
-    def __init__(self, ep: ExportedProgram, names: dict):
+    def __init__(self, ep: ExportedProgram, names: dict, writable: Collection[str] = ()):
         self.ep = ep
         self.names = names
         self.builder = Builder()
@@ -58,9 +59,13 @@ class Converter:
         self.origins: dict = {}
         self.graph: TDAG | None = None
         # buffers the model writes (a KV cache, running statistics): each is state of the
-        # Program, read by the TDAG as an input and written back as an extra output
+        # Program, read by the TDAG as an input and written back as an extra output; those
+        # written in place (``writable``: see inplace.py) by their placeholder
+        self.writable = frozenset(writable)
+        self.written_in_place = written_buffers(ep, self.writable)
         self.written = {s.target for s in ep.graph_signature.output_specs
-                        if s.kind is OutputKind.BUFFER_MUTATION}
+                        if s.kind is OutputKind.BUFFER_MUTATION} | \
+            set(self.written_in_place.values())
         self.state: dict[str, Weight] = {}
         self.state_outputs: list[str] = []
         # the field each user output has in the output pytree (``logits``), None for one
@@ -90,7 +95,7 @@ class Converter:
     def _precheck(self) -> None:
         """Report every op the table lacks before converting anything."""
         for node in self.ep.graph.nodes:
-            if node.op == "call_function" and not handled(node):
+            if node.op == "call_function" and not handled(node, self.writable):
                 self.problems.append((why_unsupported(node.target), self._origin(node)))
         if self.problems:
             raise unsupported_error(self.problems)
@@ -187,8 +192,9 @@ class Converter:
             try:
                 result = aten.entry_for(node.target)(*args, **kwargs)
                 self.env[node] = self._fit(node, result)
-                if is_inplace(node.target):  # readers of the mutated value now read this
-                    self.env[node.args[0]] = self.env[node]
+                if is_inplace(node.target):  # readers of the written tensor now read this
+                    for alias in aliases(alias_root(node.args[0])):
+                        self.env[alias] = self.env[node]
             except (UnsupportedOpError, NotImplementedError) as exc:
                 self.problems.append((f"{origin.op}: {exc}", origin))
                 self.env[node] = _POISONED
@@ -316,6 +322,10 @@ class Converter:
                                       f"{spec.target}: tdag carries written buffers as state, "
                                       "not inputs or parameters",
                                       Origin(op="output", scope=spec.target or "")))
+        for placeholder, target in self.written_in_place.items():
+            if target in self.state and target not in self.state_outputs:
+                self.state_outputs.append(target)
+                written.append(self._as_output(self.env[placeholder]))
         return outputs + written
 
     def _user_fields(self) -> list[str | None]:
@@ -336,13 +346,14 @@ class Converter:
         return self.builder.const(value)
 
 
-def handled(node) -> bool:
-    """Whether the converter can take this call_function node as it is."""
+def handled(node, writable: Collection[str] = ()) -> bool:
+    """Whether the converter can take this call_function node as it is; ``writable`` names
+    the buffer placeholders an in-place op may write (as state)."""
     if node.target is operator.getitem or is_scalar(node) or is_noop(node):
         return True
     if node.target in CONTROL:
         return True
-    return aten.supports(node.target) and inplace_safe(node)
+    return aten.supports(node.target) and inplace_safe(node, writable)
 
 
 def is_scalar(node) -> bool:

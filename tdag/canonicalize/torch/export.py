@@ -24,6 +24,7 @@ from torch.export import ExportedProgram
 from tdag.canonicalize.torch.capture import capture, decompose_unknown
 from tdag.canonicalize.torch.control import convert_control, has_control_flow
 from tdag.canonicalize.torch.converter import Converter, handled
+from tdag.canonicalize.torch.inplace import buffer_placeholders
 from tdag.canonicalize.torch.names import dim_names, name_outputs
 from tdag.errors import (
                          CaptureError,
@@ -69,7 +70,7 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
             source = capture(source)
     with _reraised(_capture_error):
         ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
-        ep = decompose_unknown(ep, handled)
+        ep = decompose_unknown(ep, convertible)
     with _reraised(_conversion_error):
         names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch,
                           dynamic_shapes)
@@ -118,13 +119,21 @@ def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
     (user input number, axis) to the name of that dynamic dimension."""
     if has_control_flow(ep):
         return convert_control(ep, names or {})
-    converter = Converter(ep, names or {})
+    converter = Converter(ep, names or {}, buffer_placeholders(ep))
     with converter.builder.active():
         converter.run()
     # drop what no output needs: statistics and indices the table computed for multi-result ops
     graph = name_outputs(prune(converter.graph), converter.output_fields)
     return stateful_program(graph, converter.state, converter.state_outputs,
                             fields=converter.output_fields)
+
+
+def convertible(ep: ExportedProgram) -> Callable[[torch.fx.Node], bool]:
+    """Which of ep's nodes the converter takes as they are. A buffer written in place (a
+    static KV cache) is state in a straight-line graph; with control flow it is not (see
+    ``torch_control``), and functionalization reports it."""
+    writable = () if has_control_flow(ep) else buffer_placeholders(ep)
+    return lambda node: handled(node, writable)
 
 
 def stateful_program(graph: TDAG, state: dict, written: list[str], name: str = "main",

@@ -18,6 +18,7 @@ from tdag.lower.kernels import (  # noqa: F401
     contraction,
     conv_grad,
     experts,
+    fft,
     layout,
     linalg,
     ml,

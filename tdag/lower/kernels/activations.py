@@ -14,6 +14,7 @@ from tdag.errors import ShapeError
 from tdag.ir.batching import Aligned, AxisRule, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
+from tdag.ir.types import DType
 
 # -- softmax ----------------------------------------------------------------------------------
 
@@ -173,9 +174,24 @@ def _clamp_torch(node, a, code):
            f"{'None' if hi is None else literal(hi, dtype)})"
 
 
+# the float types onnxruntime registers a Clip kernel for (it runs bfloat16 through a
+# function of Less and Where that it has no kernels for either); the clamp kernel is lowered
+# for floats only
+_CLIP_TYPES = frozenset({DType.f64, DType.f32, DType.f16})
+
+
 def _clamp_onnx(node, ins, g, cx):
-    """Max then Min, which propagate nan as torch.clamp does (Clip is not specified to)."""
+    """One Clip, which onnxruntime fuses into the Conv or Gemm before it (ReLU6 after each
+    of MobileNet's convolutions); its Clip and that fused Conv keep nan as torch.clamp does
+    (ONNX does not specify it: tests/reify/test_onnx_fusable.py checks onnxruntime's). Max
+    then Min, which propagate nan everywhere, for the other types."""
     dtype, out = node.type.dtype, ins[0]
+    if dtype in _CLIP_TYPES:
+        # a bound left out is the type's largest finite value in onnxruntime, which would
+        # clip an infinity: the open side is the infinity itself
+        lo = float("-inf") if node.spec.lo is None else node.spec.lo
+        hi = float("inf") if node.spec.hi is None else node.spec.hi
+        return g.node("Clip", [out, g.const(lo, dtype), g.const(hi, dtype)])
     if node.spec.lo is not None:
         out = g.node("Max", [out, g.const(node.spec.lo, dtype)])
     if node.spec.hi is not None:

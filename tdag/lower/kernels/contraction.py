@@ -75,8 +75,9 @@ def _einsum_torch(node, a, code):
         x = f"{x}.mT"
     if plan.transpose_b:
         y = f"{y}.mT"
-    if plan.kind == "linear":
-        out = f"F.linear({x}, {y}, {bias if plan.bias_inside else 'None'})"
+    if plan.kind == "linear":  # the weight is the second operand (the first when swapped)
+        out = code.linear(x, y, bias if plan.bias_inside else "None",
+                          node.inputs[0 if plan.swap else 1])
     else:
         out = f"torch.matmul({x}, {y})"
     if plan.out_perm is not None:
@@ -84,11 +85,34 @@ def _einsum_torch(node, a, code):
     return f"{out} + {bias}" if bias and not plan.bias_inside else out
 
 
+def _transposed_matmul(equation: str, x: str, y: str, g) -> str | None:
+    """``equation`` as Transposes around one MatMul where each operand has one row or
+    column label and the two share one summed label (attention's ``acbd,aebd->abce`` on
+    [B, S, N, H] heads), else None. onnxruntime's Einsum permutes both operands on every
+    call; its optimiser folds these Transposes into the MatMul (FusedMatMul) or cancels them
+    with their neighbours."""
+    (a, b), out = parse_equation(equation)
+    batch = [c for c in out if c in a and c in b]
+    rows, cols = [c for c in a if c not in b], [c for c in b if c not in a]
+    summed = [c for c in a if c in b and c not in out]
+    if not len(rows) == len(cols) == len(summed) == 1 or not set(rows + cols) <= set(out):
+        return None
+    x = _permuted(x, [a.index(c) for c in batch + rows + summed], g)
+    y = _permuted(y, [b.index(c) for c in batch + summed + cols], g)
+    order = batch + rows + cols
+    return _permuted(g.node("MatMul", [x, y]), [order.index(c) for c in out], g)
+
+
+def _permuted(x: str, perm: list[int], g) -> str:
+    return x if perm == sorted(perm) else g.node("Transpose", [x], perm=perm)
+
+
 def _einsum_onnx(node, ins, g, cx):
     bias = ins[2] if len(ins) == 3 else None
     plan = plan_einsum(node.spec.equation, cx.type(node.inputs[2]).rank if bias else None)
     if plan.kind == "einsum":
-        out = g.node("Einsum", ins[:2], equation=node.spec.equation)
+        out = _transposed_matmul(node.spec.equation, ins[0], ins[1], g) or \
+            g.node("Einsum", ins[:2], equation=node.spec.equation)
         return g.node("Add", [out, bias]) if bias else out
     (xi, yi) = (1, 0) if plan.swap else (0, 1)
     x, y = ins[xi], ins[yi]

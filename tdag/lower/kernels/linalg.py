@@ -20,7 +20,7 @@ import torch
 
 from tdag import ops
 from tdag.deinops.primitive import Cost, primitive, traffic
-from tdag.errors import ShapeError, TdagError
+from tdag.errors import ShapeError, TdagError, UnsupportedOpError
 from tdag.ir.batching import AxisRule, Refuse, keep_spec, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec, Trait
@@ -28,7 +28,7 @@ from tdag.ir.symbols import Dim, as_dim, dims_equal, is_static
 from tdag.ir.types import DType, TensorType
 from tdag.lower.kernels.common import decomposed_onnx
 from tdag.ops import linalg
-from tdag.ops.linalg.kernels import Side, Triangle, TriangularSolve
+from tdag.ops.linalg.kernels import Ldl, Side, Triangle, TriangularSolve
 from tdag.ops.promotion import broadcast_shapes
 
 
@@ -90,6 +90,19 @@ def linalg_eigh(a: torch.Tensor, uplo: str) -> torch.Tensor:
     return torch.cat([vectors, values.unsqueeze(-2)], -2)
 
 
+def linalg_eig(a: torch.Tensor) -> torch.Tensor:
+    """torch.linalg.eig as the kernel's one (complex) output: the vectors' rows, the values."""
+    values, vectors = torch.linalg.eig(a)
+    return torch.cat([vectors, values.unsqueeze(-2)], -2)
+
+
+def linalg_ldl_factor(a: torch.Tensor, hermitian: bool) -> torch.Tensor:
+    """torch.linalg.ldl_factor_ex as LD's rows, the pivots' row, then info's (as floats)."""
+    ld, pivots, info = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
+    info = info[..., None, None].expand(*ld.shape[:-2], 1, ld.shape[-1])
+    return torch.cat([ld, pivots.unsqueeze(-2).to(ld.dtype), info.to(ld.dtype)], -2)
+
+
 def linalg_svd(a: torch.Tensor) -> torch.Tensor:
     """torch.linalg.svd (reduced) as U's rows, S, V's rows."""
     u, s, vh = torch.linalg.svd(a, full_matrices=False)
@@ -146,6 +159,17 @@ def _jax_eigh(node, a, cx):
     return cx.jnp.concatenate([vectors, values[..., None, :]], -2)
 
 
+def _jax_eig(node, a, cx):
+    """jnp.linalg.eig: LAPACK's geev on the CPU, as torch's (GPU and TPU JAX refuse it)."""
+    values, vectors = cx.jnp.linalg.eig(a[0])
+    return cx.jnp.concatenate([vectors, values[..., None, :]], -2)
+
+
+def _jax_refuses(node, a, cx):
+    raise UnsupportedOpError(f"to_jax: {node.op.value}: JAX has no LDL^T factorization "
+                             "(LAPACK's sytrf / sytrs)", node=node.name, origin=node.origin)
+
+
 def _jax_svd(node, a, cx):
     u, s, vh = cx.jnp.linalg.svd(a[0], full_matrices=False)
     return cx.jnp.concatenate([u, s[..., None, :], cx.jnp.swapaxes(vh, -1, -2)], -2)
@@ -183,6 +207,15 @@ def _decompose_eigh(spec: Triangle, a):
     return ops.concat([vectors, ops.unsqueeze(values, -2)], -2)
 
 
+def _no_composition(op: Op, why: str, runs: str = "tdag.run, to_torch and to_jax"):
+    """The ``decompose`` of a kernel tdag.ops.linalg does not compose: it refuses, naming
+    the op, wherever the composition is asked for (to_onnx, tdag.grad)."""
+    def decompose(spec, *operands):
+        raise UnsupportedOpError(f"{op.value}: no composition over tdag.ops ({why}); "
+                                 f"only {runs} run it (LAPACK)")
+    return decompose
+
+
 def _decompose_svd(spec, a):
     u, s, vh = linalg.svd(a)
     return ops.concat([u, ops.unsqueeze(s, -2), ops.transpose(vh, -1, -2)], -2)
@@ -215,6 +248,26 @@ def _slogdet_shape(spec, ins):
 def _eigh_shape(spec, ins):
     n, _ = _matrix("linalg_eigh", ins[0])
     return ins[0].with_shape(tuple(ins[0].shape[:-2]) + (as_dim(n + 1), n))
+
+
+def _eig_shape(spec, ins):
+    n, _ = _matrix("linalg_eig", ins[0])
+    complex_type = DType.c64 if ins[0].dtype is DType.f32 else DType.c128
+    return ins[0].with_shape(tuple(ins[0].shape[:-2]) + (as_dim(n + 1), n)).with_dtype(
+        complex_type)
+
+
+def _ldl_factor_shape(spec, ins):
+    n, _ = _matrix("linalg_ldl_factor", ins[0])
+    return ins[0].with_shape(tuple(ins[0].shape[:-2]) + (as_dim(n + 2), n))
+
+
+def _ldl_solve_shape(spec, ins):
+    ld, pivots, b = ins
+    n, _ = _matrix("linalg_ldl_solve", ld)
+    if pivots.dtype is not DType.i32 or not dims_equal(pivots.shape[-1], n):
+        raise ShapeError(f"linalg_ldl_solve: pivots {pivots} do not fit {ld} (int32 [..., n])")
+    return _solve_shape("linalg_ldl_solve", ld, b, True)
 
 
 def _svd_shape(spec, ins):
@@ -296,6 +349,31 @@ _register(Op.linalg_eigh, Triangle, 1, _eigh_shape,
           "Jacobi sweeps of n - 1 rounds, n <= 64",
           lambda node, a, code: f"_rt.linalg_eigh({a[0]}, {_uplo(node.spec)!r})",
           _jax_eigh, _decompose_eigh)
+_register(Op.linalg_eig, NoSpec, 1, _eig_shape, lambda s, a: linalg_eig(a),
+          lambda s, ins: 25 * _n(ins) ** 3,
+          "geev with right vectors, about 25 n^3 flops (Hessenberg QR to the real Schur form, "
+          "then back-substitution); no composition: ONNX and tdag.grad refuse it",
+          lambda node, a, code: f"_rt.linalg_eig({a[0]})", _jax_eig,
+          _no_composition(Op.linalg_eig, "the general eigenproblem's complex pairs: Francis "
+                          "QR with value-chosen deflation and LAPACK's eigenvector phase"))
+_LDL_WHY, _LDL_RUNS = "Bunch-Kaufman pivoting picks 1x1 or 2x2 blocks by value", \
+    "tdag.run and to_torch"
+_register(Op.linalg_ldl_factor, Ldl, 1, _ldl_factor_shape,
+          lambda s, a: linalg_ldl_factor(a, s.hermitian), lambda s, ins: _n(ins) ** 3 / 3,
+          "sytrf, n^3/3 flops; no composition (" + _LDL_WHY + "): ONNX, JAX and tdag.grad "
+          "refuse it",
+          lambda node, a, code: f"_rt.linalg_ldl_factor({a[0]}, {node.spec.hermitian})",
+          _jax_refuses, _no_composition(Op.linalg_ldl_factor, _LDL_WHY, _LDL_RUNS))
+_register(Op.linalg_ldl_solve, Ldl, 3, _ldl_solve_shape,
+          lambda s, ld, pivots, b: torch.linalg.ldl_solve(ld, pivots, b, hermitian=s.hermitian),
+          lambda s, ins: 2 * _n(ins) ** 2 * ins[2].shape[-1],
+          "sytrs, 2 n^2 k flops; no composition (it reads ldl_factor's pivot blocks): ONNX, "
+          "JAX and tdag.grad refuse it",
+          lambda node, a, code: (f"torch.linalg.ldl_solve({a[0]}, {a[1]}, {a[2]}, "
+                                 f"hermitian={node.spec.hermitian})"),
+          _jax_refuses, _no_composition(Op.linalg_ldl_solve, _LDL_WHY, _LDL_RUNS),
+          batch=Refuse("reads factors, pivots and a right-hand side whose batches may "
+                       "broadcast"))
 _register(Op.linalg_svd, NoSpec, 1, _svd_shape, lambda s, a: linalg_svd(a),
           lambda s, ins: 14 * _mn(ins)[0] * _mn(ins)[1] ** 2 + 8 * _mn(ins)[1] ** 3,
           "gesdd reduced, about 14 m n^2 + 8 n^3 flops; the composition is up to 10 unrolled "

@@ -13,7 +13,7 @@ from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, is_static, product
-from tdag.ir.types import TensorType
+from tdag.ir.types import DType, TensorType
 
 # -- normalisations ---------------------------------------------------------------------------
 
@@ -135,8 +135,13 @@ def _rms_norm_eval(spec: RMSNorm, xs, resolve):
 
 
 def _rms_norm_onnx(node, ins, g, cx):
-    """x * 1/sqrt(mean(x^2) + eps) [* w], as torch.onnx.export writes it."""
+    """``RMSNormalization`` from opset 23 (one pass where onnxruntime runs the chain below
+    as six); before it x * 1/sqrt(mean(x^2) + eps) [* w], as torch.onnx.export writes it."""
     rank, dtype = node.type.rank, node.type.dtype
+    if g.opset >= 23 and dtype is DType.f32:  # its stash_type computes in f32
+        scale = ins[1] if len(ins) > 1 else g.const(1.0, dtype)
+        return g.node("RMSNormalization", [ins[0], scale], axis=rank - node.spec.count,
+                      epsilon=float(node.spec.eps))
     axes = g.const(list(range(rank - node.spec.count, rank)))
     mean = g.node("ReduceMean", [g.node("Mul", [ins[0], ins[0]]), axes], keepdims=1)
     inv = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(node.spec.eps,

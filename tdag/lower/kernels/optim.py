@@ -106,19 +106,20 @@ def _torch(node, a, code):
     s = node.spec
     hyper = ", ".join(literal(float(v)) for v in (s.lr, s.beta1, s.beta2, s.eps,
                                                  s.weight_decay))
-    in_place = overwritten(node, lambda x: code.may_overwrite(node, x),
-                           code.ctx.readers(node.name), code.ctx.graph.outputs)
+    in_place = code.written_over(node)
     return f"_rt.adamw_step{'_' if in_place else ''}({', '.join(a)}, {hyper})"
 
 
-def overwritten(node, may_overwrite, readers, outputs) -> tuple[str, ...]:
+def overwritten(node, code) -> tuple[str, ...]:
     """The parameter and moments an update node writes over in the generated torch code
     (``adamw_step_``), in the order of the stack it stands for; () where it writes a new
-    stack: some later node reads one of them, or the result is read as more than its
+    stack: the code may not write over one of them (``code.may_overwrite``: a later node
+    reads it, or it is not the step's own state), or the result is read as more than its
     slices (an output, another op)."""
     state = (node.inputs[0], node.inputs[2], node.inputs[3])
-    if len(set(state)) == 3 and all(map(may_overwrite, state)) and readers and \
-            node.name not in outputs and \
+    readers = code.ctx.readers(node.name)
+    if len(set(state)) == 3 and all(code.may_overwrite(node, x) for x in state) and \
+            readers and node.name not in code.ctx.graph.outputs and \
             all(r.op is Op.select and r.spec.axis == 0 for r in readers):
         return state
     return ()
@@ -171,6 +172,6 @@ primitive(Op.adamw_update, AdamWUpdate, 5, _shape, _evaluate, _cost,
           "lerp/addcmul/addcdiv make about eight",
           traits=Trait.KERNEL,
           batch=Refuse("updates one parameter with a step count shared by all of them"),
-          torch=_torch, onnx=_onnx, jax=_jax, workspace=_workspace,
+          torch=_torch, onnx=_onnx, jax=_jax, workspace=_workspace, in_place=overwritten,
           decompose=lambda s, p, g, m, v, step: ops.adamw_update(
               p, g, m, v, step, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay))

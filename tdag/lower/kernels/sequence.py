@@ -70,6 +70,18 @@ def _attention_torch(node, a, code):
             f"is_causal={node.spec.causal}, scale={node.spec.scale!r})")
 
 
+def _sees_a_key_everywhere(cx, mask: str) -> bool:
+    """Whether ``mask`` is a constant (made from positions alone, as transformers' causal
+    and all-visible masks are) that keeps a key in every row: then no row is dead, and the
+    safe softmax's test and select (a pass over the scores that onnxruntime cannot fold)
+    are left out."""
+    value = cx.constant(mask)
+    if value is None:
+        return False
+    keeps = value if value.dtype == torch.bool else value > float("-inf")  # nan keeps none
+    return bool(keeps.any(-1).all())
+
+
 def _attention_onnx(node, ins, g, cx):
     """softmax(q k^T * scale + mask) v with the causal mask from Trilu."""
     q, k, v = ins[:3]
@@ -91,6 +103,8 @@ def _attention_onnx(node, ins, g, cx):
     # (small, broadcast) additive mask is made once for every layer that shares the mask
     additive = g.node("Where", [mask, g.const(0.0, dtype), neg_inf]) if boolean else mask
     scores = g.node("Add", [scores, additive])
+    if not node.spec.causal and _sees_a_key_everywhere(cx, node.inputs[3]):
+        return g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
     # torch's safe softmax: a row with every key masked attends to nothing (0, not nan).
     # Without a causal mask the test reads the (small, broadcast) mask, not the scores.
     if node.spec.causal:

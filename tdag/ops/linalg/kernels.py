@@ -2,7 +2,8 @@
 ``linalg_solve``, ``linalg_cholesky``, ``linalg_det``, ``linalg_slogdet``, ``linalg_eigh``,
 ``linalg_svd``, ``linalg_qr`` and ``linalg_solve_triangular`` (records in
 ``tdag/lower/kernels/linalg.py``, each with the composition of this package as its
-``decompose``).
+``decompose``); ``linalg_eig``, ``linalg_ldl_factor`` and ``linalg_ldl_solve`` have no
+composition (their ``decompose`` refuses by name: ONNX and tdag.grad do not take them).
 
 Why the front end emits the kernel rather than lowering finding it: the compositions unroll
 over n (thousands of nodes at n = 64) and are refused past ``MAX_UNROLLED``, so a rule that
@@ -46,6 +47,13 @@ class TriangularSolve:
     unit: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Ldl:
+    """ldl_factor / ldl_solve: A read as hermitian (sytrf vs hetrf; one for real A)."""
+
+    hermitian: bool = False
+
+
 def inv(a: Tensor) -> Tensor:
     return a.builder.emit(Op.linalg_inv, NoSpec(), a)
 
@@ -77,6 +85,30 @@ def eigh(a: Tensor, upper: bool = False) -> tuple[Tensor, Tensor]:
     return core.select(both, -2, n), core.slice(both, -2, 0, n)
 
 
+def eig(a: Tensor) -> tuple[Tensor, Tensor]:
+    """(eigenvalues, eigenvectors) of a real square matrix, complex, in LAPACK's order and
+    phase (geev: unit vectors, each one's largest entry real); packed as eigh's."""
+    n = a.shape[-1]
+    both = a.builder.emit(Op.linalg_eig, NoSpec(), a)
+    return core.select(both, -2, n), core.slice(both, -2, 0, n)
+
+
+def ldl_factor(a: Tensor, hermitian: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """(LD, pivots, info) of LAPACK's sytrf (Bunch-Kaufman: 1x1 and 2x2 pivot blocks chosen
+    by value): the kernel's (..., n + 2, n) holds LD's n rows, the pivots' row and info's
+    (the integers as floats, exact below 2^24)."""
+    n = a.shape[-1]
+    packed = a.builder.emit(Op.linalg_ldl_factor, Ldl(hermitian), a)
+    pivots = core.cast(core.select(packed, -2, n), "i32")
+    info = core.cast(core.select(core.select(packed, -2, n + 1), -1, 0), "i32")
+    return core.slice(packed, -2, 0, n), pivots, info
+
+
+def ldl_solve(ld: Tensor, pivots: Tensor, b: Tensor, hermitian: bool = False) -> Tensor:
+    """X with A X = B from ldl_factor's LD and pivots (sytrs)."""
+    return ld.builder.emit(Op.linalg_ldl_solve, Ldl(hermitian), ld, pivots, b)
+
+
 def svd(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, V^T), reduced: the kernel's (..., m + 1 + n, k) holds U's m rows, S, V's n rows."""
     m, n = a.shape[-2], a.shape[-1]
@@ -98,5 +130,5 @@ def solve_triangular(t: Tensor, b: Tensor, upper: bool, left: bool = True,
     return t.builder.emit(Op.linalg_solve_triangular, TriangularSolve(upper, left, unit), t, b)
 
 
-__all__ = ["Side", "Triangle", "TriangularSolve", "cholesky", "det", "eigh", "inv", "qr",
-           "slogdet", "solve", "solve_triangular", "svd"]
+__all__ = ["Ldl", "Side", "Triangle", "TriangularSolve", "cholesky", "det", "eig", "eigh", "inv",
+           "ldl_factor", "ldl_solve", "qr", "slogdet", "solve", "solve_triangular", "svd"]

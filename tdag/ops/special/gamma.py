@@ -3,8 +3,8 @@ digamma and trigamma by shifting x up (a fixed count of guarded steps, as many a
 loop can take) then their asymptotic series; zeta by Euler-Maclaurin after a direct sum,
 both loops unrolled to their bound with torch's early exits as masks; polygamma(n >= 2) as
 (-1)^(n+1) n! zeta(n+1, x). lgamma (std::lgamma in torch) is Stirling's series after a shift
-to x >= 8 (error under 1e-9 there), with the reflection formula below 1/2: float32 accuracy,
-absolute 1e-6 near its zeros at 1 and 2."""
+to x >= 8 (error under 1e-9 there), Taylor series about 1 and 2 below 2.5 (relative accuracy
+at its zeros), the reflection formula below 1/2: float32 accuracy."""
 from __future__ import annotations
 
 import math
@@ -18,6 +18,20 @@ from tdag.ops.tensor import Tensor
 _MACHEP = 1.11022302462515654042e-16
 _ZETA_TERMS = 30  # direct terms: torch's loop runs 9, or until q + i > 9: q > -20 fits
 _SHIFT = 8
+_EULER = 0.5772156649015329
+_AT_ONE = (  # (-1)^k zeta(k) / k, k = 2..25 (mpmath)
+    0.8224670334241132, -0.40068563438653143, 0.27058080842778454, -0.20738555102867398,
+    0.1695571769974082, -0.1440498967688461, 0.12550966952474304, -0.11133426586956469,
+    0.1000994575127818, -0.09095401714582904, 0.083353840546109, -0.0769325164113522,
+    0.07143294629536133, -0.06666870588242046, 0.06250095514121304, -0.058823978658684585,
+    0.055555767627403614, -0.05263167937961666, 0.05000004769810169, -0.047619070330142226,
+    0.04545455629320467, -0.04347826605304026, 0.04166666915034121, -0.04000000119214014)
+_AT_TWO = (  # (-1)^k (zeta(k) - 1) / k, k = 2..17 (mpmath)
+    0.3224670334241132, -0.0673523010531981, 0.020580808427784546, -0.007385551028673986,
+    0.0028905103307415234, -0.001192753911703261, 0.0005096695247430425,
+    -0.00022315475845357939, 9.945751278180853e-05, -4.492623673813314e-05,
+    2.050721277567069e-05, -9.439488275268397e-06, 4.374866789907488e-06,
+    -2.039215753801366e-06, 9.55141213040742e-07, -4.492469198764566e-07)
 
 
 def _is_nonpositive_integer(x: Tensor) -> Tensor:
@@ -25,7 +39,25 @@ def _is_nonpositive_integer(x: Tensor) -> Tensor:
 
 
 def _lgamma_positive(y: Tensor) -> Tensor:
-    """lgamma(y) for y >= 1/2: Stirling at z = y + 8 where y < 8, less log y (y+1)..(y+7)."""
+    """lgamma(y) for y >= 1/2: Taylor series about 1 and 2 below 2.5 (relative accuracy at
+    the zeros, where 1 - x^a Gamma(a) in igammac needs it), Stirling above."""
+    return core.where(core.lt(y, 2.5), lgamma_near_one_two(y), _stirling(y))
+
+
+def lgamma_near_one_two(y: Tensor) -> Tensor:
+    """lgamma(y) for y in [1/2, 5/2): its Taylor series about 1 below 3/2, about 2 above."""
+    about_one = _taylor(core.sub(y, 1.0), -_EULER, _AT_ONE)
+    about_two = _taylor(core.sub(y, 2.0), 1.0 - _EULER, _AT_TWO)
+    return core.where(core.lt(y, 1.5), about_one, about_two)
+
+
+def _taylor(t: Tensor, linear: float, higher) -> Tensor:
+    """linear t + sum_k higher[k - 2] t^k: |t| <= 1/2 keeps the terms under 2^-k."""
+    return core.mul(t, core.add(core.mul(t, horner(t, higher[::-1])), linear))
+
+
+def _stirling(y: Tensor) -> Tensor:
+    """Stirling at z = y + 8 where y < 8, less log y (y+1)..(y+7)."""
     small = core.lt(y, float(_SHIFT))
     z = core.where(small, core.add(y, float(_SHIFT)), y)
     zz = core.mul(z, z)

@@ -44,7 +44,7 @@ def erfcx(x: Tensor) -> Tensor:
     return core.where(core.isnan(x), x, value)
 
 
-def _log1p(u: Tensor) -> Tensor:
+def log1p(u: Tensor) -> Tensor:
     """log(1 + u) without cancellation (Kahan): log(w) u / (w - 1), w = 1 + u."""
     w = core.add(u, 1.0)
     wm1 = core.sub(w, 1.0)
@@ -53,15 +53,20 @@ def _log1p(u: Tensor) -> Tensor:
                                                                             1.0, wm1))))
 
 
+def erfc(x: Tensor) -> Tensor:
+    """1 - erf(x) to float32's relative accuracy in the tail, where 1 - erf(x) cancels:
+    erfcx(|x|) exp(-x^2) for x >= 0, 2 less that for x < 0."""
+    tail = core.mul(erfcx(core.abs(x)), core.exp(core.neg(core.mul(x, x))))
+    return core.where(core.lt(x, 0.0), core.sub(2.0, tail), tail)
+
+
 def log_ndtr(x: Tensor) -> Tensor:
     """log Phi(x): log(erfcx(-t) / 2) - t^2 below -1, log1p(-erfc(t) / 2) above, t = x/sqrt 2
     (erfc(t) as erfcx(t) exp(-t^2), accurate where 1 - erf(t) cancels)."""
     t = core.mul(x, math.sqrt(0.5))
     low = core.sub(core.log(core.div(erfcx(core.neg(t)), 2.0)), core.mul(t, t))
-    erfc = core.where(core.ge(t, 0.0), core.mul(erfcx(core.abs(t)),
-                                                core.exp(core.neg(core.mul(t, t)))),
-                      core.sub(1.0, core.erf(t)))
-    high = _log1p(core.div(core.neg(erfc), 2.0))
+    erfc_t = core.where(core.ge(t, 0.0), erfc(t), core.sub(1.0, core.erf(t)))
+    high = log1p(core.div(core.neg(erfc_t), 2.0))
     return core.where(core.lt(x, -1.0), low, high)
 
 

@@ -15,6 +15,16 @@ def filled(like: Tensor, value: float) -> Tensor:
     return creation.full(tuple(like.shape), value, like.dtype, like=like)
 
 
+def expm1(x: Tensor) -> Tensor:
+    """exp(x) - 1 without cancellation near 0 (Kahan): (u - 1) x / log u, u = exp(x)."""
+    u = core.exp(x)
+    um1 = core.sub(u, 1.0)
+    exact = core.logical_or(core.eq(um1, 0.0), core.eq(um1, -1.0))
+    fixed = core.mul(um1, core.div(x, core.log(core.where(exact, 2.0, u))))
+    value = core.where(core.eq(u, float("inf")), u, core.where(core.eq(um1, -1.0), um1, fixed))
+    return core.where(core.eq(um1, 0.0), x, value)
+
+
 def horner(x: Tensor, coefficients) -> Tensor:
     """sum_i c_i x^(len-1-i): Cephes' polevl, highest power first."""
     result = filled(x, 0.0)
@@ -31,7 +41,6 @@ def chbevl(x: Tensor, coefficients) -> Tensor:
         b2, b1 = b1, b0
         b0 = core.add(core.sub(core.mul(x, b1), b2), float(c))
     return core.mul(core.sub(b0, b2), 0.5)
-
 
 
 def refuse_where(value: Tensor, bad: Tensor, what: str) -> Tensor:

@@ -17,6 +17,7 @@ import torch
 from dataclasses import replace
 
 from tdag.ir.graph import TDAG, Value, Weight
+from tdag.ir.passes import gc_paused
 from tdag.ir.program import Block, Call, Program, nested_blocks, with_blocks
 from tdag.ir.types import OPTIMIZER, DType, Origin, TensorKind, TensorType
 from tdag.ops.builder import Builder
@@ -43,7 +44,8 @@ def train_step(prog: Program, optimizer: Optimizer, output: int | str = 0,
     >>> [round(float(tdag.run(step, torch.ones(2))), 3) for _ in range(1)]
     [5.0]
     """
-    g = grad(prog, output=output if loss is None else loss)
+    with gc_paused():  # a graph of many small nodes: the cyclic GC's scans would cost a third
+        g = grad(prog, output=output if loss is None else loss)
     if len(g.main.steps) != 1:
         return _controlled_step(g, optimizer)
     call = g.main.steps[0]

@@ -5,6 +5,7 @@ passes the torch code generator's liveness (``tdag.reify.torch.memory``)."""
 from __future__ import annotations
 
 from tdag.ir.graph import TDAG
+from tdag.ir.passes import gc_paused
 from tdag.ir.program import Loop, Program, all_steps
 from tdag.ir.symbols import free_symbols
 from tdag.refine.memory.report import Live, MemoryReport, PhasePeak, build, peaks_of
@@ -18,12 +19,13 @@ def memory_of(prog: Program, liveness: Liveness, **sizes: int) -> MemoryReport:
     where ``liveness`` says; ``sizes`` bind symbols (a Loop's symbolic count must be bound)."""
     free = sorted(program_symbols(prog) - set(sizes))
     probe = dict(sizes, **{s: PROBE for s in free})
-    first = Walk(prog, liveness, dict(sizes), probe).run()
-    peaks = peaks_of(first.events, free, sizes)
-    again = Walk(prog, liveness, dict(sizes), probe, capture=frozenset(i for i, _ in
-                                                                     peaks.values()),
-                 choices=first.choices, graphs=first.graphs).run()
-    return build(first.events, again.heap.storages, again.captured, peaks, sizes)
+    with gc_paused():  # the replays make a record per event: a third of their time in GC
+        first = Walk(prog, liveness, dict(sizes), probe).run()
+        peaks = peaks_of(first.events, free, sizes)
+        again = Walk(prog, liveness, dict(sizes), probe, capture=frozenset(i for i, _ in
+                                                                         peaks.values()),
+                     choices=first.choices, graphs=first.graphs).run()
+        return build(first.events, again.heap.storages, again.captured, peaks, sizes)
 
 
 def program_symbols(prog: Program) -> set[str]:

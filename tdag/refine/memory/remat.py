@@ -32,7 +32,21 @@ from tdag.ir.types import REMAT, Origin
 from tdag.refine.cost.report import graph_figures
 
 Key = tuple  # (graph name, node name): one forward value of one TDAG
-Target = Callable[[Program], "tuple[Program, int]"]  # (the program the target runs, its peak)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the plan asks of the target: its lowering of a program (a forward value no
+    longer read by the backward may join a kernel there) and the peak of a program as its
+    module runs it, not lowered again (the memory replay)."""
+
+    lower: Callable[[Program], Program]
+    peak: Callable[[Program], int]
+
+    def run(self, prog: Program) -> tuple[Program, int]:
+        """(the program the target runs, its peak)."""
+        prog = self.lower(prog)
+        return prog, self.peak(prog)
 
 
 @dataclass(frozen=True)
@@ -94,12 +108,16 @@ class _Graph:
 
 
 def remat(prog: Program, budget: int, target: Target, sizes: dict) -> RematProgram:
-    """``prog`` (lowered) recomputing the cheapest kept activations until its peak is at
-    most ``budget``; raises MemoryBudgetError naming the smallest peak reachable. ``target``
-    gives a program as the target runs it (lowered again: a forward value no longer read by
-    the backward may now join a kernel) and its peak."""
+    """``prog`` (lowered as ``target`` lowers) recomputing the cheapest kept activations
+    until its peak is at most ``budget``; raises MemoryBudgetError naming the smallest peak
+    reachable.
+
+    A trial replays the memory of ``prog`` with copies inserted, without lowering it again
+    (lowering was most of a trial's time); the plan found is lowered once and replayed.
+    Where that lowering changes the peak past the budget (copies joined into kernels
+    differently), the plan is made again judging each trial lowered."""
     graphs = {name: _Graph.of(g) for name, g in prog.graphs.items()}
-    before = target(prog)[1]
+    before = target.peak(prog)
     if before <= budget:
         return _result(prog, budget, before, before, 0, ())
     flops = {name: graph_figures(g) for name, g in prog.graphs.items()}
@@ -110,18 +128,35 @@ def remat(prog: Program, budget: int, target: Target, sizes: dict) -> RematProgr
                                 "(a training program from tdag.grad or tdag.train_step?)",
                                 smallest=before)
 
-    def trial(chosen: list) -> tuple[Program, int]:
-        return target(_rebuilt(prog, graphs, chosen))
+    def replayed(chosen: list) -> tuple[Program, int]:
+        rebuilt = _rebuilt(prog, graphs, chosen)
+        return rebuilt, target.peak(rebuilt)
 
-    chosen, best, peak = _greedy(candidates, budget, before, trial)
+    def lowered(chosen: list) -> tuple[Program, int]:
+        return target.run(_rebuilt(prog, graphs, chosen))
+
+    chosen, best, peak = _plan(candidates, budget, before, replayed, flops, sizes)
+    fits = peak <= budget
+    if chosen:
+        best, peak = target.run(best)
+    if fits and peak > budget:  # lowering the copies moved the peak past the budget
+        chosen, best, peak = _plan(candidates, budget, before, lowered, flops, sizes)
     if peak > budget:
         raise MemoryBudgetError(
             f"remat: no plan fits {budget} B: the smallest peak reachable by recomputing "
             f"forward values is {peak} B ({len(chosen)} of {len(candidates)} kept values "
             f"recomputed; {before} B before)", smallest=peak)
-    chosen, best, peak = _give_back(chosen, budget, best, peak, trial, flops, sizes)
     return _result(best, budget, before, peak, _added_flops(best, sizes),
                    tuple(f"{g}:{n}" for g, n in chosen))
+
+
+def _plan(candidates: list, budget: int, before: int, trial, flops,
+          sizes) -> tuple[list, Program, int]:
+    """The greedy choice, then the give-back where it fits."""
+    chosen, best, peak = _greedy(candidates, budget, before, trial)
+    if peak <= budget:
+        chosen, best, peak = _give_back(chosen, budget, best, peak, trial, flops, sizes)
+    return chosen, best, peak
 
 
 def _result(prog: Program, budget, before, peak, added, recomputed) -> RematProgram:

@@ -11,7 +11,9 @@ The replay mirrors the generated code (tdag/reify/torch), not an ideal schedule:
   are freed at the rebinding), keeps every scanned value in a list, and stacks a list anew
   at each place the stacked output is read (``_rt.stack``: a fresh tensor each time);
 - an If runs one branch: the replay takes the branch whose peak is larger;
-- a torch call's own scratch tensors count at its node alone (its record's ``workspace``).
+- a torch call's own scratch tensors count at its node alone (its record's ``workspace``);
+- a node the code writes over its operands holds no new storage (``liveness``'s overwrites:
+  an optimizer update, a scatter into a KV cache the call consumes, ``consumed_inputs``).
 """
 from __future__ import annotations
 
@@ -26,14 +28,17 @@ from tdag.ir.record import record
 from tdag.ir.symbols import Dim, evaluate, free_symbols, symbol
 from tdag.ir.types import TensorKind
 from tdag.ir.verify import block_types, trips_name
+from tdag.refine.consumed import consumed_inputs
 from tdag.refine.memory.heap import Heap, Storage, Tally
 from tdag.refine.memory.kinds import NodeKinds, state_kinds
 from tdag.refine.memory.views import Views
 
-# the generated code's schedule of one TDAG: (the nodes it writes, node -> names deleted after)
-# a TDAG -> the nodes written, the values deleted after each, the nodes that write over
-# their operands (node -> the operands its result's slices are)
-Liveness = Callable[[TDAG], "tuple[set[str], dict[str, list[str]], dict[str, tuple]]"]
+# the generated code's schedule of one TDAG, given the inputs its code may write over
+# (``consumed_inputs``): the nodes written, the values deleted after each, the nodes that
+# write over their operands (node -> the operands: one, the result is that operand written
+# over; several, the result stands for them stacked, read by selects: an optimizer update)
+Liveness = Callable[[TDAG, frozenset],
+                    "tuple[set[str], dict[str, list[str]], dict[str, tuple]]"]
 INDEX_BYTES = 8  # a Loop's trip number: torch.tensor(it), one int64
 
 
@@ -64,7 +69,8 @@ class _Graph:
     views: Views
     kinds: NodeKinds
     types: dict
-    overwrites: dict  # an in-place node -> the operands its result's slices are
+    overwrites: dict  # an in-place node -> the operands it writes over
+    slices: dict      # a select of a stacked in-place result -> the operand it is
 
 
 @dataclass
@@ -86,8 +92,10 @@ class Walk:
     _weights: dict = field(default_factory=dict)
     _bytes: dict = field(default_factory=dict)
     _ifs: int = 0
+    _owned: dict = field(default_factory=dict)  # gname -> the inputs its code writes over
 
     def run(self) -> "Walk":
+        self._owned = consumed_inputs(self.prog)
         kinds = state_kinds(self.prog)
         for name, weight in self.prog.state.items():
             self._buffers[name] = self._hold_new(Storage(self.nbytes(weight.type), kinds[name],
@@ -169,12 +177,14 @@ class Walk:
     def graph(self, gname: str) -> _Graph:
         if gname not in self.graphs:
             graph = self.prog.graphs[gname]
-            live, dying, overwrites = self.liveness(graph)
+            live, dying, overwrites = self.liveness(graph, self._owned.get(gname, frozenset()))
             types = {v.name: v.type for v in graph.inputs}
             types.update((n, w.type) for n, w in graph.weights.items())
             types.update((n.name, n.type) for n in graph.nodes)
+            slices = {n.name: overwrites[n.inputs[0]][n.spec.index] for n in graph.nodes
+                      if n.op is Op.select and len(overwrites.get(n.inputs[0], ())) > 1}
             self.graphs[gname] = _Graph(live, dying, Views(graph, self.probe), NodeKinds(graph),
-                                         types, overwrites)
+                                         types, overwrites, slices)
         return self.graphs[gname]
 
     def call(self, gname: str, args: list[int]) -> list[int]:
@@ -190,12 +200,14 @@ class Walk:
         for node in graph.nodes:
             if node.name not in info.live:
                 continue
-            written = info.overwrites.get(node.inputs[0]) if node.inputs else None
-            if node.name in info.overwrites:  # the operands' storage, written over
+            into = info.overwrites.get(node.name, ())
+            if len(into) == 1:  # its operand, written over
+                sid = self.heap.hold(sid_of[into[0]])
+            elif into:  # the operands' storage, written over, standing for their stack
                 sid = self._hold_new(Storage(0, info.kinds(node), node.name, node.name,
                                              node.origin.scope, gname))
-            elif written and node.op is Op.select:  # a slice of it: the operand it is
-                sid = self.heap.hold(sid_of[written[node.spec.index]])
+            elif node.name in info.slices:  # a slice of that stack: the operand it is
+                sid = self.heap.hold(sid_of[info.slices[node.name]])
             elif node.name in info.views.base:
                 sid = self.heap.hold(sid_of[node.inputs[0]])
             else:

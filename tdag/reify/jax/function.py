@@ -52,8 +52,8 @@ def to_jax(prog: Program | TDAG, lower: bool = True) -> "JaxFunction":
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
-    if lower:
-        prog = lower_program(prog)
+    if lower:  # folding consts only: ``params`` stay the source's, to train or to swap
+        prog = lower_program(prog, final=("fold_consts",))
     return JaxFunction(prog)
 
 

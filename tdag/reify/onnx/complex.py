@@ -21,8 +21,8 @@ from tdag.ir.record import Trait, has
 from tdag.ir.types import TensorType
 
 # ops whose records' emitters compute on the pairs themselves (tdag/deinops/pairs.py)
-_PAIR_AWARE = frozenset({Op.fft, Op.bitcast, Op.multiply, Op.divide, Op.exp, Op.permute,
-                         Op.where, Op.compare, Op.cast})
+_PAIR_AWARE = frozenset({Op.fft, Op.fft_of_real, Op.bitcast, Op.multiply, Op.divide, Op.exp,
+                         Op.permute, Op.where, Op.compare, Op.cast})
 # ops that run on the pairs unchanged: every axis they name lies before the pair's
 _ON_PAIRS = frozenset({Op.add, Op.neg, Op.reduce, Op.group, Op.ungroup, Op.squeeze,
                        Op.unsqueeze, Op.slice, Op.pad, Op.select, Op.repeat, Op.concat,

@@ -149,8 +149,9 @@ def _packed(cx, g, sources: list) -> tuple | None:
         if [(s.spec.axes, s.spec.starts, s.spec.stops, s.spec.steps) for s in slices] != \
                 expected or ctx.type(whole.name).shape[last] != 3 * width:
             return None
-        return tuple(cx.env[n] for n in whole.inputs[:2]) + \
-            ((cx.env[whole.inputs[2]],) if len(whole.inputs) == 3 else ()), whole
+        # no bias (a zero one folded away): Attention's optional bias left empty
+        bias = cx.env[whole.inputs[2]] if len(whole.inputs) == 3 else ""
+        return tuple(cx.env[n] for n in whole.inputs[:2]) + (bias,), whole
     found = [_projection(ctx, s) for s in sources]
     if None in found or len({p.inputs[0] for p, _ in found}) != 1:
         return None

@@ -24,9 +24,10 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
-from tdag.lower.kernels.optim import overwritten
 from tdag.lower.match import scalar
+from tdag.refine.consumed import view_roots
 from tdag.refine.dataflow import fresh_definers, sizes_named
+from tdag.reify.torch.packed import packable
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -89,18 +90,35 @@ def _sym(e) -> str:
 class Code:
     """What an emitter may ask while writing one node."""
 
-    def __init__(self, ctx: Context, device: str):
-        self.ctx, self.device = ctx, device
+    def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset(),
+                 graph: str = ""):
+        self.ctx, self.device, self.owned, self.graph = ctx, device, owned, graph
         self.symbols: set[str] = set()
+        self._sites = 0
         self._once: dict = {}
-        self._last_read = _last_reads(ctx.graph)
+        self._roots = view_roots(ctx.graph)
+        self._last_read = _last_reads(ctx.graph, self._roots)
         self._at = {node.name: k for k, node in enumerate(ctx.graph.nodes)}
 
+    def root(self, name: str) -> str:
+        """The input, weight or node whose storage ``name`` may share (itself unless a view)."""
+        return self._roots.get(name, name)
+
     def may_overwrite(self, node: Node, name: str) -> bool:
-        """Whether ``node`` may write over the value ``name`` in place: nothing after it
-        reads the value or a view of it, and it is not an output (an optimizer updating
-        its state, as torch's optimizers do)."""
-        return self._last_read.get(name) == self._at[node.name]
+        """Whether ``node`` may write over the value ``name`` in place: its storage is this
+        code's own (a node's, or an input the calls consume: ``consumed_inputs``), nothing
+        after ``node`` reads it or a view of it, and it is not an output (an optimizer
+        updating its state, as torch's optimizers do; a KV-cache step writing its cache)."""
+        root = self.root(name)
+        own = root in self.owned or self.ctx.producer(root) is not None
+        return own and self._last_read.get(root) == self._at[node.name]
+
+    def written_over(self, node: Node) -> tuple[str, ...]:
+        """The operands ``node``'s code writes its result into (its record's ``in_place``:
+        a scatter into its target, an optimizer update into its state), () where it
+        writes a new tensor."""
+        rule = record(node.op).in_place
+        return rule(node, self) if rule is not None else ()
 
     def once(self, key, expr: str) -> str:
         """``expr`` evaluated once per graph: the first ask binds it to a local in place
@@ -110,6 +128,19 @@ class Code:
             return self._once[key]
         self._once[key] = f"_once{len(self._once)}"
         return f"({self._once[key]} := {expr})"
+
+    def linear(self, x: str, w: str, bias: str, weight: str) -> str:
+        """``F.linear(x, w, bias)``, where ``weight`` (the tdag name ``w`` reads) is a weight
+        of the graph large enough to gain from oneDNN's packed copy: a call of
+        ``_rt.linear`` with a slot of its own (tdag/reify/torch/packed.py). A weight that
+        arrives as an input (a training step's parameters) changes storage every call, so
+        packing it would cost, not save."""
+        held = self.ctx.weight(self.root(weight))
+        if held is None or not packable(held.type.shape, held.type.dtype):
+            return f"F.linear({x}, {w}, {bias})"
+        self._sites += 1
+        return (f"_rt.linear(self._tdag_packed, '{self.graph}.{self._sites}', {x}, {w}, "
+                f"{bias})")
 
     def dim(self, d: Dim) -> str:
         return dim_expr(d, self.symbols)
@@ -140,14 +171,16 @@ class Code:
         return literal(value, dtype)
 
 
-def graph_source(name: str, graph: TDAG, weight_expr) -> tuple[str, list[str]]:
-    """The source of the method for ``graph`` and the symbols its caller must pass."""
+def graph_source(name: str, graph: TDAG, weight_expr,
+                 owned: frozenset = frozenset()) -> tuple[str, list[str]]:
+    """The source of the method for ``graph`` and the symbols its caller must pass;
+    ``owned``: the inputs its code may write over (``consumed_inputs``)."""
     scope = Scope()
     ctx = Context(graph)
     params = [scope(v.name) for v in graph.inputs]
     # the device of generated tensors (iota): the first input's, else the module's
     device = f"{params[0]}.device" if params else "self._tdag_device.device"
-    code = Code(ctx, device)
+    code = Code(ctx, device, owned, name)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
     live = _live(graph, {name: used for name, (_, used) in operands.items()})
     body = []
@@ -278,18 +311,19 @@ def broadcasts_to(shapes, target) -> bool:
     return True
 
 
-def liveness(graph: TDAG) -> tuple[set[str], dict[str, list[str]], dict[str, tuple]]:
+def liveness(graph: TDAG, owned: frozenset = frozenset()
+             ) -> tuple[set[str], dict[str, list[str]], dict[str, tuple]]:
     """The nodes ``graph_source`` writes, per node the values deleted after it, and the
-    nodes that write over their operands (an optimizer update -> the values it overwrites):
-    the schedule whose memory ``tdag.memory`` replays."""
+    nodes that write over their operands (-> the operands: a scatter's target, or an
+    optimizer update's three values): the schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
     refs = {node.name: _operands(node, ctx, scope)[1] for node in graph.nodes}
     live = _live(graph, refs)
-    code = Code(ctx, "")
-    overwrites = {node.name: parts for node in graph.nodes if node.op is Op.adamw_update
-                  and (parts := overwritten(node, lambda x, node=node: code.may_overwrite(
-                      node, x), ctx.readers(node.name), graph.outputs))}
+    code = Code(ctx, "", owned)
+    overwrites = {node.name: parts for node in graph.nodes
+                  if node.name in live and (parts := code.written_over(node))}
     return live, _last_uses(graph, live, refs), overwrites
+
 
 
 def _live(graph: TDAG, refs: dict) -> set[str]:
@@ -305,15 +339,12 @@ def _live(graph: TDAG, refs: dict) -> set[str]:
     return live
 
 
-def _last_reads(graph: TDAG) -> dict[str, int]:
+def _last_reads(graph: TDAG, shows: dict[str, str]) -> dict[str, int]:
     """The position of the last node reading each value, counting the reads of the views
-    made from it (torch runs those ops as views of the same storage); past the end for
-    an output."""
-    shows: dict[str, str] = {}  # a view -> the value whose storage it shows
+    made from it (``shows``: a view -> the value whose storage it shows; torch runs those
+    ops as views of the same storage); past the end for an output."""
     last: dict[str, int] = {}
     for k, node in enumerate(graph.nodes):
-        if record(node.op).view is not None and node.inputs:
-            shows[node.name] = shows.get(node.inputs[0], node.inputs[0])
         for name in node.inputs:
             last[shows.get(name, name)] = last[name] = k
     for name in graph.outputs:

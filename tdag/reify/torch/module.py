@@ -21,8 +21,10 @@ from tdag.ir.symbols import is_static, shape_is_static
 from tdag.ir.types import TensorKind
 from tdag.ir.verify import block_types
 from tdag.lower.pipeline import lower as lower_program
+from tdag.refine.consumed import consumed_inputs
 from tdag.reify.torch import runtime
 from tdag.reify.torch.codegen import Scope, dim_expr, graph_source
+from tdag.reify.torch.packed import PackedWeights
 
 _COUNTER = itertools.count()
 
@@ -49,8 +51,8 @@ def to_torch(prog: Program | TDAG, lower: bool = True) -> nn.Module:
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
-    if lower:
-        prog = lower_program(prog)
+    if lower:  # folding consts only: the module's parameters and buffers stay loadable
+        prog = lower_program(prog, final=("fold_consts",))
     module = _Builder(prog).build()
     return module
 
@@ -64,9 +66,11 @@ class _Builder:
 
     def build(self) -> nn.Module:
         sources, free = [], {}
+        owned = consumed_inputs(self.prog)  # the state a call may write over (a KV cache)
         for name, graph in self.prog.graphs.items():
             src, free[name] = graph_source(_ident(name), graph,
-                                           lambda w, g=name, gr=graph: self.weight_expr(g, gr, w))
+                                           lambda w, g=name, gr=graph: self.weight_expr(g, gr, w),
+                                           owned.get(name, frozenset()))
             sources.append(src)
         for name, weight in self.prog.state.items():
             self.register(name, weight, state=True)
@@ -83,6 +87,7 @@ class _Builder:
         for name, b in self.root.named_buffers(recurse=False):
             module.register_buffer(name, b, persistent=name not in self._nonpersistent())
         module.register_buffer("_tdag_device", torch.empty(0), persistent=False)
+        module._tdag_packed = PackedWeights()  # the linear layers' packed weights
         module._tdag_inputs = self.prog.main.inputs  # what _rt.bad_input explains against
         return module
 

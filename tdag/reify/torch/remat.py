@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from tdag.errors import ShapeError
 from tdag.ir.graph import TDAG
+from tdag.ir.passes import gc_paused
 from tdag.ir.program import Program
 from tdag.lower.pipeline import lower
 from tdag.refine.memory import program_symbols
 from tdag.refine.memory.walk import Walk
-from tdag.refine.memory.remat import RematProgram
+from tdag.refine.memory.remat import RematProgram, Target
 from tdag.refine.memory.remat import remat as plan
 from tdag.reify.torch.codegen import liveness
 
@@ -44,15 +45,16 @@ def remat(prog: Program | TDAG, budget: int, **sizes: int) -> RematProgram:
     if free:
         raise ShapeError(f"remat: the budget is in bytes; bind the sizes {', '.join(free)} "
                          "(tdag.remat(prog, budget, b=8, ...))")
-    return plan(lower(prog), budget, lambda p: _as_run(p, sizes), sizes)
+    return plan(lower(prog), budget, Target(lower, lambda p: _peak(p, sizes)), sizes)
 
 
-def _as_run(prog: Program, sizes: dict) -> tuple[Program, int]:
-    """``prog`` lowered as ``to_torch`` lowers it, and its peak: one replay (``memory_of``
-    replays twice, the second time for the report's live set, which a plan does not need)."""
-    prog = lower(prog)
-    events = Walk(prog, liveness, dict(sizes), dict(sizes)).run().events
-    return prog, max(e.total.at(sizes) for e in events)
+def _peak(prog: Program, sizes: dict) -> int:
+    """The peak of ``prog`` (lowered) as ``to_torch``'s module runs it: one replay
+    (``memory_of`` replays twice, the second time for the report's live set, which a plan
+    does not need)."""
+    with gc_paused():  # a replay makes a record per event, as in memory_of
+        events = Walk(prog, liveness, dict(sizes), dict(sizes)).run().events
+    return max(e.total.at(sizes) for e in events)
 
 
 __all__ = ["remat"]

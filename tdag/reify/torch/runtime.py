@@ -5,15 +5,18 @@ from typing import Callable
 
 import torch
 
-from tdag.deinops.scatter import scatter_rows  # noqa: F401  (generated code calls it)
+from tdag.deinops.scatter import scatter_rows, scatter_rows_  # noqa: F401  (generated code)
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
 from tdag.lower.kernels.backward import rms_norm_backward  # noqa: F401  (generated)
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
-from tdag.lower.kernels.linalg import linalg_eigh, linalg_qr, linalg_svd  # noqa: F401  (generated)
+from tdag.lower.kernels.linalg import (  # noqa: F401  (generated)
+    linalg_eig, linalg_eigh, linalg_ldl_factor, linalg_qr, linalg_svd,
+)
 from tdag.lower.kernels.optim import adamw_step, adamw_step_  # noqa: F401  (generated code)
 from tdag.lower.kernels.sorting import topk_positions  # noqa: F401  (generated code)
+from tdag.reify.torch.packed import linear  # noqa: F401  (generated code)
 
 
 def fold(x: torch.Tensor, axis: int, step: int, dilation: int, length: int) -> torch.Tensor:

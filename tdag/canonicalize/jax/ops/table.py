@@ -192,7 +192,7 @@ def _clamp(ctx, low, x, high):
 @op("convert_element_type")
 def _convert(ctx, x):
     target = dtype_of_np(ctx.params["new_dtype"])
-    if x.dtype.is_float and not target.is_float and target is not DType.bool:
+    if x.dtype.is_float and not (target.is_float or target.is_complex or target is DType.bool):
         x = ops.trunc(x)  # lax rounds toward zero: explicit, so no backend's cast decides
     return ops.cast(x, target)
 
@@ -201,13 +201,6 @@ def _convert(ctx, x):
 def _identity(ctx, *xs):
     """Primitives that only matter to differentiation, scheduling or placement."""
     return list(xs) if len(xs) != 1 else xs[0]
-
-
-@op("real")
-def _real(ctx, x):
-    if x.dtype.is_float:
-        return x
-    raise ctx.unsupported("complex numbers")
 
 
 __all__ = ["OPS", "EqnContext", "Tensor", "dtype_of_np", "op"]

@@ -194,6 +194,29 @@ def linalg_eigh(a, UPLO="L"):  # noqa: N803  (ATen's argument name)
     return kernels.eigh(a, upper=UPLO == "U")
 
 
+@aten("linalg_eig")
+def linalg_eig(a):
+    """The general eigenproblem of a real matrix: one kernel (no ONNX composition)."""
+    return kernels.eig(a)
+
+
+@aten("linalg_ldl_factor_ex")
+def ldl_factor_ex(a, hermitian=False, check_errors=False):
+    ld, pivots, info = kernels.ldl_factor(a, hermitian)
+    return (linalg.checked(ld, info, "linalg.ldl_factor") if check_errors else ld), pivots, info
+
+
+@aten("linalg_ldl_factor")
+def ldl_factor(a, hermitian=False):
+    ld, pivots, _ = ldl_factor_ex(a, hermitian, check_errors=True)
+    return ld, pivots
+
+
+@aten("linalg_ldl_solve")
+def ldl_solve(ld, pivots, b, hermitian=False):
+    return kernels.ldl_solve(ld, pivots, b, hermitian)
+
+
 @aten("_linalg_svd")
 def svd(a, full_matrices=False, compute_uv=True, driver=None):
     if full_matrices and compute_uv and a.shape[-1] != a.shape[-2]:

@@ -6,7 +6,8 @@ import math
 
 from tdag import ops
 from tdag.canonicalize.torch.aten.registry import aten
-from tdag.ops.special import bessel, gamma, normal, polynomials
+from tdag.ops.special import airy, bessel, gamma, incomplete_gamma, normal, polynomials
+from tdag.ops.promotion import result_dtype
 from tdag.ops.tensor import Tensor
 
 
@@ -34,7 +35,7 @@ for _names, _fn in [
     (("lgamma.default", "special_gammaln"), gamma.lgamma),
     (("digamma", "special_digamma", "special_psi"), gamma.digamma),
     (("special_erfcx",), normal.erfcx), (("special_ndtri",), normal.ndtri),
-    (("special_log_ndtr",), normal.log_ndtr),
+    (("special_log_ndtr",), normal.log_ndtr), (("special_airy_ai",), airy.airy_ai),
 ]:
     aten(*_names)(_unary(_fn))
 
@@ -58,6 +59,23 @@ def mvlgamma(x, p):
 def zeta(x, q):
     x, q = _pair(x, q)
     return gamma.zeta(x, q)
+
+
+@aten("igamma", "special_gammainc")
+def igamma(a, x):
+    return incomplete_gamma.igamma(*_promoted(a, x))
+
+
+@aten("igammac", "special_gammaincc")
+def igammac(a, x):
+    return incomplete_gamma.igammac(*_promoted(a, x))
+
+
+def _promoted(a, x):
+    """a and x as float tensors of torch's promoted dtype (f32 and f64 give f64)."""
+    a, x = _pair(a, x)
+    dtype = result_dtype(a, x)
+    return ops.cast(a, dtype), ops.cast(x, dtype)
 
 
 def _pair(a, b):
