@@ -53,7 +53,7 @@ def _split(n: int) -> Plan | None:
     """n1 the largest divisor up to sqrt(n), or up to the cube root past ``CUBE_ROOT_FROM``
     (the n2 = n / n1 points split again); None where no divisor is from ``MIN_FACTOR`` or
     an unsplit n2 is past ``DENSE_LIMIT``. A stage of m points costs 8 n m flops on n
-    complex values: 65,536 as 32 x 32 x 64 costs 128 per value, as 256 x 256 512."""
+    complex values: 65,536 as 32 x 32 x 64 costs 8 x 128 per value, as 256 x 256 8 x 512."""
     root = math.isqrt(n) if n <= CUBE_ROOT_FROM else round(n ** (1 / 3))
     n1 = next(d for d in range(root, 0, -1) if n % d == 0)
     n2 = n // n1
@@ -124,10 +124,10 @@ def padded(p: Plan, present: int) -> int:
 
 
 def one_sided(g, x: str, rank: int, axis: int, n: int, dtype: DType, length: int) -> str:
-    """c2r's operand: the n//2+1 non-negative frequencies' pairs padded to ``length``, those
-    with a
-    mirror image (X[n-k] = conj X[k]) doubled. The real part of its inverse transform is the
-    real signal: Re(X[k] w^kt) = Re(X[n-k] w^(n-k)t). One Pad and one Mul, where completing
+    """c2r's operand: the n//2+1 non-negative frequencies' pairs padded to ``length``
+    (``padded``), those with a mirror image (X[n-k] = conj X[k]) doubled. The real part of
+    its inverse transform is the real signal: Re(X[k] w^kt) = Re(X[n-k] w^(n-k)t). One Pad
+    and one Mul, where completing
     the spectrum (a reversed slice, a conjugate, a concat) is three passes, the conjugate's
     Mul by (1, -1) a slow broadcast in onnxruntime."""
     pads = [0] * (2 * (rank + 1))

@@ -33,7 +33,7 @@ from tdag.ir.passes import per_graph
 from tdag.ir.program import Program
 from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Alias, Context, NoMatch, Result, Rule, RuleSet, rewrite
-from tdag.ir.types import DType, TensorKind, TensorType
+from tdag.ir.types import DType, TensorKind, TensorType, fill_of
 from tdag.lower.kernels.contraction import Einsum
 from tdag.lower.kernels.einsum_plan import parse_equation, plan_einsum
 from tdag.lower.match import trace_axes
@@ -60,11 +60,12 @@ class FoldContext(Context):
         return self.added.get(name) or super().weight(name)
 
     def value(self, name: str) -> torch.Tensor | None:
-        """The value of fixed weight ``name`` (None for inputs, nodes and other weights)."""
+        """The value of fixed weight ``name`` (None for inputs, nodes and other weights, and
+        for a fill: one element broadcast, which a fold would write out dense)."""
         w = self.added.get(name)
         if w is None and name in self.fixed:
             w = self.graph.weights[name]
-        return None if w is None else w.value
+        return None if w is None or fill_of(w.value) is not None else w.value
 
     def const(self, hint: str, value: torch.Tensor, dtype: DType) -> str:
         """A new const weight holding ``value`` rounded to ``dtype``."""
@@ -333,8 +334,9 @@ def _frontier(graph: TDAG, fixed: dict[str, Node], users: dict) -> list[Node]:
 
 
 def _freed(cone: frozenset, owners: dict, users: dict, fixed: dict, graph: TDAG) -> int:
-    """The bytes of the weights in ``cone`` that go when its node folds."""
-    return sum(_bytes(graph.weights[w].type) for w in cone
+    """The bytes of the weights in ``cone`` that go when its node folds (a fill holds one
+    element: ONNX's ConstantOfShape, and a fold would write it out dense)."""
+    return sum(_stored_bytes(graph.weights[w]) for w in cone
                if owners[w] == 1 and all(u.name in fixed for u in users.get(w, ())))
 
 
@@ -387,6 +389,11 @@ def _value(name: str, fixed: dict[str, Node], values: dict) -> torch.Tensor | No
 
 def _bytes(type_: TensorType) -> int:
     return int(type_.numel) * type_.dtype.itemsize
+
+
+def _stored_bytes(weight: Weight) -> int:
+    held = 1 if fill_of(weight.value) is not None else int(weight.type.numel)
+    return held * weight.type.dtype.itemsize
 
 
 def _settled(graph: TDAG, consumed: set, sources: dict[str, str]) -> TDAG:

@@ -118,7 +118,7 @@ def is_broadcast_of(ctx: Context, name: str, source: str, kept: tuple) -> bool:
         [a for a in mapping if a is not None] == list(range(len(kept)))
 
 
-def scalar(ctx: Context, name: str, single: bool = False) -> float | None:
+def scalar(ctx: Context, name: str, single: bool = False) -> float | int | None:
     """The value of a constant that is one number broadcast to ``name``'s shape, else None.
     With ``single``, only a one-element constant counts, not a tensor of equal values."""
     cur = name
@@ -144,6 +144,8 @@ def scalar(ctx: Context, name: str, single: bool = False) -> float | None:
     if value.dtype in (torch.float32, torch.float16):
         # the shortest decimal that rounds back to the same value: 1e-05, not 9.99999974e-06
         return float(str(first.numpy()))
+    if not value.dtype.is_floating_point and not value.dtype.is_complex:
+        return int(first)  # exact: float(2**63 - 1) rounds up past int64's largest
     return float(first)
 
 

@@ -382,6 +382,9 @@ def why_unsupported(target) -> str:
     name = aten.key(target)
     if name is None:
         name = getattr(target, "__name__", str(target))
+        if isinstance(target, torch._ops.OpOverload):
+            # what torch's decompositions left, e.g. prims.frexp: its namespace says so
+            name = f"{target.namespace}.{target.overloadpacket.__name__}"
         if isinstance(target, torch._ops.HigherOrderOperator):
             return f"{name}: a higher-order op tdag does not convert (torch.cond and " \
                 "while_loop it does)"

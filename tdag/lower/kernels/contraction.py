@@ -75,9 +75,8 @@ def _einsum_torch(node, a, code):
         x = f"{x}.mT"
     if plan.transpose_b:
         y = f"{y}.mT"
-    if plan.kind == "linear":  # the weight is the second operand (the first when swapped)
-        out = code.linear(x, y, bias if plan.bias_inside else "None",
-                          node.inputs[0 if plan.swap else 1])
+    if plan.kind == "linear":
+        out = f"F.linear({x}, {y}, {bias if plan.bias_inside else 'None'})"
     else:
         out = f"torch.matmul({x}, {y})"
     if plan.out_perm is not None:

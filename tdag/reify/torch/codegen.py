@@ -27,7 +27,6 @@ from tdag.ir.types import DType
 from tdag.lower.match import scalar
 from tdag.refine.consumed import view_roots
 from tdag.refine.dataflow import fresh_definers, sizes_named
-from tdag.reify.torch.packed import packable
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -90,11 +89,9 @@ def _sym(e) -> str:
 class Code:
     """What an emitter may ask while writing one node."""
 
-    def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset(),
-                 graph: str = ""):
-        self.ctx, self.device, self.owned, self.graph = ctx, device, owned, graph
+    def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset()):
+        self.ctx, self.device, self.owned = ctx, device, owned
         self.symbols: set[str] = set()
-        self._sites = 0
         self._once: dict = {}
         self._roots = view_roots(ctx.graph)
         self._last_read = _last_reads(ctx.graph, self._roots)
@@ -128,19 +125,6 @@ class Code:
             return self._once[key]
         self._once[key] = f"_once{len(self._once)}"
         return f"({self._once[key]} := {expr})"
-
-    def linear(self, x: str, w: str, bias: str, weight: str) -> str:
-        """``F.linear(x, w, bias)``, where ``weight`` (the tdag name ``w`` reads) is a weight
-        of the graph large enough to gain from oneDNN's packed copy: a call of
-        ``_rt.linear`` with a slot of its own (tdag/reify/torch/packed.py). A weight that
-        arrives as an input (a training step's parameters) changes storage every call, so
-        packing it would cost, not save."""
-        held = self.ctx.weight(self.root(weight))
-        if held is None or not packable(held.type.shape, held.type.dtype):
-            return f"F.linear({x}, {w}, {bias})"
-        self._sites += 1
-        return (f"_rt.linear(self._tdag_packed, '{self.graph}.{self._sites}', {x}, {w}, "
-                f"{bias})")
 
     def dim(self, d: Dim) -> str:
         return dim_expr(d, self.symbols)
@@ -180,7 +164,7 @@ def graph_source(name: str, graph: TDAG, weight_expr,
     params = [scope(v.name) for v in graph.inputs]
     # the device of generated tensors (iota): the first input's, else the module's
     device = f"{params[0]}.device" if params else "self._tdag_device.device"
-    code = Code(ctx, device, owned, name)
+    code = Code(ctx, device, owned)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
     live = _live(graph, {name: used for name, (_, used) in operands.items()})
     body = []

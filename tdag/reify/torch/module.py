@@ -24,7 +24,6 @@ from tdag.lower.pipeline import lower as lower_program
 from tdag.refine.consumed import consumed_inputs
 from tdag.reify.torch import runtime
 from tdag.reify.torch.codegen import Scope, dim_expr, graph_source
-from tdag.reify.torch.packed import PackedWeights
 
 _COUNTER = itertools.count()
 
@@ -87,7 +86,6 @@ class _Builder:
         for name, b in self.root.named_buffers(recurse=False):
             module.register_buffer(name, b, persistent=name not in self._nonpersistent())
         module.register_buffer("_tdag_device", torch.empty(0), persistent=False)
-        module._tdag_packed = PackedWeights()  # the linear layers' packed weights
         module._tdag_inputs = self.prog.main.inputs  # what _rt.bad_input explains against
         return module
 
