@@ -122,6 +122,7 @@ class Context:
         self._new: list[Node] = []  # nodes recorded before uses were first counted
         self._readers: dict[str, list[Node]] | None = None
         self._names: FreshNames | None = None
+        self._kinds: set[tuple] | None = None  # (op, spec, dtype) of every node, on first ask
 
     def producer(self, name: str) -> Node | None:
         """The node computing ``name``; None for inputs and weights."""
@@ -155,6 +156,14 @@ class Context:
             self._uses = _count_uses(self.graph, self._new)
         return self._uses.get(name, 0) == 1
 
+    def has_kinds(self, kinds: frozenset) -> bool:
+        """Whether every ``(op, spec, dtype)`` of ``kinds`` is some node's of the graph as
+        rewritten so far (nodes since replaced still count): a cheap necessary condition for
+        a template of such nodes to match anywhere, so a rule skips its search where it fails."""
+        if self._kinds is None:
+            self._kinds = {node_kind(n) for n in self.producers.values()}
+        return kinds <= self._kinds
+
     def fresh(self, hint: str) -> str:
         """A new name ``<hint>_l<n>``, one counter for the sweep."""
         if self._names is None:
@@ -174,6 +183,8 @@ class Context:
         """``node`` is new: a rewrite made it."""
         self.types[node.name] = node.type
         self.producers[node.name] = node
+        if self._kinds is not None:
+            self._kinds.add(node_kind(node))
         if self._uses is None:
             self._new.append(node)
         else:
@@ -181,6 +192,12 @@ class Context:
                 self._uses[name] = self._uses.get(name, 0) + 1
         if self.consts is not None:
             self.consts.add(node)
+
+
+def node_kind(node: Node) -> tuple:
+    """What a template node must share with the graph node it matches, exactly: op, spec
+    and dtype (shapes compare up to symbolic algebra, so they are left out)."""
+    return node.op, node.spec, node.type.dtype
 
 
 def _count_uses(graph: TDAG, new: list[Node]) -> dict[str, int]:
@@ -312,6 +329,8 @@ def _replaced(node: Node, result: Replace, rule: Rule, ctx: Context, out: list[N
         ctx.record(new)
         out.append(new)
     ctx.producers[last.name] = last  # the rules of the next round may look at it
+    if ctx._kinds is not None:
+        ctx._kinds.add(node_kind(last))
     return last
 
 
@@ -401,4 +420,5 @@ def explaining(trace: Trace) -> Iterator[Trace]:
 
 
 __all__ = ["Alias", "Context", "Emitter", "Look", "NoMatch", "Replace", "Result", "Rewrite",
-           "Rule", "RuleError", "RuleSet", "Trace", "current_trace", "explaining", "rewrite"]
+           "Rule", "RuleError", "RuleSet", "Trace", "current_trace", "explaining", "node_kind",
+           "rewrite"]

@@ -58,6 +58,8 @@ def shape_is_static(shape) -> bool:
 def dims_equal(a: Dim, b: Dim) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
+    if a == b:  # the same expression: sympy's expansion of a - b only for different forms
+        return True
     return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 

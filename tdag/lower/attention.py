@@ -7,8 +7,11 @@
 
 Axes are classified by which operands hold them: batch (q, k, v, out), l (q, out), s (k, v),
 e (q, k), ev (v, out). The kernel gets q[..., l, e], k[..., s, e], v[..., s, ev] by permutes.
+A constant mask that hides no key (all true, or zeros added) is left out of the kernel.
 """
 from __future__ import annotations
+
+import torch
 
 from tdag.deinops.elementwise import CompareKind
 from tdag.lower.kernels.contraction import parse_equation
@@ -18,7 +21,7 @@ from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.types import DType
-from tdag.lower.match import is_scalar, scalar, trace_axes
+from tdag.lower.match import constant_value, is_scalar, scalar, trace_axes
 
 _INF = float("inf")
 
@@ -48,7 +51,11 @@ def _peel_masks(ctx: Context, s: str, depth: int = 0):
         return None if inner is None else (inner[0], inner[1] + [("keep", node.inputs[0])])
     if node.op is Op.add:
         for a, b in (node.inputs, reversed(node.inputs)):
-            inner = _peel_masks(ctx, a, depth + 1) if scalar(ctx, b) is None else None
+            added = scalar(ctx, b)
+            if added == 0.0 and ctx.type(a).same_as(node.type):
+                # s + 0 is s (a mask of zeros, too big for simplify's x + 0 to see)
+                return _peel_masks(ctx, a, depth + 1)
+            inner = _peel_masks(ctx, a, depth + 1) if added is None else None
             if inner is not None:
                 return inner[0], inner[1] + [("add", b)]
     return None
@@ -227,6 +234,25 @@ def _iota_axis(ctx: Context, name: str) -> int | None:
     return shown[0]
 
 
+def hides_nothing(ctx: Context, mask: str) -> bool:
+    """Whether ``mask`` is a constant that keeps every key: all true, or all zero added (the
+    mask transformers' ViT and BERT build when no padding is given)."""
+    value = constant_value(ctx, mask)
+    if value is None:
+        return False
+    return bool(value.all()) if value.dtype == torch.bool else not bool(value.any())
+
+
+def neutral_mask_rule(node: Node, ctx: Context):
+    """attention(q, k, v, m) -> attention(q, k, v) where m hides nothing: the mask is built,
+    broadcast and read on every call (and the ONNX file tests for dead rows) for no effect"""
+    if len(node.inputs) != 4 or not hides_nothing(ctx, node.inputs[3]):
+        return NoMatch("no mask, or one that may hide a key (an input's, or a constant's)")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.attention, node.spec, *node.inputs[:3]))
+
+
 RULES = (
     Rule(Op.einsum, attention_rule),  # einsum(softmax(mask(einsum(q, k) * c)), v) -> attention
+    Rule(Op.attention, neutral_mask_rule),  # attention(q, k, v, m keeping all) -> no m
 )

@@ -16,10 +16,12 @@ from functools import lru_cache
 from typing import Callable
 
 from tdag import ops
+from tdag.errors import TdagError
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.program import Program
-from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.record import record
+from tdag.ir.rewrite import Context, NoMatch, Rule, node_kind
 from tdag.lower.kernels.activations import Gelu, Softmax
 from tdag.lower.kernels.backward import vjp_of
 from tdag.lower.kernels.norms import LayerNorm, RMSNorm
@@ -31,11 +33,32 @@ from tdag.ops.builder import Builder
 EPS_PROBE = 7 * 2.0 ** -15
 
 
+@lru_cache(maxsize=256)
+def _template_kinds(op: Op, spec, types, template: Callable[..., TDAG]) -> frozenset:
+    return frozenset(node_kind(n) for n in template(op, spec, types).nodes)
+
+
+def may_match(ctx: Context, op: Op, spec, types, template=kernel_template) -> bool:
+    """Whether the graph has a node of each op, spec and dtype of the template's nodes, as
+    a match needs: the rules are tried at every float add, and in a program without the
+    chain (an inference program) this check fails where the search would. A template that
+    cannot be built is left to the search to refuse."""
+    try:
+        record(op).shape(spec, types)
+        kinds = _template_kinds(op, spec, types, template)
+    except TdagError:
+        return True
+    return ctx.has_kinds(kinds)
+
+
 def _lower(node: Node, ctx: Context, op: Op, specs):
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
+    types = (node.type, node.type)
     for spec in specs:
-        found = kernel_operands(ctx, node, op, spec, (node.type, node.type))
+        if not may_match(ctx, op, spec, types):
+            continue
+        found = kernel_operands(ctx, node, op, spec, types)
         if found is not None:
             emit = ctx.emitter(node)
             return emit.finish(emit(op, spec, *found))
@@ -75,8 +98,10 @@ def gelu_new_backward_rule(node: Node, ctx: Context):
     """the derivative chain of gelu_new(x) at dy -> gelu_backward(dy, x, 'tanh')"""
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
-    found = kernel_operands(ctx, node, Op.gelu_backward, Gelu("tanh"), (node.type,) * 2,
-                            _gelu_new_template)
+    types = (node.type,) * 2
+    found = None if not may_match(ctx, Op.gelu_backward, Gelu("tanh"), types,
+                                   _gelu_new_template) else \
+        kernel_operands(ctx, node, Op.gelu_backward, Gelu("tanh"), types, _gelu_new_template)
     if found is None:
         return NoMatch("not gelu_new's chain")
     emit = ctx.emitter(node)
@@ -132,6 +157,8 @@ def _norm_backward(node: Node, ctx: Context, op: Op, kind: type,
 def _probed_spec(ctx: Context, node: Node, op: Op, kind: type, count: int, types):
     """The spec whose epsilon is the graph constant that the probe's epsilon met, where
     the probe's template binds at ``node`` with its constants free."""
+    if not may_match(ctx, op, kind(count, EPS_PROBE), types):
+        return None
     probe = kernel_template(op, kind(count, EPS_PROBE), types)
     found = bind_sum_template(ctx, node, probe, free_consts=True)
     eps = None if found is None else met_constant(ctx, probe, found[0], EPS_PROBE)

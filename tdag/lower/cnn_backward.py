@@ -16,7 +16,7 @@ from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import shape_is_static
 from tdag.ir.types import TensorType
-from tdag.lower.backward import EPS_PROBE
+from tdag.lower.backward import EPS_PROBE, may_match
 from tdag.lower.kernels.activations import Clamp
 from tdag.lower.kernels.norms import BatchNorm
 from tdag.lower.kernels.windows import Pool
@@ -36,7 +36,9 @@ def _emit(node: Node, ctx: Context, op: Op, spec, operands):
 def _pointwise(node: Node, ctx: Context, op: Op):
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
-    found = _gradient(kernel_operands(ctx, node, op, NoSpec(), (node.type, node.type)))
+    types = (node.type, node.type)
+    found = None if not may_match(ctx, op, NoSpec(), types) else \
+        _gradient(kernel_operands(ctx, node, op, NoSpec(), types))
     if found is None:
         return NoMatch(f"not {op.value}'s chain")
     return _emit(node, ctx, op, NoSpec(), found)
@@ -65,6 +67,8 @@ def clamp_backward_rule(node: Node, ctx: Context):
         return NoMatch("not a float")
     types = (node.type, node.type)
     for probe in PROBES:
+        if not may_match(ctx, Op.clamp_backward, probe, types):
+            continue
         bound = bind_template(ctx, node, kernel_template(Op.clamp_backward, probe, types),
                               free_consts=True)
         spec = None if bound is None else _bounds(ctx, probe, bound, types)
@@ -134,6 +138,8 @@ def batch_norm_backward_rule(node: Node, ctx: Context):
         return NoMatch("not a float with channels")
     channel = node.type.with_shape((node.type.shape[1],))
     types = (node.type, channel, channel)
+    if not may_match(ctx, Op.batch_norm_backward, BatchNorm(EPS_PROBE), types):
+        return NoMatch("not inference batch norm's input gradient")
     probe = kernel_template(Op.batch_norm_backward, BatchNorm(EPS_PROBE), types)
     bound = bind_template(ctx, node, probe, free_consts=True)
     eps = None if bound is None else met_constant(ctx, probe, bound, EPS_PROBE)

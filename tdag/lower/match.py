@@ -2,7 +2,8 @@
 
 Recognition works on data flow and axis structure only (never on names or provenance):
 ``trace_axes`` says which axis of a source tensor each axis of a broadcast view comes from,
-``scalar`` finds the value of a broadcast constant, and ``matches_kernel`` checks a rule's
+``scalar`` finds the value of a broadcast constant, ``constant_value`` that of a value
+consts alone compute (a mask), and ``matches_kernel`` checks a rule's
 proposed operands against the kernel's own decomposition, node for node.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import dims_equal, is_static
 from tdag.ir.types import TensorKind, TensorType
+from tdag.refine.constants import Constants
 from tdag.refine.simplify import PIPELINE as SIMPLIFY
 from tdag.refine.simplify import PassManager
 
@@ -147,6 +149,38 @@ def scalar(ctx: Context, name: str, single: bool = False) -> float | int | None:
     if not value.dtype.is_floating_point and not value.dtype.is_complex:
         return int(first)  # exact: float(2**63 - 1) rounds up past int64's largest
     return float(first)
+
+
+def constant_value(ctx: Context, name: str, nodes: int = 16,
+                   limit: int = 1 << 21) -> torch.Tensor | None:
+    """``name``'s value where const weights alone feed it (a mask made from positions), by
+    the reference evaluators; None where an input or a parameter feeds it, or more than
+    ``nodes`` nodes, or a node past ``limit`` elements that is not a view."""
+    order: list = []
+    leaves: dict = {}
+    seen: set = set()
+
+    def visit(cur: str) -> bool:  # post-order: each node after its inputs
+        if cur in seen:
+            return True
+        seen.add(cur)
+        node = ctx.producer(cur)
+        if node is None:
+            weight = ctx.weight(cur)
+            leaves[cur] = weight
+            return weight is not None and weight.kind is TensorKind.const and \
+                weight.value is not None
+        if len(order) >= nodes or not all(visit(i) for i in node.inputs):
+            return False
+        order.append(node)
+        return True
+
+    if not visit(name):
+        return None
+    consts = Constants(leaves, limit)
+    for node in order:
+        consts.add(node)
+    return consts.value(name)
 
 
 def is_scalar(ctx: Context, name: str, value: float, rel: float = 1e-6) -> bool:

@@ -15,7 +15,7 @@ from tdag.cli import main
 from tdag.ir.op import Op
 from tdag.ir.record import Trait, ops_with
 from tdag.ir.rewrite import (Alias, NoMatch, Replace, Rule, RuleError, RuleSet, Trace,
-                             explaining, rewrite)
+                             explaining, node_kind, rewrite)
 from tdag.lower import activations, attention, contraction, conv, match, movement, norms, \
     pool, recurrent, resize, softmax
 from tdag.refine import rules as simplify_rules
@@ -76,6 +76,21 @@ def test_an_alias_of_another_type_is_not_taken():
         assert rewrite(graph, rules) == (graph, False)
     (look,) = trace.looks
     assert not look.fired and "another type" in look.outcome
+
+
+def test_the_kinds_a_rule_checks_include_nodes_rewritten_earlier_in_the_sweep():
+    """``Context.has_kinds``, a rule's cheap check that a template's nodes exist before it
+    searches (tdag/lower/backward.py), sees the graph as rewritten so far."""
+    graph = _graph(lambda x: ops.exp(ops.exp(x)), (2, 3))
+    exp = frozenset({node_kind(graph.nodes[0])})
+    tanh = frozenset({node_kind(graph.nodes[0].replace(op=Op.tanh))})
+    seen = []
+
+    def to_tanh(node, ctx):
+        seen.append((ctx.has_kinds(exp), ctx.has_kinds(tanh), ctx.has_kinds(exp | tanh)))
+        return Replace((node.replace(op=Op.tanh),))
+    rewrite(graph, RuleSet([Rule(Op.exp, to_tanh)]))
+    assert seen == [(True, False, False), (True, True, True)]
 
 
 def test_rules_are_called_only_on_their_op():
