@@ -33,7 +33,7 @@ from transformers.integrations.executorch import TorchExportableModuleForDecoder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tdag  # noqa: E402
-from tdag.lower.pipeline import lower  # noqa: E402
+from tdag.reify.torch.module import lowered as lower  # noqa: E402  (to_torch's lowering)
 from tdag.refine.memory import memory_of  # noqa: E402
 from tdag.reify.torch.codegen import liveness  # noqa: E402
 from llama7b_cost import LLAMA2_7B  # noqa: E402

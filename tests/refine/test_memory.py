@@ -14,7 +14,7 @@ from support.grad_models import MODELS, Loss
 from support.mem_tracker import measured_peak
 
 
-@pytest.mark.parametrize("name", ["gpt2", "unet-block", "convnext"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "resnet", "unet-block", "convnext"])
 @pytest.mark.parametrize("training", [False, True])
 def test_peak_matches_memtracker(name, training):
     torch.manual_seed(0)

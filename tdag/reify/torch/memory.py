@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tdag.ir.graph import TDAG
 from tdag.ir.program import Program
-from tdag.lower.pipeline import lower
 from tdag.refine.memory import MemoryReport, memory_of
 from tdag.reify.torch.codegen import liveness
+from tdag.reify.torch.module import lowered
 
 
 def memory(prog: Program | TDAG, **sizes: int) -> MemoryReport:
@@ -30,7 +30,7 @@ def memory(prog: Program | TDAG, **sizes: int) -> MemoryReport:
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
-    return memory_of(lower(prog), liveness, **sizes)
+    return memory_of(lowered(prog), liveness, **sizes)
 
 
 __all__ = ["memory"]

@@ -50,10 +50,18 @@ def to_torch(prog: Program | TDAG, lower: bool = True) -> nn.Module:
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
-    if lower:  # folding consts only: the module's parameters and buffers stay loadable
-        prog = lower_program(prog, final=("fold_consts",))
+    if lower:
+        prog = lowered(prog)
     module = _Builder(prog).build()
     return module
+
+
+def lowered(prog: Program) -> Program:
+    """The program ``to_torch``'s module runs: lowered, folding consts only, so that the
+    module's parameters and buffers stay the source's to load by name. ``tdag.memory`` and
+    ``tdag.remat`` replay this one: another lowering (the ONNX file's weight folds) holds
+    other tensors."""
+    return lower_program(prog, final=("fold_consts",))
 
 
 class _Builder:

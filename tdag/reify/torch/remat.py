@@ -10,12 +10,12 @@ from tdag.errors import ShapeError
 from tdag.ir.graph import TDAG
 from tdag.ir.passes import gc_paused
 from tdag.ir.program import Program
-from tdag.lower.pipeline import lower
 from tdag.refine.memory import program_symbols
 from tdag.refine.memory.walk import Walk
 from tdag.refine.memory.remat import RematProgram, Target
 from tdag.refine.memory.remat import remat as plan
 from tdag.reify.torch.codegen import liveness
+from tdag.reify.torch.module import lowered
 
 
 def remat(prog: Program | TDAG, budget: int, **sizes: int) -> RematProgram:
@@ -45,7 +45,7 @@ def remat(prog: Program | TDAG, budget: int, **sizes: int) -> RematProgram:
     if free:
         raise ShapeError(f"remat: the budget is in bytes; bind the sizes {', '.join(free)} "
                          "(tdag.remat(prog, budget, b=8, ...))")
-    return plan(lower(prog), budget, Target(lower, lambda p: _peak(p, sizes)), sizes)
+    return plan(lowered(prog), budget, Target(lowered, lambda p: _peak(p, sizes)), sizes)
 
 
 def _peak(prog: Program, sizes: dict) -> int:
