@@ -129,8 +129,8 @@ def main() -> None:
     torch.set_num_threads(1)
     head = (f"{'model':<18}{'before':>11}{'budget':>11} {'after':>11}{'measured':>11} "
             f"{'fits':<5}{'+flops':>13}{'share':>8}{'values':>7}{'grad err':>10}{'plan s':>7}")
-    print(head + "\n" + "-" * len(head))
     args = parser.parse_args()
+    print(head + "\n" + "-" * len(head))
     for name in args.models.split(","):
         print(line(row(name, args.repeat)), flush=True)
     print("* 60% of the whole peak is below what no recomputation frees (the state and the "
