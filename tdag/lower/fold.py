@@ -4,6 +4,7 @@
     k(x, W, b) * bcast(s over k's channels)     -> k(x, W * s, b * s)
     k(x, W, b) + bcast(t over k's channels)     -> k(x, W, b + t)
     k(x, W, 0)                                  -> k(x, W)
+    cast(cast(x: A, B), C), A exact in B        -> cast(x, C)  (x when C is A)
 
     einsum(x, W[n, k]) (x not 2-d)              -> einsum(x, W^T[k, n])
 
@@ -31,7 +32,7 @@ from tdag.ir.op import Op
 from tdag.ir.passes import per_graph
 from tdag.ir.program import Program
 from tdag.ir.record import Trait, has
-from tdag.ir.rewrite import Context, NoMatch, Result, Rule, RuleSet, rewrite
+from tdag.ir.rewrite import Alias, Context, NoMatch, Result, Rule, RuleSet, rewrite
 from tdag.ir.types import DType, TensorKind, TensorType, fill_of
 from tdag.lower.kernels.contraction import Einsum
 from tdag.lower.kernels.einsum_plan import parse_equation, plan_einsum
@@ -236,12 +237,44 @@ def zero_bias(node: Node, ctx: FoldContext):
     return emit.finish(emit(node.op, node.spec, *node.inputs[:2]))
 
 
+# types whose every value the wider type holds exactly (so a round trip is the identity)
+_EXACT_IN: dict[DType, frozenset] = {
+    DType.f16: frozenset({DType.f32, DType.f64}),
+    DType.bf16: frozenset({DType.f32, DType.f64}),
+    DType.f32: frozenset({DType.f64}),
+    DType.i8: frozenset({DType.i16, DType.i32, DType.i64, DType.f16, DType.f32, DType.f64}),
+    DType.u8: frozenset({DType.i16, DType.u16, DType.i32, DType.u32, DType.i64, DType.u64,
+                         DType.f16, DType.f32, DType.f64}),
+    DType.i16: frozenset({DType.i32, DType.i64, DType.f32, DType.f64}),
+    DType.u16: frozenset({DType.i32, DType.u32, DType.i64, DType.u64, DType.f32, DType.f64}),
+    DType.i32: frozenset({DType.i64, DType.f64}),
+    DType.u32: frozenset({DType.i64, DType.u64, DType.f64}),
+    DType.bool: frozenset({DType.f16, DType.bf16, DType.f32, DType.f64, DType.i8, DType.u8,
+                           DType.i16, DType.u16, DType.i32, DType.u32, DType.i64, DType.u64}),
+}
+
+
+def cast_chain(node: Node, ctx: Context):
+    """cast(cast(x: A, B), C) -> cast(x, C) where B holds every A exactly; x when C is A"""
+    inner = ctx.made(node.inputs[0], Op.cast)
+    if inner is None:
+        return NoMatch("not a cast of a cast")
+    source = inner.inputs[0]
+    if inner.spec.dtype not in _EXACT_IN.get(ctx.type(source).dtype, ()):
+        return NoMatch("the inner cast rounds")
+    if ctx.type(source).same_as(node.type):
+        return Alias(source)
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.cast, node.spec, source))
+
+
 RULES = RuleSet((
     Rule(Op.batch_norm, batch_norm_fold),  # bn(k(x, W, b)) -> k(x, W * s, (b - mean) * s + beta)
     Rule(Op.multiply, scale_fold),         # k(x, W, b) * bcast(s) -> k(x, W * s, b * s)
     Rule(Op.add, shift_fold),              # k(x, W, b) + bcast(t) -> k(x, W, b + t)
     Rule(Op.einsum, weight_layout_fold),   # einsum(x, W[n, k]) -> einsum(x, W^T[k, n])
     *(Rule(op, zero_bias) for op in _KERNELS),  # k(x, W, 0) -> k(x, W)
+    Rule(Op.cast, cast_chain),             # cast(cast(x: A, B), C) -> cast(x, C), A exact in B
 ))
 
 
@@ -411,6 +444,6 @@ FOLD = fold_pass(frozenset(TensorKind) - {TensorKind.input})
 FOLD_CONSTS = fold_pass(frozenset({TensorKind.const}))
 
 
-__all__ = ["FOLD", "FOLD_CONSTS", "FoldContext", "RULES", "batch_norm_fold",
+__all__ = ["FOLD", "FOLD_CONSTS", "FoldContext", "RULES", "batch_norm_fold", "cast_chain",
            "fold", "fold_pass", "fold_weights", "scale_fold", "shift_fold", "weight_layout_fold",
            "zero_bias"]

@@ -18,7 +18,6 @@ from tdag.ir.record import Trait, has, ops_with
 from tdag.ir.rewrite import Alias, Context, NoMatch, Replace, Rule, RuleSet
 from tdag.ir.rewrite import rewrite as sweep
 from tdag.ir.symbols import dims_equal, is_static
-from tdag.ir.types import DType
 from tdag.refine.constants import Constants
 
 BUDGET = 16  # rewrites in place of one node per sweep: chains are short, cycles are bugs
@@ -215,37 +214,6 @@ def _sink_repeat(node, ctx):
     return emit.finish(emit(Op.repeat, first.spec, small))
 
 
-# types whose every value the wider type holds exactly (so a round trip is the identity)
-_EXACT_IN: dict[DType, frozenset] = {
-    DType.f16: frozenset({DType.f32, DType.f64}),
-    DType.bf16: frozenset({DType.f32, DType.f64}),
-    DType.f32: frozenset({DType.f64}),
-    DType.i8: frozenset({DType.i16, DType.i32, DType.i64, DType.f16, DType.f32, DType.f64}),
-    DType.u8: frozenset({DType.i16, DType.u16, DType.i32, DType.u32, DType.i64, DType.u64,
-                         DType.f16, DType.f32, DType.f64}),
-    DType.i16: frozenset({DType.i32, DType.i64, DType.f32, DType.f64}),
-    DType.u16: frozenset({DType.i32, DType.u32, DType.i64, DType.u64, DType.f32, DType.f64}),
-    DType.i32: frozenset({DType.i64, DType.f64}),
-    DType.u32: frozenset({DType.i64, DType.u64, DType.f64}),
-    DType.bool: frozenset({DType.f16, DType.bf16, DType.f32, DType.f64, DType.i8, DType.u8,
-                           DType.i16, DType.u16, DType.i32, DType.u32, DType.i64, DType.u64}),
-}
-
-
-def _cast_cast(node, ctx):
-    """cast(cast(x: A, B), C) -> cast(x, C) where B holds every A exactly; x when C is A"""
-    inner = ctx.made(node.inputs[0], Op.cast)
-    if inner is None:
-        return NoMatch("not a cast of a cast")
-    source = inner.inputs[0]
-    if inner.spec.dtype not in _EXACT_IN.get(ctx.type(source).dtype, ()):
-        return NoMatch("the inner cast rounds")
-    if ctx.type(source).same_as(node.type):
-        return Alias(source)
-    emit = ctx.emitter(node)
-    return emit.finish(emit(Op.cast, node.spec, source))
-
-
 # every pointwise primitive (not the kernels: lowering made those on purpose)
 _POINTWISE = sorted((op for op in ops_with(Trait.POINTWISE) if not has(op, Trait.KERNEL)),
                     key=lambda op: op.value)
@@ -266,7 +234,6 @@ RULES = [
     Rule(Op.group, _same_type),              # group(x, a, 1) -> x
     Rule(Op.ungroup, _same_type),            # ungroup(x, a, (n,)) -> x
     Rule(Op.cast, _same_type),               # cast(x: T, T) -> x
-    Rule(Op.cast, _cast_cast),               # cast(cast(x: A, B), C) -> cast(x, C), B holds A
     Rule(Op.squeeze, _no_axes),              # squeeze(x, ()) -> x
     Rule(Op.unsqueeze, _no_axes),            # unsqueeze(x, ()) -> x
     Rule(Op.reduce, _no_axes),               # reduce(x, ()) -> x

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import tdag
+from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import TensorKind
 from tdag.lower import lower
@@ -164,6 +165,31 @@ def test_training_step_left_unchanged():
     assert str(lower(step, final=())) == str(lower(step))
     grad = tdag.grad(tdag.from_torch(Loss().eval(), args))
     assert str(lower(grad, final=())) == str(lower(grad))
+
+
+def _cast_chain(x, via, back):
+    return ops.cast(ops.cast(ops.neg(x), via), back)
+
+
+@pytest.mark.parametrize("via, casts", [("float64", 0), ("float16", 2)])
+def test_cast_chain(via, casts):
+    """f32 -> f64 -> f32 is the identity; f32 -> f16 -> f32 rounds and stays."""
+    prog = tdag.trace(lambda x: _cast_chain(x, via, "float32"), tdag.TensorSpec((3, 5)))
+    low = lower(prog, check=True)
+    assert Counter(n.op for n in low.graph.nodes)[Op.cast] == casts
+    x = torch.randn(3, 5)
+    want = (-x).to(getattr(torch, via)).float()
+    _check_targets(prog, (x,), want)
+
+
+def test_cast_chain_keeps_the_last_cast():
+    """f16 -> f32 -> f64 is one f16 -> f64 cast."""
+    prog = tdag.trace(lambda x: _cast_chain(x, "float32", "float64"),
+                      tdag.TensorSpec((4,), "float16"))
+    low = lower(prog, check=True)
+    assert Counter(n.op for n in low.graph.nodes)[Op.cast] == 1
+    x = torch.randn(4).half()
+    _check_targets(prog, (x,), (-x).double())
 
 
 class WeightMath(nn.Module):

@@ -20,7 +20,6 @@ from tdag.refine.rules import rewrite
 from tdag.refine.simplify import cse, dead_code, per_graph
 
 from support.refine_programs import MODELS, close, from_torch, model, outputs
-from support.targets import on_targets
 
 
 def emit(op, spec, *xs):
@@ -246,24 +245,3 @@ def test_models_shrink_and_compute_the_same(name):
                          for k, w in g.weights.items()}
     assert set(weights(simple)) >= {k for k, w in weights(prog).items()
                                     if w.kind is not tdag.TensorKind.const}
-
-
-def _cast_chain(x, via, back):
-    return ops.cast(ops.cast(ops.neg(x), via), back)
-
-
-@pytest.mark.parametrize("source, via, back, casts", [
-    ("float32", "float64", "float32", 0),   # f32 -> f64 -> f32 is the identity
-    ("float32", "float16", "float32", 2),   # f16 rounds: both casts stay
-    ("float16", "float32", "float64", 1),   # f16 -> f32 -> f64 is one f16 -> f64 cast
-])
-def test_cast_chain_collapses_where_the_middle_type_is_exact(source, via, back, casts):
-    prog = tdag.trace(lambda x: _cast_chain(x, via, back), tdag.TensorSpec((3, 5), source))
-    simple = simplify(prog)
-    assert sum(n.op is Op.cast for n in simple.graph.nodes) == casts
-    x = torch.randn(3, 5).to(getattr(torch, source))
-    want = (-x).to(getattr(torch, via)).to(getattr(torch, back))
-    for target, got in on_targets(simple, (x,), ("run", "torch", "onnx")).items():
-        torch.testing.assert_close(got[0], want, rtol=0, atol=0,
-                                   msg=lambda m, t=target: f"{t}: {m}")
-

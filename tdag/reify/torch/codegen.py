@@ -309,6 +309,7 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     return live, _last_uses(graph, live, refs), overwrites
 
 
+
 def _live(graph: TDAG, refs: dict) -> set[str]:
     """The nodes to write: those the outputs read, and the definers of the run-time sizes
     they name (their results bind the sizes even where no one reads their values)."""
