@@ -29,6 +29,8 @@ INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
            "core_call": "call_jaxpr", "custom_jvp_call": "call_jaxpr",
            "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr",
            "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr"}
+# the most elements an equation of constants may give and still be folded at import
+FOLDED_ELEMENTS = 4096
 
 
 class Ref:
@@ -300,6 +302,12 @@ class _Flattener:
                     if not isinstance(var, core.DropVar):
                         env[var] = _operand(sub, inner_out)
                 continue
+            folded = self.folded(eqn, ins)
+            if folded is not None:
+                for var, value in zip(eqn.outvars, folded):
+                    if not isinstance(var, core.DropVar):
+                        self.bind_consts(env, [var], [value])
+                continue
             outs = []
             for var in eqn.outvars:
                 ref = Ref(var.aval)
@@ -308,6 +316,43 @@ class _Flattener:
                 outs.append(ref)
             out.append(Eqn(name, dict(eqn.params), ins, outs, where, scope))
         return out
+
+
+    def folded(self, eqn, ins: list) -> list | None:
+        """The outputs of an equation whose operands are all constants, computed by jax at
+        import, as XLA folds constants when it compiles; None to keep the equation. Only
+        small results are folded (a weight-sized constant stays a computation), and never
+        an equation holding a sub-jaxpr. This is where jnp.fft's ``norm="ortho"`` factor
+        goes: jax writes it as the square root of a product of complex lengths, a
+        reduction tdag's IR has no complex form of."""
+        if any(_holds_jaxpr(v) for v in eqn.params.values()) or eqn.effects:
+            return None
+        avals = [v.aval for v in (*eqn.invars, *eqn.outvars)]
+        if not all(isinstance(a.dtype, np.dtype)  # not a PRNG key
+                   and all(isinstance(d, int) for d in a.shape) for a in avals):  # static
+            return None
+        if sum(int(np.prod(v.aval.shape)) for v in eqn.outvars) > FOLDED_ELEMENTS:
+            return None
+        values = [self.constant(x) for x in ins]
+        if any(v is None for v in values):
+            return None
+        outs = eqn.primitive.bind(*values, **eqn.params)
+        return [np.asarray(o) for o in (outs if eqn.primitive.multiple_results else [outs])]
+
+    def constant(self, operand) -> np.ndarray | None:
+        if isinstance(operand, Lit):
+            return operand.value
+        held = self.traced.held.get(operand)
+        if held is None or held.kind is not TensorKind.const \
+                or held.value.dtype == torch.bfloat16:  # numpy has no bfloat16
+            return None
+        return held.value.numpy()
+
+
+def _holds_jaxpr(param) -> bool:
+    if isinstance(param, (tuple, list)):
+        return any(_holds_jaxpr(p) for p in param)
+    return hasattr(param, "eqns") or hasattr(param, "jaxpr")
 
 
 def flatten_closed(closed_jaxpr, ins: list, traced: Traced, outer: Eqn) -> tuple[list, list]:

@@ -40,6 +40,10 @@ CASES = {
     "fft over axis 0": (lambda x: jnp.fft.fft(x, axis=0), (8, 3), False),
     "parts": (lambda x: jnp.real(x) * 2 + jnp.imag(jnp.conj(x)), (3, 4), False),
     "complex": (lambda x: jnp.fft.ifft(lax_complex(x, x * 2)), (3, 4), True),
+    "fft ortho": (lambda x: jnp.fft.fft(x, norm="ortho"), (3, 8), True),
+    "ifft forward": (lambda x: jnp.fft.ifft(x, norm="forward"), (3, 7), False),
+    "rfft forward": (lambda x: jnp.fft.rfft(x, norm="forward"), (3, 8), True),
+    "irfft ortho": (lambda x: jnp.fft.irfft(x, norm="ortho"), (3, 5), False),
 }
 
 
@@ -78,8 +82,13 @@ def test_fft_primitive_is_one_transform_per_axis():
     assert [(s.axis, int(s.n), s.inverse) for s in specs] == [(0, 4, False), (1, 6, False)]
 
 
-def test_a_norm_jnp_applies_as_complex_arithmetic_is_refused_by_name():
+def test_constants_only_equations_fold_at_import():
     """jnp.fft scales "ortho" and "forward" outside the primitive, by the square root of a
-    complex product of the lengths: tdag has no complex product or square root."""
-    with pytest.raises(tdag.UnsupportedOpError, match="reduce_prod"):
-        tdag.from_jax(lambda x: jnp.fft.ifft(x, norm="ortho"), _complex((3, 7)))
+    complex product of the lengths (a reduction the IR has no complex form of): an equation
+    whose operands are all constants is computed by jax at import, so one scale remains."""
+    prog = tdag.from_jax(lambda x: jnp.fft.ifft(x, norm="ortho"), _complex((3, 7)))
+    ops = [n.op.value for n in prog.graph.nodes]
+    assert "reduce" not in ops and ops.count("fft") == 1, ops
+    big = tdag.from_jax(lambda x: x + jnp.arange(8192.0, dtype=jnp.float32).sum(),
+                        rand(3))
+    assert any(n.op.value == "reduce" for n in big.graph.nodes)  # 8,192 elements: kept

@@ -105,7 +105,9 @@ def _pad(ctx, x, value):
     ``interior`` values between neighbours."""
     config = ctx.params["padding_config"]
     known = ctx.literal(1)
-    fill = float(known) if known is not None else 0.0
+    if known is not None and complex(known).imag:
+        known = None  # a complex fill pads the mask below (the fill here is a real number)
+    fill = complex(known).real if known is not None else 0.0
     out = x
     for axis, (_, _, interior) in enumerate(config):
         out = interior_pad(out, axis, int(interior), fill)
