@@ -136,7 +136,7 @@ def _counts_real_cells(ctx: Context, win, divisor: str) -> bool:
                            [win.unfolds[a] for a in spatial], padding)
     table = weight.value.double()
     order = [m for m in kept if m is not None]
-    view = table.permute(*order, *[i for i in range(table.dim()) if i not in order]) \
+    view = table.permute([*order, *[i for i in range(table.dim()) if i not in order]]) \
         if table.dim() == len(order) else None
     if view is None:
         return False

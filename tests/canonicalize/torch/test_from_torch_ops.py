@@ -162,6 +162,15 @@ WRITES_ALONG_ONE_AXIS = {
     "index_copy": (lambda x, pos, v: x.index_copy(2, pos, v),
                    lambda: (torch.randn(1, 2, 8, 4), torch.tensor([6, 1]),
                             torch.randn(1, 2, 2, 4))),
+    # torch takes a 0-d tensor as one row along dim 0 (OpInfo's first samples)
+    "index_copy 0-d": (lambda x, pos, v: x.index_copy(0, pos, v),
+                       lambda: (torch.tensor(1.5), torch.tensor([0]), torch.tensor(-2.0))),
+    "index_add 0-d": (lambda x, pos, v: x.index_add(-1, pos, v, alpha=3),
+                      lambda: (torch.tensor(1.5), torch.tensor([0]), torch.tensor(-2.0))),
+    "index_fill 0-d": (lambda x, pos: x.index_fill(0, pos, 4.0),
+                       lambda: (torch.tensor(1.5), torch.tensor(0))),
+    "index_reduce 0-d": (lambda x, pos, v: x.index_reduce(0, pos, v, "amax"),
+                         lambda: (torch.tensor(1.5), torch.tensor([0]), torch.tensor(2.0))),
 }
 
 

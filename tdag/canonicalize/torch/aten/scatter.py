@@ -46,7 +46,21 @@ def _rows(x, dim, index):
     return writes.wrap(writes.as_index(index), x, dim % x.ndim)
 
 
+def _of_scalars(write_rows):
+    """torch takes a 0-d tensor as one row along dim 0 (or -1) for the index_* writes: the
+    write runs on its 1-element view, and the result is 0-d again."""
+    def rows_write(x, dim, index, *rest, **kwargs):
+        if x.ndim:
+            return write_rows(x, dim, index, *rest, **kwargs)
+        rest = [ops.reshape(r, 1) if getattr(r, "ndim", None) == 0 else r for r in rest]
+        return ops.reshape(write_rows(ops.reshape(x, 1), 0, ops.reshape(index, 1), *rest,
+                                      **kwargs))
+    rows_write.__name__ = write_rows.__name__
+    return rows_write
+
+
 @aten("index_add")
+@_of_scalars
 def index_add(x, dim, index, source, alpha=1):
     if alpha != 1:
         source = ops.mul(source, scalar(alpha))
@@ -54,16 +68,19 @@ def index_add(x, dim, index, source, alpha=1):
 
 
 @aten("index_copy")
+@_of_scalars
 def index_copy(x, dim, index, source):
     return writes.combine_at(x, dim, _rows(x, dim, index), source)
 
 
 @aten("index_fill")
+@_of_scalars
 def index_fill(x, dim, index, value):
     return writes.combine_at(x, dim, _rows(x, dim, index), scalar(value))
 
 
 @aten("index_reduce")
+@_of_scalars
 def index_reduce(x, dim, index, source, reduce, include_self=True):
     return writes.combine_at(x, dim, _rows(x, dim, index), source, reduce, include_self)
 
