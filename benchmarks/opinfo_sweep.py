@@ -155,11 +155,29 @@ def _run_onnx(prog, tensors):
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(), options,
+    model, bf16 = _bf16_outputs_as_f32(tdag.to_onnx(prog))
+    session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
     outs = tuple(torch.from_numpy(np.asarray(o)) for o in session.run(None, feeds))
+    outs = tuple(o.to(torch.bfloat16) if i in bf16 else o for i, o in enumerate(outs))
     return outs[0] if len(outs) == 1 else outs
+
+
+def _bf16_outputs_as_f32(model):
+    """onnxruntime's Python API returns no bfloat16 array (numpy has no such type): each
+    bfloat16 output is read through a Cast to float32, which holds its values exactly, and
+    turned back after. (model, positions of those outputs)."""
+    from onnx import TensorProto, helper
+    bf16 = [i for i, o in enumerate(model.graph.output)
+            if o.type.tensor_type.elem_type == TensorProto.BFLOAT16]
+    for i in bf16:
+        out = model.graph.output[i]
+        model.graph.node.append(helper.make_node("Cast", [out.name], [f"{out.name}_as_f32"],
+                                                 to=TensorProto.FLOAT))
+        out.name = f"{out.name}_as_f32"
+        out.type.tensor_type.elem_type = TensorProto.FLOAT
+    return model, set(bf16)
 
 
 _RUNNERS = {"run": _run_tdag, "torch": _run_torch, "onnx": _run_onnx}
