@@ -7,14 +7,20 @@ optimizer state, activations kept for the backward pass), with the peak of each 
 of each analysis (train_step, lowering, the memory replay) is timed apart, in wall and CPU
 seconds.
 
-Two exports make the three programs: the training step's (``WithLoss``, whose logits are the
+Two captures make the three programs: the training step's (``WithLoss``, whose logits are the
 inference program: ``tdag.extract`` takes them out, the nodes the export of ``model(ids)``
 alone gives, with the same figures; ``--inference-export`` exports it apart to check) and
 the cache step's (non-strict, through ``CacheStep``; ``--strict`` as transformers exports
-it). torch.export records no source lines unless ``--source-lines``: they cost a third of
-an export, and no figure reads them (module scopes are kept).
+it, all layers). torch.export's time grows with the depth, so each export is of a one-layer
+probe, its layer repeated 32 times by ``tdag.from_torch_stacked`` and the repeat checked
+against a two-layer probe's export (each step a stage of its own): the program that the
+export of all layers gives (``--full-export`` captures so; ``--check`` captures both ways
+and compares the programs and every figure, to the byte). torch.export records no source
+lines unless ``--source-lines``: they cost a third of an export, and no figure reads them
+(module scopes are kept).
 
     python benchmarks/llama7b_memory.py                 # 32 layers, bf16
+    python benchmarks/llama7b_memory.py --layers 4 --check
     python benchmarks/llama7b_memory.py --layers 2 --seq 256 --cache 512
 """
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -34,6 +40,7 @@ from transformers.integrations.executorch import TorchExportableModuleForDecoder
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tdag  # noqa: E402
 from tdag.reify.torch.module import lowered as lower  # noqa: E402  (to_torch's lowering)
+from tdag.canonicalize.torch.stacked import Probe  # noqa: E402  (from_torch_stacked's steps)
 from tdag.refine.memory import memory_of  # noqa: E402
 from tdag.reify.torch.codegen import liveness  # noqa: E402
 from llama7b_cost import LLAMA2_7B  # noqa: E402
@@ -103,52 +110,77 @@ def meta_llama(layers: int, cache: int, dtype: torch.dtype) -> LlamaForCausalLM:
 class Capture:
     """How the programs are captured (the module docstring says why)."""
 
-    strict: bool = False            # the step as transformers exports it
+    strict: bool = False            # the step as transformers exports it (all layers)
     inference_export: bool = False  # the inference program by an export of its own
     source_lines: bool = False      # torch.export records each node's source line
+    full_export: bool = False       # export all layers, not a one-layer probe stacked
 
 
 def programs(layers: int, seq: int, cache: int, dtype: torch.dtype, stages: Stages,
              how: Capture = Capture()) -> dict:
     """The inference, cache-step and training-step programs of one meta-device model, each
-    capture (torch.export, then tdag.from_torch) timed."""
+    capture timed: stacked from a one-layer probe and checked against a two-layer one (the
+    three steps of ``tdag.from_torch_stacked``), or with ``how.full_export`` exported whole
+    (``tdag.from_torch``)."""
     model = meta_llama(layers, cache, dtype)
+    probe = None if how.full_export else lambda k: meta_llama(k, cache, dtype)
     with _source_lines(how.source_lines):
-        return _programs(model, seq, cache, stages, how)
+        return _programs(model, probe, seq, cache, stages, how)
 
 
-def _programs(model, seq: int, cache: int, stages: Stages, how: Capture) -> dict:
+def _programs(model, probe, seq: int, cache: int, stages: Stages, how: Capture) -> dict:
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
-    progs = {}
-    with stages("capture train: export"):
-        ep = torch.export.export(WithLoss(model), (ids, torch.zeros_like(ids)), strict=False)
-    with stages("capture train: from_torch"):
-        progs["train"] = tdag.from_torch(ep)
+    probe_loss = None if probe is None else lambda k: WithLoss(probe(k))
+    progs = {"train": _capture(stages, "train", WithLoss(model), probe_loss,
+                               (ids, torch.zeros_like(ids)), layers="model.model.layers")}
     if how.inference_export:
-        with stages("capture inference: export"):
-            ep = torch.export.export(model, (ids,), strict=False)
-        with stages("capture inference: from_torch"):
-            progs["inference"] = tdag.from_torch(ep)
+        progs["inference"] = _capture(stages, "inference", model, probe, (ids,))
     else:
         with stages("capture inference: extract"):
             progs["inference"] = logits_program(progs["train"], model.config.vocab_size)
-    model.config.use_cache = model.generation_config.use_cache = True
-    model.generation_config.cache_implementation = "static"
+    _static_cache(model)
     length = torch.export.Dim("seq", min=1, max=cache - 1)
     inputs = {"input_ids": torch.zeros(1, 4, dtype=torch.long, device="meta"),
               "cache_position": torch.arange(4, device="meta")}
     shapes = {"input_ids": {1: length}, "cache_position": {0: length}}
-    with stages(f"capture step: export ({'strict' if how.strict else 'non-strict'})"):
-        if how.strict:
+    if how.strict:
+        with stages("capture step: export (strict)"):
             wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
                                                             max_cache_len=cache)
             ep = wrapper.export(**inputs, dynamic_shapes=shapes)
-        else:
-            ep = torch.export.export(CacheStep(model, cache), (), inputs,
-                                     dynamic_shapes=shapes, strict=False)
-    with stages("capture step: from_torch"):
-        progs["step"] = tdag.from_torch(ep)
+        with stages("capture step: from_torch"):
+            progs["step"] = tdag.from_torch(ep)
+    else:
+        probe_step = None if probe is None else \
+            lambda k: CacheStep(_static_cache(probe(k)), cache)
+        progs["step"] = _capture(stages, "step", CacheStep(model, cache), probe_step, (),
+                                 inputs, shapes, layers="step.model.model.layers")
     return progs
+
+
+def _static_cache(model: LlamaForCausalLM) -> LlamaForCausalLM:
+    model.config.use_cache = model.generation_config.use_cache = True
+    model.generation_config.cache_implementation = "static"
+    return model
+
+
+def _capture(stages: Stages, name: str, full, probe, args, kwargs=None, shapes=None,
+             layers: str = "model.layers") -> tdag.Program:
+    """One program, non-strict: without a probe exported whole; else the steps of
+    ``tdag.from_torch_stacked`` timed apart: the one-layer probe exported and converted, its
+    layer stacked to the full model's depth, the stack checked against the two-layer probe's
+    export."""
+    if probe is None:
+        with stages(f"capture {name}: export + from_torch (all layers)"):
+            return tdag.from_torch(full, args, kwargs, dynamic_shapes=shapes)
+    capture = Probe(probe, layers, args, kwargs, dynamic_shapes=shapes)
+    with stages(f"capture {name}: 1-layer probe (export + convert)"):
+        one = capture.record(full)
+    with stages(f"capture {name}: stack ({len(full.get_submodule(layers))} layers)"):
+        prog = one.stacked(full)
+    with stages(f"capture {name}: check (2-layer probe)"):
+        capture.check(one)
+    return prog
 
 
 def logits_program(train: tdag.Program, vocab: int) -> tdag.Program:
@@ -196,24 +228,25 @@ def reports(progs: dict, seq: int, stages: Stages) -> dict:
     return out
 
 
-def show(name: str, report) -> None:
-    print(f"{name:<12} peak {report.peak / GiB:8.2f} GiB  after {report.peak_at} "
-          f"({report.peak_phase})")
-    for kind, value in report.by_kind.items():
-        print(f"    {kind:<12} {value / GiB:8.2f} GiB")
+def figures(name: str, report) -> str:
+    """One program's figures, as printed."""
+    lines = [f"{name:<12} peak {report.peak / GiB:8.2f} GiB  after {report.peak_at} "
+             f"({report.peak_phase})"]
+    lines += [f"    {kind:<12} {value / GiB:8.2f} GiB" for kind, value in report.by_kind.items()]
     if len(report.phases) > 1:
         for phase, part in report.phases.items():
             kinds = ", ".join(f"{k} {v / GiB:.2f}" for k, v in part.by_kind.items())
-            print(f"    peak in {phase:<10} {part.peak / GiB:8.2f} GiB  ({kinds})")
+            lines.append(f"    peak in {phase:<10} {part.peak / GiB:8.2f} GiB  ({kinds})")
+    return "\n".join(lines)
 
 
 def show_times(stages: Stages) -> None:
-    print(f"\n{'stage':<40} {'wall s':>7} {'cpu s':>7}")
+    print(f"\n{'stage':<50} {'wall s':>7} {'cpu s':>7}")
     for name, (wall, cpu) in stages.times.items():
-        print(f"{name:<40} {wall:7.2f} {cpu:7.2f}")
+        print(f"{name:<50} {wall:7.2f} {cpu:7.2f}")
     for part in ("capture", "analysis", ""):
         wall, cpu = stages.total(part)
-        print(f"{(part or 'total') + ' (sum)':<40} {wall:7.2f} {cpu:7.2f}")
+        print(f"{(part or 'total') + ' (sum)':<50} {wall:7.2f} {cpu:7.2f}")
 
 
 def main(argv=None) -> None:
@@ -228,19 +261,48 @@ def main(argv=None) -> None:
                         help="export the inference program apart (not from the training one)")
     parser.add_argument("--source-lines", action="store_true",
                         help="let torch.export record each node's source line")
+    parser.add_argument("--full-export", action="store_true",
+                        help="export all layers, not a one-layer probe stacked")
+    parser.add_argument("--check", action="store_true",
+                        help="capture both ways; the programs and figures must be equal")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    stages = Stages()
-    how = Capture(args.strict, args.inference_export, args.source_lines)
-    progs = programs(args.layers, args.seq, args.cache, getattr(torch, args.dtype), stages,
-                     how)
-    results = reports(progs, args.seq, stages)
+    dtype = getattr(torch, args.dtype)
+    how = Capture(args.strict, args.inference_export, args.source_lines, args.full_export)
+    runs = [how, replace(how, full_export=not how.full_export)] if args.check else [how]
+    outcomes = []
+    for one in runs:
+        stages = Stages()
+        progs = programs(args.layers, args.seq, args.cache, dtype, stages, one)
+        outcomes.append((one, stages, progs, reports(progs, args.seq, stages)))
     print(f"Llama-2-7B shapes, {args.layers} layers, {args.dtype}, meta device; sequence "
-          f"{args.seq}, static cache {args.cache}; capture: torch.export + tdag.from_torch, "
-          f"analysis: lowering (and train_step) + tdag.memory\n")
-    for name, report in results.items():
-        show(name, report)
-    show_times(stages)
+          f"{args.seq}, static cache {args.cache}; capture: torch.export + tdag.from_torch "
+          "(one layer stacked unless --full-export), analysis: lowering (and train_step) + "
+          "tdag.memory\n")
+    for name, report in outcomes[0][3].items():
+        print(figures(name, report))
+    for one, stages, _, _ in outcomes:
+        print(f"\n{'full export' if one.full_export else 'stacked'}:", end="")
+        show_times(stages)
+    if args.check:
+        sys.exit(0 if check(outcomes) else 1)
+
+
+def check(outcomes) -> bool:
+    """The two captures' programs equal and every figure identical, to the byte."""
+    (_, _, progs_a, reports_a), (_, _, progs_b, reports_b) = outcomes
+    same = True
+    print()
+    for name in progs_a:
+        equal = progs_a[name] == progs_b[name]
+        print(f"check {name:<10} programs equal: {equal} ({progs_a[name].num_nodes} nodes)")
+        same &= equal
+    for name in reports_a:
+        # every figure in bytes: the peak, its split, the live set and the whole timeline
+        equal = reports_a[name].to_json() == reports_b[name].to_json()
+        print(f"check {name:<10} memory reports identical (JSON, bytes): {equal}")
+        same &= equal
+    return same
 
 
 if __name__ == "__main__":

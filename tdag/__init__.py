@@ -9,7 +9,7 @@ analyse and transform it as data, and turn it back into torch, ONNX or JAX.
 ['f32[b]']
 """
 from tdag import ops
-from tdag.canonicalize import from_onnx, from_torch
+from tdag.canonicalize import from_onnx, from_torch, from_torch_stacked
 from tdag.canonicalize.jax.importer import from_jax  # imports jax on its first call
 from tdag.deinops import PRIMITIVES
 from tdag.ops.trace import TensorSpec, trace
@@ -67,7 +67,7 @@ def __getattr__(name: str):
 
 __all__ = [
     # capture and build
-    "from_jax", "from_onnx", "from_torch", "ops", "trace", "TensorSpec",
+    "from_jax", "from_onnx", "from_torch", "from_torch_stacked", "ops", "trace", "TensorSpec",
     # the data model
     "PRIMITIVES", "TDAG", "Block", "Call", "DType", "If", "Loop", "Node", "Op", "OpRecord",
     "Origin", "Program", "TensorKind", "TensorType", "Trait", "Value", "Weight", "ops_with",

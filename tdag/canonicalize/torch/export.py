@@ -68,13 +68,26 @@ def from_torch(source, example_args=(), example_kwargs=None, dynamic_batch: bool
         where = f"cannot load {os.fspath(source)!r} as a torch.export program"
         with _reraised(lambda exc: FileFormatError(f"{where}: {_summary(exc, True)}")):
             source = capture(source)
+    ep, names = exported(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
+    with converting():
+        return convert(ep, names)
+
+
+def exported(source, example_args=(), example_kwargs=None, dynamic_batch: bool = False,
+             dynamic_shapes=None) -> tuple[ExportedProgram, dict]:
+    """The ExportedProgram ``from_torch`` converts (ops the table lacks decomposed) and the
+    names of its dynamic dims (see ``convert``); torch's failures as tdag errors."""
     with _reraised(_capture_error):
         ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
         ep = decompose_unknown(ep, convertible)
-    with _reraised(_conversion_error):
-        names = dim_names(ep, source, example_args, example_kwargs, dynamic_batch,
-                          dynamic_shapes)
-        return convert(ep, names)
+    with converting():
+        return ep, dim_names(ep, source, example_args, example_kwargs, dynamic_batch,
+                             dynamic_shapes)
+
+
+def converting():
+    """A context in which a failure to convert an ExportedProgram is a ConversionError."""
+    return _reraised(_conversion_error)
 
 
 def _capture_error(exc: Exception) -> CaptureError:
@@ -122,10 +135,15 @@ def convert(ep: ExportedProgram, names: dict | None = None) -> Program:
     converter = Converter(ep, names or {}, buffer_placeholders(ep))
     with converter.builder.active():
         converter.run()
-    # drop what no output needs: statistics and indices the table computed for multi-result ops
-    graph = name_outputs(prune(converter.graph), converter.output_fields)
-    return stateful_program(graph, converter.state, converter.state_outputs,
-                            fields=converter.output_fields)
+    return program_of(converter.graph, converter.state, converter.state_outputs,
+                      converter.output_fields)
+
+
+def program_of(graph: TDAG, state: dict, written: list[str], fields) -> Program:
+    """The Program of a Converter's graph: what no output needs dropped (statistics and
+    indices the table computed for multi-result ops), outputs named by ``fields``, the
+    ``written`` state carried (``stateful_program``)."""
+    return stateful_program(name_outputs(prune(graph), fields), state, written, fields=fields)
 
 
 def convertible(ep: ExportedProgram) -> Callable[[torch.fx.Node], bool]:
