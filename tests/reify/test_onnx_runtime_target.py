@@ -21,7 +21,9 @@ from tdag import ops
 
 from support.real_files import bert, dynamic_quantized, quiet, transformers_optimised
 
-FUSED = {"Attention", "SkipLayerNormalization", "Gelu"}
+FUSED = {"Attention", "Gelu"}
+# slower on onnxruntime's CPU provider than the Sum and norm they replace: never written
+SKIP_NORMS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
 
 
 def _session(model):
@@ -53,6 +55,7 @@ def test_bert_fused_only_when_asked_and_matches_the_original(bert_files):
         fused, plain = tdag.to_onnx(prog, runtime="onnxruntime"), tdag.to_onnx(prog)
         assert {op for domain, op in _ops(fused) if domain == "com.microsoft"} >= FUSED, \
             file.name
+        assert not SKIP_NORMS & {op for _, op in _ops(fused)}, file.name
         assert not any(domain for domain, _ in _ops(plain)), file.name
         assert "com.microsoft" in {o.domain for o in fused.opset_import}
         assert "com.microsoft" not in {o.domain for o in plain.opset_import}
@@ -168,28 +171,30 @@ def _keep(n: int, length: int) -> torch.Tensor:
 
 
 def test_finite_mask_goes_to_attention_with_packed_weights():
-    assert _fused_kernels(additive=True) >= {"Attention", "SkipLayerNormalization", "FastGelu"}
+    fused = _fused_kernels(additive=True)
+    assert fused >= {"Attention", "FastGelu"} and not SKIP_NORMS & fused
 
 
 def test_a_mask_that_can_hide_every_key_keeps_the_standard_attention():
     """onnxruntime's Attention averages a row whose every key is masked; tdag (torch's safe
     softmax) gives zeros: a bool mask is not fused."""
     fused = _fused_kernels(additive=False)
-    assert "Attention" not in fused and {"SkipLayerNormalization", "FastGelu"} <= fused
+    assert "Attention" not in fused and "FastGelu" in fused
 
 
 def _rms(x, y, w):
     return ops.rms_norm(ops.add(x, y), (8,), w, eps=1e-6), ops.rms_norm(x, (8,), w, eps=1e-6)
 
 
-def test_rms_norm_becomes_the_simplified_kernels():
+def test_rms_norm_becomes_the_simplified_kernel_after_a_sum():
     spec = tdag.TensorSpec
     prog = tdag.trace(_rms, spec(("b", 3, 8)), spec(("b", 3, 8)), spec((8,)))
     args = (torch.randn(2, 3, 8), torch.randn(2, 3, 8), torch.rand(8) + 0.5)
     want = tdag.run(prog, *args)
     model = tdag.to_onnx(prog, runtime="onnxruntime")
-    assert {op for _, op in _ops(model)} >= {"SkipSimplifiedLayerNormalization",
-                                              "SimplifiedLayerNormalization"}
+    ops_ = _ops(model)
+    assert ops_[("", "SimplifiedLayerNormalization")] == 2 and not SKIP_NORMS & {
+        op for _, op in ops_}
     session = _session(model)
     got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
     for g, w in zip(got, want):

@@ -38,7 +38,15 @@ from tdag.refine.dataflow import fresh_definers, sizes_named
 from tdag.reify.onnx import ort
 from tdag.reify.onnx.carriers import emit_carried
 from tdag.reify.onnx.complex import refuse_complex_io
-from tdag.reify.onnx.shortcuts import counted_size, emit_mean, mean_of, unwrapped_index
+from tdag.reify.onnx.shortcuts import (
+    concat_conv_parts,
+    counted_size,
+    emit_conv_sum,
+    emit_mean,
+    is_normalised_sum,
+    mean_of,
+    unwrapped_index,
+)
 from tdag.reify.onnx.graph import (
     ONNX_DTYPE,
     GraphBuilder,
@@ -66,9 +74,8 @@ def to_onnx(prog: Program | TDAG, opset: int | None = None, lower: bool = True,
 
     By default the model holds standard ONNX only. ``runtime="onnxruntime"`` writes
     onnxruntime's fused kernels where a lowered kernel matches one (``tdag.reify.onnx.ort``:
-    attention -> com.microsoft ``Attention`` or ``MultiHeadAttention``, a layer norm of a sum
-    -> ``SkipLayerNormalization``, gelu -> ``Gelu`` / ``FastGelu``, rms_norm ->
-    ``SimplifiedLayerNormalization`` or ``SkipSimplifiedLayerNormalization``): a file for
+    attention -> com.microsoft ``Attention`` or ``MultiHeadAttention``, gelu -> ``Gelu`` /
+    ``FastGelu``, rms_norm -> ``SimplifiedLayerNormalization``): a file for
     onnxruntime only, which ONNX's checker does not know. ``opset`` defaults to 20
     (torch.onnx.export's), or the newer one that an element type of ``prog`` needs or that
     writes one of its ops as one node (23: rms_norm as RMSNormalization).
@@ -148,6 +155,10 @@ class _Exporter:
 
     def model(self) -> onnx.ModelProto:
         g, main = self.root, self.prog.main
+        if not main.outputs and not state_writes(main, self.prog.state):
+            # torch.broadcast_shapes gives sizes only; onnxruntime loads no such graph
+            raise UnsupportedOpError("to_onnx: the program computes no tensor (no output, "
+                                     "no state written); an ONNX graph needs an output")
         env = {}
         for v in main.inputs:
             g.names.taken.add(v.name)
@@ -362,6 +373,8 @@ class _GraphEmitter:
     def _emit_one(self, node, ins: list, cx) -> str:
         if node.op is Op.permute and (node.inputs[0], node.spec.perm) in self.views:
             return self.views[node.inputs[0], node.spec.perm]
+        if is_normalised_sum(self.ctx, node):
+            return self.g.node("Sum", ins)
         if self.g.runtime == "onnxruntime":
             fused = ort.fused(node, ins, self.g, cx)
             if fused is not None:
@@ -386,6 +399,12 @@ class _GraphEmitter:
             rank = self.type(x).rank
             self.shortcuts[node.name] = lambda ins: emit_mean(node, ins[0], axes, self.g, rank)
             return [x]
+        parts = concat_conv_parts(self.ctx, node)
+        if parts is not None:
+            conv = record(Op.conv).onnx
+            self.shortcuts[node.name] = lambda ins: emit_conv_sum(node, ins, parts, self.g,
+                                                                  self, conv)
+            return [part for part, _ in parts] + names[2:]
         if node.op is Op.gather and unwrapped_index(self.ctx, node) is not None:
             return [names[0], unwrapped_index(self.ctx, node)]
         if not has(node.op, Trait.SCALAR_OPERAND):
