@@ -28,12 +28,11 @@ How the repeat is exact:
 Before it trusts the probe, it checks the model (``layers.py``): every layer of the full
 ModuleList equals the probe's layer but for its index, and the stacked program's weights
 and state are the full model's, with their shapes and dtypes. A probe whose layer is not
-one block with one hidden-state input and output is refused, never stacked otherwise; so is
-one whose layer output an op of the forward that loops over the layers reads (``x =
-relu(layer(x))``).
+one block with one hidden-state input and output is refused, never stacked otherwise.
 
 What one layer cannot show is which code outside the layer the loop runs per layer: code
-before each layer on its input (``x = layer(f(x))``) looks like code before the loop, a
+before or after each layer (``x = layer(f(x))``, ``x = relu(layer(x))``) looks like code
+before or after the loop, a
 value computed once and written into every layer's buffer like a per-layer write, a
 constant that counts the layers like any constant. So the one-layer program stacked to two
 layers must equal (``==``, and the constants' values) the two-layer probe's own program, or
@@ -560,23 +559,7 @@ def _hidden(graph: TDAG, conv: _Recording, index: dict, layer: _Run, touched: li
                               f"{types[out]} from before it "
                               f"({', '.join('%' + c for c in candidates[:4])}); stacking "
                               "needs one, the hidden state")
-    _refuse_loop_code(graph, inside, out, scope)
     return candidates[0], out
-
-
-def _refuse_loop_code(graph: TDAG, inside: set, out: str, scope: str) -> None:
-    """The layer's output is read by no op of the forward that runs the layers (or of one
-    around it): such an op may be the loop's own code after each layer (``x =
-    relu(layer(x))``), which a one-layer probe cannot tell from code after the loop."""
-    owner = scope.rsplit(".", 2)[0] if scope.count(".") >= 2 else ""
-    for node in graph.nodes:
-        where = node.origin.scope
-        if node.name not in inside and out in node.inputs and \
-                (not where or owner == where or owner.startswith(where + ".")):
-            raise ConversionError(f"%{node.name} ({node.origin}) reads the output of "
-                                  f"{scope} in the forward that runs the layers: a one-layer "
-                                  "probe cannot tell code after the loop from code in it; "
-                                  "move it into the layer or after a module of its own")
 
 
 def _claimed(graph: TDAG, index: dict) -> set[str]:

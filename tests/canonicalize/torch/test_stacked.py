@@ -216,8 +216,25 @@ class _Looped(torch.nn.Module):
 
 
 def test_code_between_layers_is_refused():
-    with pytest.raises(tdag.ConversionError, match="aten.relu.*cannot tell code after"):
+    with pytest.raises(tdag.ConversionError, match="aten.relu @ the top level"):
         tdag.from_torch_stacked(_Looped(3), _Looped, (torch.randn(2, 4),), layers="layers")
+
+
+class _After(_Looped):
+    """Code after the loop in the forward that runs it: one pass, whatever the depth."""
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(torch.relu(x) * 2)
+
+
+def test_code_after_the_loop_in_the_same_forward_is_stacked():
+    x = torch.randn(2, 4)
+    full = _After(3)
+    stacked = tdag.from_torch_stacked(full, _After, (x,), layers="layers")
+    assert stacked == tdag.from_torch(full, (x,))
+    torch.testing.assert_close(tdag.run(stacked, x), full(x), rtol=1e-6, atol=1e-6)
 
 
 class _Aux(torch.nn.Module):
