@@ -24,7 +24,7 @@ from support.guards import assert_close, run_onnx
 from support.lowering_tables import KERNEL_PROGRAMS, ONNX_REFUSED, random_args
 from support.control_programs import (accumulator_program, affine_loop, doubling_loop, if_program,
                                       row_sum_loop)
-from support.torch_models import MODELS, make_model
+from support.torch_models import MODELS, Fn, make_model
 
 S = tdag.TensorSpec
 
@@ -305,3 +305,23 @@ def test_torch_to_tdag_to_torch_and_onnx(name):
             got = module(*args)
         assert_close(got, ref, f"{name} torch at batch {batch}")
         assert_close(run_onnx(onnx_model, *args), ref, f"{name} onnx at batch {batch}")
+
+
+def test_a_program_with_no_tensor_out():
+    """torch.broadcast_shapes() computes sizes only: the torch module returns () as eager
+    does, and ONNX, whose graphs need an output, refuses by name."""
+    prog = from_torch(Fn(lambda x: torch.broadcast_shapes()), (torch.ones(2),))
+    assert to_torch(prog)(torch.ones(2)) == ()
+    with pytest.raises(tdag.UnsupportedOpError, match="computes no tensor"):
+        to_onnx(prog)
+
+
+def test_avg_pool_with_a_divisor_override():
+    """OpInfo's first avg_pool2d sample: ceil mode, padding not counted, divisor 2 (one
+    constant, not a table of counts)."""
+    def pool(x):
+        return torch.nn.functional.avg_pool2d(x, 3, 1, 1, True, False, 2)
+    x = torch.randn(1, 3, 9, 9)
+    prog = from_torch(Fn(pool), (x,))
+    assert_close(to_torch(prog)(x), pool(x))
+    assert_close(run_onnx(to_onnx(prog), x), pool(x))

@@ -90,6 +90,8 @@ def _max_pool_torch(node, a, code):
     if global_pool(node, code.shape_of(node.inputs[0])):  # what adaptive pooling to 1 runs
         return f"{a[0]}.amax({tuple_expr(range(2, node.type.rank))}, keepdim=True)"
     layout = CHANNELS_LAST.get(len(s.kernel))
+    if code.channels_last(node.inputs[0]):  # the module's layout already (reify/torch/layout)
+        layout = None
     x = a[0] if layout is None else f"{a[0]}.contiguous(memory_format=torch.{layout})"
     pooled = (f"F.max_pool{NDIM[len(s.kernel)]}({x}, {tuple_expr(s.kernel)}, "
               f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.dilation)})")
@@ -97,13 +99,15 @@ def _max_pool_torch(node, a, code):
 
 
 def _max_pool_workspace(spec, ins, out: TensorType, contiguous) -> Dim:
-    """The channels-last copy of the input and the int64 indices ATen's CPU max_pool2d
-    computes and drops (it runs max_pool2d_with_indices) beside the pooled result, which
-    the copy back to (N, C, *S) replaces once the input's copy is freed
-    (``_max_pool_torch``); none for a global pool (an amax)."""
+    """The int64 indices ATen's CPU max_pool2d computes and drops (it runs
+    max_pool2d_with_indices) beside the pooled result and, for a (N, C, *S) input, its
+    channels-last copy, which the copy back to (N, C, *S) replaces once the input's copy is
+    freed (``_max_pool_torch``); an input that is not (N, C, *S) is the module's channels-last
+    layout, pooled as it is. None for a global pool (an amax)."""
     if _covers_all(spec, ins[0].shape) or len(spec.kernel) not in CHANNELS_LAST:
         return 0
-    return as_dim(ins[0].numel * ins[0].dtype.itemsize + out.numel * 8)
+    copy = ins[0].numel * ins[0].dtype.itemsize if contiguous[0] else 0
+    return as_dim(copy + out.numel * 8)
 
 
 def _max_pool_onnx(node, ins, g, cx):

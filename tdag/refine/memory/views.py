@@ -7,6 +7,8 @@ are; a reshape (``flatten``, ``unflatten``, ``reshape``) only where torch's own 
 ``computeStride``) finds strides for it, and copies otherwise (a reshape of a permuted
 tensor). Strides are computed on concrete sizes: the given ones, or a
 probe value for each symbol (the decision is the same for every size but a degenerate 1).
+A value the code computes channels-last (a 4-d input it copies so, or an op's result on
+such values: ``tdag.reify.torch.layout``) has (N, C, H, W) sizes on (N, H, W, C) strides.
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from tdag.ir.symbols import evaluate
 class Views:
     """The views of one TDAG: ``base(name)`` is the name whose storage a view node shares."""
 
-    def __init__(self, graph: TDAG, sizes: dict):
-        self.sizes = sizes
+    def __init__(self, graph: TDAG, sizes: dict, channels_last: frozenset = frozenset()):
+        self.sizes, self.channels_last = sizes, channels_last
         self.strides: dict[str, Strides] = {}
         self.shapes: dict[str, tuple] = {}
         self.base: dict[str, str] = {}
@@ -45,19 +47,26 @@ class Views:
 
     def _fresh(self, name: str, shape) -> None:
         self.shapes[name] = self._concrete(shape)
-        self.strides[name] = contiguous(self.shapes[name])
+        self.strides[name] = self._made(name, self.shapes[name])
+
+    def _made(self, name: str, shape: tuple) -> Strides:
+        """The strides of a tensor made anew: channels-last where the code makes it so."""
+        if name in self.channels_last and len(shape) == 4:
+            n, h, w, c = contiguous((shape[0], shape[2], shape[3], shape[1]))
+            return (n, c, h, w)
+        return contiguous(shape)
 
     def _node(self, node) -> None:
         out = self._concrete(node.type.shape)
-        strides = None
+        strides, rule = None, record(node.op).view
         if node.inputs and node.inputs[0] in self.strides:
             src = node.inputs[0]
             shape, old = self.shapes[src], self.strides[src]
-            rule = record(node.op).view
             if rule is not None:
                 strides = rule(node.spec, shape, old, out)
         if strides is None or len(strides) != len(out):
-            self.shapes[node.name], self.strides[node.name] = out, contiguous(out)
+            made = self._made(node.name, out) if rule is None else contiguous(out)
+            self.shapes[node.name], self.strides[node.name] = out, made
             return
         self.shapes[node.name], self.strides[node.name] = out, strides
         self.base[node.name] = self.base.get(node.inputs[0], node.inputs[0])

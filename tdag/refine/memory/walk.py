@@ -13,7 +13,10 @@ The replay mirrors the generated code (tdag/reify/torch), not an ideal schedule:
 - an If runs one branch: the replay takes the branch whose peak is larger;
 - a torch call's own scratch tensors count at its node alone (its record's ``workspace``);
 - a node the code writes over its operands holds no new storage (``liveness``'s overwrites:
-  an optimizer update, a scatter into a KV cache the call consumes, ``consumed_inputs``).
+  an optimizer update, a scatter into a KV cache the call consumes, ``consumed_inputs``);
+- a method may copy inputs channels-last at its start (the copy held to its end) and return
+  (N, C, H, W) copies of outputs (``liveness``'s ``ChannelsLast``), and a value it computes
+  channels-last has those strides (``views.Views``: which reshapes copy).
 """
 from __future__ import annotations
 
@@ -33,13 +36,27 @@ from tdag.refine.memory.heap import Heap, Storage, Tally
 from tdag.refine.memory.kinds import NodeKinds, state_kinds
 from tdag.refine.memory.views import Views
 
+INDEX_BYTES = 8  # a Loop's trip number: torch.tensor(it), one int64
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelsLast:
+    """A TDAG method's channels-last values (``tdag.reify.torch.layout``): the inputs it
+    copies so at its start (the copy stands for the input to the end of the method), the
+    outputs it returns a (N, C, H, W) copy of, and every value computed channels-last."""
+
+    inputs: frozenset = frozenset()
+    outputs: frozenset = frozenset()
+    values: frozenset = frozenset()
+
+
 # the generated code's schedule of one TDAG, given the inputs its code may write over
 # (``consumed_inputs``): the nodes written, the values deleted after each, the nodes that
 # write over their operands (node -> the operands: one, the result is that operand written
-# over; several, the result stands for them stacked, read by selects: an optimizer update)
+# over; several, the result stands for them stacked, read by selects: an optimizer update),
+# and its channels-last values
 Liveness = Callable[[TDAG, frozenset],
-                    "tuple[set[str], dict[str, list[str]], dict[str, tuple]]"]
-INDEX_BYTES = 8  # a Loop's trip number: torch.tensor(it), one int64
+                    "tuple[set[str], dict[str, list[str]], dict[str, tuple], ChannelsLast]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +88,7 @@ class _Graph:
     types: dict
     overwrites: dict  # an in-place node -> the operands it writes over
     slices: dict      # a select of a stacked in-place result -> the operand it is
+    layout: ChannelsLast
 
 
 @dataclass
@@ -177,14 +195,15 @@ class Walk:
     def graph(self, gname: str) -> _Graph:
         if gname not in self.graphs:
             graph = self.prog.graphs[gname]
-            live, dying, overwrites = self.liveness(graph, self._owned.get(gname, frozenset()))
+            live, dying, overwrites, layout = self.liveness(graph,
+                                                            self._owned.get(gname, frozenset()))
             types = {v.name: v.type for v in graph.inputs}
             types.update((n, w.type) for n, w in graph.weights.items())
             types.update((n.name, n.type) for n in graph.nodes)
             slices = {n.name: overwrites[n.inputs[0]][n.spec.index] for n in graph.nodes
                       if n.op is Op.select and len(overwrites.get(n.inputs[0], ())) > 1}
-            self.graphs[gname] = _Graph(live, dying, Views(graph, self.probe), NodeKinds(graph),
-                                         types, overwrites, slices)
+            self.graphs[gname] = _Graph(live, dying, Views(graph, self.probe, layout.values),
+                                         NodeKinds(graph), types, overwrites, slices, layout)
         return self.graphs[gname]
 
     def call(self, gname: str, args: list[int]) -> list[int]:
@@ -192,6 +211,9 @@ class Walk:
         graph, info = self.prog.graphs[gname], self.graph(gname)
         sid_of, bound = {}, set()
         for value, sid in zip(graph.inputs, args):
+            if value.name in info.layout.inputs:
+                sid = self.heap.new(Storage(self.nbytes(value.type), "activations",
+                                            f"{value.name} copy", graph=gname))
             sid_of[value.name] = self.heap.hold(sid)
             bound.add(value.name)
         for name in graph.weights:
@@ -225,7 +247,12 @@ class Walk:
             for name in info.dying.get(node.name, ()):
                 self.heap.drop(sid_of[name])
                 bound.remove(name)
-        outs = [self.heap.hold(sid_of[o]) for o in graph.outputs]
+        outs = [self._hold_new(Storage(self.nbytes(info.types[o]), "activations", f"{o} copy",
+                                       o, graph=gname))
+                if o in info.layout.outputs else self.heap.hold(sid_of[o])
+                for o in graph.outputs]
+        if info.layout.outputs:
+            self._mark(f"{gname}: return")
         for name in bound:
             self.heap.drop(sid_of[name])
         return outs
@@ -362,4 +389,4 @@ class Walk:
         return [self._vars[(id(step), "carry", i)] for i in range(carried)] + stacks
 
 
-__all__ = ["Event", "Liveness", "Walk"]
+__all__ = ["ChannelsLast", "Event", "Liveness", "Walk"]

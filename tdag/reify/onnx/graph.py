@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from tdag.errors import UnsupportedOpError
 from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim, format_dim, is_static
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import DType, TensorType, fill_of
 
 ONNX_DTYPE = {dtype: dtype.onnx for dtype in DType}
 
@@ -134,6 +134,15 @@ class GraphBuilder:
         name = self.names(name)
         self.initializers.append((name, value))
         return name
+
+    def weight(self, name: str, value: torch.Tensor) -> str:
+        """A weight's value: an initializer, or a ConstantOfShape where the value is one
+        element broadcast (a file's filled weight: onnxruntime folds it once, at load)."""
+        fill = fill_of(value)
+        if fill is None:
+            return self.initializer(name, value.contiguous())
+        return self.node("ConstantOfShape", [self.const(list(value.shape))], hint=name,
+                         value=tensor_proto(f"{name}_value", fill.reshape(1)))
 
     def const(self, value, dtype: DType = DType.i64) -> str:
         """A constant initializer (a scalar or a list), shared by value and dtype."""

@@ -29,7 +29,7 @@ from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program, state_writes
 from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
-from tdag.ir.types import FLOAT8, DType, TensorKind, TensorType, fill_of
+from tdag.ir.types import FLOAT8, DType, TensorKind, TensorType
 from tdag.ir.verify import block_types
 from tdag.lower.match import scalar
 from tdag.lower.pipeline import lower as lower_program
@@ -54,7 +54,6 @@ from tdag.reify.onnx.graph import (
     all_graphs,
     prune,
     rename,
-    tensor_proto,
     value_info,
     zipmap,
 )
@@ -215,13 +214,8 @@ class _Exporter:
             if weight.value is None:
                 raise ValueError(f"weight %{name} has no value; ONNX needs initializers")
             hint = name if weight.kind is not TensorKind.const else f"const_{name}"
-            fill = fill_of(weight.value) if key[0] != "state" else None
-            if fill is not None:  # as the file had it: onnxruntime folds it once, at load
-                self.weights[key] = self.root.node(
-                    "ConstantOfShape", [self.root.const(list(weight.value.shape))], hint=hint,
-                    value=tensor_proto(f"{hint}_value", fill.reshape(1)))
-            else:
-                self.weights[key] = self.root.initializer(hint, weight.value)
+            self.weights[key] = self.root.initializer(hint, weight.value) \
+                if key[0] == "state" else self.root.weight(hint, weight.value)
         return self.weights[key]
 
     # -- controllers --------------------------------------------------------------------------

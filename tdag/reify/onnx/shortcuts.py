@@ -155,7 +155,7 @@ def concat_conv_parts(ctx: Context, node) -> list[tuple[str, torch.Tensor]] | No
     if not all(is_static(w) and int(w) % NCHWC_BLOCK == 0 for w in widths):
         return None
     slices = torch.split(weight.value, [int(w) for w in widths], dim=1)
-    return [(part, w.contiguous()) for part, w in zip(joined.inputs, slices)]
+    return list(zip(joined.inputs, slices))
 
 
 def emit_conv_sum(node, ins: list, parts: list, g, cx, conv) -> str:
@@ -165,7 +165,7 @@ def emit_conv_sum(node, ins: list, parts: list, g, cx, conv) -> str:
     bias = ins[len(parts):]
     out = None
     for i, ((_, w), x) in enumerate(zip(parts, ins)):
-        term = conv(node, [x, g.initializer(f"{node.inputs[1]}.{i}", w)] +
+        term = conv(node, [x, g.weight(f"{node.inputs[1]}.{i}", w)] +
                     (bias if i == len(parts) - 1 else []), g, cx)
         out = term if out is None else g.node("Add", [term, out])
     return out

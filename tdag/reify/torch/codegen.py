@@ -24,9 +24,12 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
+from tdag.lower.kernels.contraction import onednn_activation, onednn_product
 from tdag.lower.match import scalar
 from tdag.refine.consumed import view_roots
 from tdag.refine.dataflow import fresh_definers, sizes_named
+from tdag.refine.memory.walk import ChannelsLast
+from tdag.reify.torch.layout import layout
 
 RESERVED = {"self", "torch", "F", "_rt", "dev", "float", "int", "bool", "max", "min", "range",
             "len", "tuple", "list", "getattr", "setattr"}
@@ -89,13 +92,20 @@ def _sym(e) -> str:
 class Code:
     """What an emitter may ask while writing one node."""
 
-    def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset()):
+    def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset(),
+                 channels_last: frozenset = frozenset()):
         self.ctx, self.device, self.owned = ctx, device, owned
+        self._channels_last = channels_last
         self.symbols: set[str] = set()
         self._once: dict = {}
         self._roots = view_roots(ctx.graph)
         self._last_read = _last_reads(ctx.graph, self._roots)
         self._at = {node.name: k for k, node in enumerate(ctx.graph.nodes)}
+
+    def channels_last(self, name: str) -> bool:
+        """Whether ``name``'s value may be channels-last (``layout``): an input copied so,
+        a conv's result on a weight stored so, or a value computed from those."""
+        return name in self._channels_last
 
     def root(self, name: str) -> str:
         """The input, weight or node whose storage ``name`` may share (itself unless a view)."""
@@ -164,31 +174,67 @@ def graph_source(name: str, graph: TDAG, weight_expr,
     params = [scope(v.name) for v in graph.inputs]
     # the device of generated tensors (iota): the first input's, else the module's
     device = f"{params[0]}.device" if params else "self._tdag_device.device"
-    code = Code(ctx, device, owned)
+    plan = layout(graph, owned)
+    code = Code(ctx, device, owned, plan.values)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
-    live = _live(graph, {name: used for name, (_, used) in operands.items()})
-    body = []
+    fused = epilogues(graph, code)
+    refs = _fused_refs({name: used for name, (_, used) in operands.items()}, fused)
+    live = _live(graph, refs)
+    body = [f"{p} = {p}.contiguous(memory_format=torch.channels_last)"
+            for p, v in zip(params, graph.inputs) if v.name in plan.inputs]
     for w in graph.weights:
         if w in live:
             body.append(f"{scope(w)} = {weight_expr(w)}")
-    dying = _last_uses(graph, live, {name: used for name, (_, used) in operands.items()})
+    dying = _last_uses(graph, live, refs)
     defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            emit = lambda a, node=node: record(node.op).torch(node, a, code)  # noqa: E731
-            dtypes = [ctx.type(n).dtype for n in node.inputs]
-            expr = carried_source(node, operands[node.name][0], dtypes, emit)
+            expr = _source(fused[node.name][0] if node.name in fused else node, operands, code)
+            if node.name in fused:  # the product's call, with the activation as its epilogue
+                expr = expr[:-1] + "".join(f", {arg!r}" for arg in fused[node.name][1]) + ")"
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
                 body.extend(_bind_fresh(node, scope(node.name), defined))
             if dying.get(node.name):
                 body.append(f"del {', '.join(scope(n) for n in dying[node.name])}")
-    outs = [scope(o) for o in graph.outputs]
-    body.append(f"return ({', '.join(outs)},)")
+    outs = [f"{scope(o)}.contiguous()" if o in plan.outputs else scope(o)
+            for o in graph.outputs]  # the (N, C, H, W) layout, restored
+    body.append(f"return ({', '.join(outs)},)" if outs else "return ()")
     header, free = _bind_symbols(graph, params, code.symbols - defined)
     signature = ", ".join(["self"] + params + [f"s_{s}" for s in free])
     lines = [f"def _g_{name}({signature}):"] + ["    " + line for line in header + body]
     return "\n".join(lines), free
+
+
+def _source(node: Node, operands: dict, code: Code) -> str:
+    """The expression of ``node``, written by its record's torch emitter."""
+    emit = lambda a: record(node.op).torch(node, a, code)  # noqa: E731
+    dtypes = [code.ctx.type(n).dtype for n in node.inputs]
+    return carried_source(node, operands[node.name][0], dtypes, emit)
+
+
+def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple]]:
+    """The activations the torch code applies inside the product they read (an
+    ``onednn_linear`` call that only they read): activation node -> (the product's node, the
+    call's extra arguments). The product is then not written on its own line."""
+    producer = {node.name: node for node in graph.nodes}
+    users = graph.users()
+    fused = {}
+    for node in graph.nodes:
+        extra = onednn_activation(node)
+        product = producer.get(node.inputs[0]) if extra else None
+        if product is not None and onednn_product(product, code) and \
+                product.name not in graph.outputs and users[product.name] == [node]:
+            fused[node.name] = (product, extra)
+    return fused
+
+
+def _fused_refs(refs: dict, fused: dict) -> dict:
+    """``refs`` with each fused activation reading its product's operands instead."""
+    out = dict(refs)
+    for name, (product, _) in fused.items():
+        out[name] = refs[product.name]
+    return out
 
 
 def _bind_fresh(node: Node, var: str, defined: set) -> list[str]:
@@ -296,17 +342,19 @@ def broadcasts_to(shapes, target) -> bool:
 
 
 def liveness(graph: TDAG, owned: frozenset = frozenset()
-             ) -> tuple[set[str], dict[str, list[str]], dict[str, tuple]]:
-    """The nodes ``graph_source`` writes, per node the values deleted after it, and the
+             ) -> tuple[set[str], dict[str, list[str]], dict[str, tuple], ChannelsLast]:
+    """The nodes ``graph_source`` writes, per node the values deleted after it, the
     nodes that write over their operands (-> the operands: a scatter's target, or an
-    optimizer update's three values): the schedule whose memory ``tdag.memory`` replays."""
+    optimizer update's three values), and its channels-last values (``layout``): the
+    schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
-    refs = {node.name: _operands(node, ctx, scope)[1] for node in graph.nodes}
-    live = _live(graph, refs)
     code = Code(ctx, "", owned)
+    refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
+                       epilogues(graph, code))
+    live = _live(graph, refs)
     overwrites = {node.name: parts for node in graph.nodes
                   if node.name in live and (parts := code.written_over(node))}
-    return live, _last_uses(graph, live, refs), overwrites
+    return live, _last_uses(graph, live, refs), overwrites, layout(graph, owned).replay
 
 
 

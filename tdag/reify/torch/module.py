@@ -3,7 +3,9 @@
 The module's ``forward`` is generated Python source (``module.code``): one method per TDAG
 and the controllers as Python control flow (If -> ``if``, Loop -> ``for``/``while``).
 Parameters and buffers keep the Program's dotted names, nested as submodules, so
-``state_dict()`` has the source model's keys; consts are non-persistent buffers.
+``state_dict()`` has the source model's keys; consts are non-persistent buffers. The
+weights only 2-d convolutions read are stored channels-last (``layout``: torch's CPU
+convolutions run so); ``load_state_dict`` copies into them and keeps that layout.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from tdag.lower.pipeline import lower as lower_program
 from tdag.refine.consumed import consumed_inputs
 from tdag.reify.torch import runtime
 from tdag.reify.torch.codegen import Scope, dim_expr, graph_source
+from tdag.reify.torch.layout import channels_last_weights
 
 _COUNTER = itertools.count()
 
@@ -70,6 +73,7 @@ class _Builder:
         self.root = nn.Module()
         self.consts: dict[tuple, str] = {}
         self.registered: dict[str, Weight] = {}
+        self.channels_last = channels_last_weights(prog)
 
     def build(self) -> nn.Module:
         sources, free = [], {}
@@ -108,7 +112,7 @@ class _Builder:
             key = (gname, name)
             if key not in self.consts:
                 attr = f"_tdag_c{len(self.consts)}"
-                self.root.register_buffer(attr, _value(name, weight), persistent=False)
+                self.root.register_buffer(attr, self.value(name, weight), persistent=False)
                 self.consts[key] = attr
             return f"self._buffers[{self.consts[key]!r}]"  # ours: no attribute lookup
         self.register(name, weight)
@@ -122,7 +126,7 @@ class _Builder:
             return
         self.registered[name] = weight
         owner, leaf = _owner(self.root, name)
-        value = _value(name, weight)
+        value = self.value(name, weight)
         if weight.kind is TensorKind.parameter and not state:
             trainable = value.is_floating_point()
             owner.register_parameter(leaf, nn.Parameter(value, requires_grad=trainable))
@@ -130,9 +134,17 @@ class _Builder:
             owner.register_buffer(leaf, value)
 
 
-def _value(name: str, weight: Weight) -> torch.Tensor:
-    if weight.value is not None:
+    def value(self, name: str, weight: Weight) -> torch.Tensor:
+        """The tensor to register: a copy of the weight's value, channels-last for a conv
+        weight (``layout``), else empty on the meta device where the value is unknown."""
+        if weight.value is None:
+            return _meta(name, weight)
+        if name in self.channels_last:
+            return weight.value.detach().clone(memory_format=torch.channels_last)
         return weight.value.detach().clone()
+
+
+def _meta(name: str, weight: Weight) -> torch.Tensor:
     if not shape_is_static(weight.type.shape):
         raise UnsupportedOpError(f"weight %{name} has a symbolic shape and no value")
     return torch.empty(weight.type.shape, dtype=weight.type.dtype.torch, device="meta")
@@ -193,7 +205,8 @@ class _Forward:
         env.update((v.name, p) for v, p in zip(self.prog.main.inputs, params))
         self.guard(self.prog.main.inputs, params)
         outs = self.block_body(self.prog.main, env, 1)
-        self.emit(1, f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
+        self.emit(1, f"return {outs[0]}" if len(outs) == 1 else
+                  f"return ({', '.join(outs)},)" if outs else "return ()")
         lines = [line if isinstance(line, str) else line[1] for line in self.lines
                  if isinstance(line, str) or line[0] in self.used]
         return "\n".join([f"def forward(self, {', '.join(params)}):"] + lines)
@@ -269,7 +282,8 @@ class _Forward:
         outs = [self.scope.fresh(o) for o in step.outputs]
         extra = [f"s_{s}" for s in self.free[step.graph]]
         self.used.update(self.free[step.graph])
-        self.emit(depth, f"{', '.join(outs)}, = self._g_{_ident(step.graph)}"
+        target = f"{', '.join(outs)}, = " if outs else ""
+        self.emit(depth, f"{target}self._g_{_ident(step.graph)}"
                          f"({', '.join(list(args) + extra)})")
         return outs
 

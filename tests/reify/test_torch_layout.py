@@ -1,0 +1,122 @@
+"""The reified module's channels-last convolutions (tdag/reify/torch/layout.py): the conv
+weights stored channels-last, the input copied so once, the (N, C, H, W) layout of a 4-d
+result restored; outputs equal eager's, and ``tdag.memory`` still matches MemTracker."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tdag
+from tdag.reify.torch.layout import channels_last_weights
+from tdag.reify.torch.module import lowered
+from support.guards import assert_close
+from support.mem_tracker import measured_peak
+from support.torch_models import CNN, UNetBlock
+
+CL = torch.channels_last
+
+
+class Stem(nn.Module):
+    """ResNet's stem and a residual block: the 4-d result computed from convs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 7, stride=2, padding=3, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.block = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                                   nn.Conv2d(8, 8, 3, padding=1, groups=8))
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 3, 2, 1)
+        return F.relu(self.block(x) + x)
+
+
+def _module(model, args):
+    torch.manual_seed(0)
+    prog = tdag.from_torch(model.eval(), args)
+    return prog, tdag.to_torch(prog)
+
+
+def test_conv_weights_input_and_result_layouts():
+    model, x = Stem(), torch.randn(2, 3, 32, 32)
+    prog, module = _module(model, (x,))
+    params = dict(module.named_parameters())
+    assert params["conv.weight"].is_contiguous(memory_format=CL)
+    assert params["block.2.weight"].is_contiguous(memory_format=CL)  # depthwise too
+    assert "x = x.contiguous(memory_format=torch.channels_last)" in module.code
+    assert ".contiguous(),)" in module.code  # the result's layout restored
+    pool = next(line for line in module.code.splitlines() if "max_pool2d" in line)
+    assert "memory_format" not in pool  # already channels-last: pooled as it is
+    with torch.no_grad():
+        out = module(x)
+        assert out.is_contiguous()
+        assert_close(out, model(x), "stem")
+
+
+def test_outputs_equal_eager_across_cnn_ops():
+    for model, x in ((CNN(3, 5), torch.randn(2, 3, 16, 16)),
+                     (UNetBlock(4), torch.randn(2, 4, 16, 16))):
+        prog, module = _module(model, (x,))
+        assert channels_last_weights(lowered(prog))
+        with torch.no_grad():
+            assert_close(module(x), model(x), type(model).__name__)
+
+
+def test_state_dict_loads_into_channels_last_weights():
+    model, x = Stem(), torch.randn(2, 3, 32, 32)
+    _, module = _module(model, (x,))
+    other = Stem().eval()
+    missing, _ = module.load_state_dict(other.state_dict(), strict=False)  # num_batches_tracked
+    assert not missing
+    assert module.conv.weight.is_contiguous(memory_format=CL)
+    with torch.no_grad():
+        assert_close(module(x), other(x), "loaded")
+
+
+def test_a_training_step_keeps_its_parameters_layout():
+    """Its parameters are read by their gradients and the optimizer too."""
+    x = torch.randn(2, 3, 32, 32)
+    step = tdag.train_step(tdag.from_torch(_Mean(Stem()).eval(), (x,)), tdag.optim.SGD(lr=0.1))
+    assert not channels_last_weights(lowered(step))
+    assert "x = x.contiguous(memory_format" not in tdag.to_torch(step).code
+
+
+class _Mean(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).mean()
+
+
+def test_memory_replays_the_copies():
+    """The input's channels-last copy, the pool on it and the result's copy back: the
+    prediction is MemTracker's peak."""
+    for model, x in ((Stem(), torch.randn(2, 3, 32, 32)),
+                     (UNetBlock(4), torch.randn(2, 4, 16, 16))):
+        prog, module = _module(model, (x,))
+        report = tdag.memory(prog)
+        assert abs(report.peak / measured_peak(module, (x,)) - 1) <= 0.01, type(model).__name__
+
+
+class _Nhwc(nn.Module):
+    """An image given (N, H, W, C), permuted for its conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x.permute(0, 3, 1, 2)))
+
+
+def test_an_input_permuted_for_its_conv_is_not_copied():
+    model, x = _Nhwc(), torch.randn(2, 8, 8, 3)
+    prog, module = _module(model, (x,))
+    assert "x = x.contiguous(memory_format" not in module.code
+    assert module.conv.weight.is_contiguous(memory_format=CL)
+    with torch.no_grad():
+        assert_close(module(x), model(x), "nhwc")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
