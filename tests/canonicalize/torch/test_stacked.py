@@ -154,6 +154,54 @@ def test_gpt2_is_the_full_export():
     torch.testing.assert_close(tdag.run(stacked, ids), expected, rtol=1e-5, atol=1e-5)
 
 
+def _bert(layers):
+    return transformers.BertModel(transformers.BertConfig(
+        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=layers,
+        vocab_size=100, max_position_embeddings=32)).eval()
+
+
+def _opt(layers):
+    return transformers.OPTForCausalLM(transformers.OPTConfig(
+        hidden_size=32, ffn_dim=64, num_attention_heads=4, num_hidden_layers=layers,
+        vocab_size=100, word_embed_proj_dim=32, max_position_embeddings=32,
+        use_cache=False)).eval()
+
+
+def _vit(layers):
+    return transformers.ViTModel(transformers.ViTConfig(
+        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=layers,
+        image_size=16, patch_size=8)).eval()
+
+
+@pytest.mark.parametrize("build, layers, make_input", [
+    (_bert, "encoder.layer", lambda: torch.randint(0, 100, (2, 7))),
+    (_opt, "model.decoder.layers", lambda: torch.randint(0, 100, (2, 7))),
+    (_vit, "layers", lambda: torch.randn(2, 3, 16, 16)),
+], ids=["bert", "opt", "vit"])
+def test_other_families_are_the_full_export(build, layers, make_input):
+    """An encoder (its padding mask built before the stack), a decoder with learned
+    positions, a vision encoder (a conv patch embedding before it)."""
+    torch.manual_seed(0)
+    full, x = build(LAYERS), make_input()
+    stacked = tdag.from_torch_stacked(full, build, (x,), layers=layers)
+    _same(stacked, tdag.from_torch(full, (x,)))
+    with torch.no_grad():
+        expected = full(x)[0]
+    got = tdag.run(stacked, x)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_alternating_layer_types_are_refused():
+    """Gemma-2 alternates sliding-window and full attention: its layers are not one layer."""
+    def gemma2(layers):
+        return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+            hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, num_hidden_layers=layers, vocab_size=100, use_cache=False)).eval()
+    with pytest.raises(tdag.InvalidModelError, match=r"layer_types\[1\]: 'full_attention'"):
+        tdag.from_torch_stacked(gemma2(LAYERS), gemma2, (torch.randint(0, 100, (2, 7)),))
+
+
 # -- refusals ------------------------------------------------------------------------------------
 
 def test_a_layer_with_another_attribute_is_refused(llamas):
