@@ -357,7 +357,6 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     return live, _last_uses(graph, live, refs), overwrites, layout(graph, owned).replay
 
 
-
 def _live(graph: TDAG, refs: dict) -> set[str]:
     """The nodes to write: those the outputs read, and the definers of the run-time sizes
     they name (their results bind the sizes even where no one reads their values)."""
