@@ -20,6 +20,7 @@ import tdag
 from tdag import ops
 
 from support.real_files import bert, dynamic_quantized, quiet, transformers_optimised
+from support.torch_models import Fn
 
 FUSED = {"Attention", "Gelu"}
 # slower on onnxruntime's CPU provider than the Sum and norm they replace: never written
@@ -200,6 +201,36 @@ def test_rms_norm_becomes_the_simplified_kernel_after_a_sum():
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
     assert not any(domain for domain, _ in _ops(tdag.to_onnx(prog)))
+
+
+def _inverse_session(n: int, batch: int = 2, dtype=torch.float32):
+    a = torch.randn(batch, n, n, dtype=dtype)
+    prog = tdag.from_torch(Fn(torch.linalg.inv), (a,))
+    model = tdag.to_onnx(prog, runtime="onnxruntime")
+    assert _ops(model)[("com.microsoft", "Inverse")] == 1
+    return _session(model)
+
+
+@pytest.mark.parametrize("n,dtype", [(8, torch.float32), (96, torch.float32),
+                                     (5, torch.float64)])
+def test_inverse_is_one_kernel_at_any_size(n, dtype):
+    """Standard ONNX unrolls the LU (refused past n = 64); onnxruntime's Inverse takes any
+    n, within float32 rounding of torch's on well-conditioned matrices."""
+    session = _inverse_session(n, dtype=dtype)
+    a = torch.randn(2, n, n, dtype=dtype) + n * torch.eye(n, dtype=dtype)
+    got = session.run(None, {session.get_inputs()[0].name: a.numpy()})[0]
+    np.testing.assert_allclose(got, torch.linalg.inv(a).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_inverse_of_a_singular_matrix_fails_as_torch_raises():
+    session = _inverse_session(4)
+    a = torch.randn(2, 4, 4)
+    a[1, 3] = 2 * a[1, 2]  # rank 3: an exactly zero pivot
+    with pytest.raises(Exception, match="ConstantOfShape"):
+        session.run(None, {session.get_inputs()[0].name: a.numpy()})
+    nan = torch.full((2, 4, 4), float("nan"))  # NaN in, NaN out: torch does not raise
+    got = session.run(None, {session.get_inputs()[0].name: nan.numpy()})[0]
+    assert np.isnan(got).all()
 
 
 def test_unknown_runtime_is_refused():

@@ -6,6 +6,7 @@ lowered kernel that one of them computes:
     reshape(permute(that attention))                      -> its [B, S, N*H] output as is
     rms_norm(x)                                            -> SimplifiedLayerNormalization
     gelu(x)                                                -> com.microsoft Gelu (tanh: FastGelu)
+    linalg_inv(a), f32 or f64                              -> com.microsoft Inverse (any n)
     layer_norm(word[ids] + position[iota] + segment[seg])  -> EmbedLayerNormalization
     either, its weights or tables dequantized 8-bit constants -> QAttention (x's dequantized
       u8 integers in), QEmbedLayerNormalization (quantize_dynamic's kernels)
@@ -471,5 +472,27 @@ def _gelu(node, ins, g, cx):
     return g.node(kernel, ins, domain=DOMAIN)
 
 
+def _inverse(node, ins, g, cx):
+    """com.microsoft Inverse (Eigen's partial-pivot LU) at any n, where standard ONNX has
+    only the unrolled composition, capped at n <= 64 and O(n) nodes deep."""
+    if node.op is not Op.linalg_inv or node.type.dtype not in (DType.f32, DType.f64):
+        return None
+    inverse = g.node("Inverse", ins, domain=DOMAIN)
+    return g.node("Add", [inverse, _singular_check(g, ins[0], inverse, node.type.dtype)])
+
+
+def _singular_check(g, a: str, inverse: str, dtype: DType) -> str:
+    """A scalar 0 that fails at run time where the inverse has a non-finite entry and the
+    matrices had none: Eigen divides by an exactly zero pivot where getrf reports it and
+    torch raises (as the composition does, through a ConstantOfShape of length -1)."""
+    def any_nonfinite(x: str) -> str:
+        bad = g.node("Or", [g.node("IsInf", [x]), g.node("IsNaN", [x])])
+        return g.node("ReduceMax", [g.cast(bad, DType.i64)], keepdims=0)
+    ok = g.node("GreaterOrEqual", [any_nonfinite(a), any_nonfinite(inverse)])
+    length = g.node("Where", [ok, g.const([0]), g.const([-1])])
+    zeros = g.node("ConstantOfShape", [length])  # float zeros, or the run fails
+    return g.cast(g.node("ReduceSum", [zeros], keepdims=0), dtype)
+
+
 # each rule answers None for a node it does not fuse (another op included)
-_RULES = (_attention, _merged_heads, _embed_norm, _simplified_norm, _gelu)
+_RULES = (_attention, _merged_heads, _embed_norm, _simplified_norm, _gelu, _inverse)
