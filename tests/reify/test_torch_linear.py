@@ -64,14 +64,15 @@ def test_compiled_and_exported_modules_use_f_linear():
 
 
 def test_fused_activations_equal_eager_and_memory_matches():
-    """A ReLU and a tanh GELU each fused into the product they alone read; a GELU whose
-    product is also read elsewhere stays on its own line."""
+    """A ReLU, a SiLU and a tanh GELU each fused into the product they alone read; a GELU
+    whose product is also read elsewhere stays on its own line."""
     torch.manual_seed(0)
     x = torch.randn(4, 32, 256)
     model = _Branches().eval()
     prog = tdag.from_torch(model, (x,))
     module = tdag.to_torch(prog)
     assert ", 'relu', '')" in module.code and ", 'gelu', 'tanh')" in module.code
+    assert ", 'swish', '')" in module.code and "F.silu" not in module.code
     assert module.code.count("F.gelu(") == 1  # its product is also added to the output
     with torch.inference_mode():
         assert_close(module(x), model(x), "fused")
@@ -80,12 +81,38 @@ def test_fused_activations_equal_eager_and_memory_matches():
         assert_close(module(x), model(x), "autograd")
 
 
+def test_activation_read_through_a_reshape_is_fused():
+    """GPT-2's Conv1D: addmm of the rows, viewed back to [B, S, N], then the GELU: the GELU
+    goes inside the product all the same (an elementwise op commutes with a reshape)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _RowProduct().eval()
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert ", 'gelu', 'tanh')" in module.code and "F.gelu" not in module.code
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "fused")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    with torch.enable_grad():
+        assert_close(module(x), model(x), "autograd")
+
+
+class _RowProduct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(256, 1024) / 16), nn.Parameter(torch.randn(1024))
+
+    def forward(self, x):
+        y = torch.addmm(self.b, x.view(-1, 256), self.w).view(4, 32, 1024)
+        return nn.functional.gelu(y, approximate="tanh")
+
+
 class _Branches(nn.Module):
     def __init__(self):
         super().__init__()
-        self.a, self.b, self.c = (nn.Linear(256, 1024) for _ in range(3))
+        self.a, self.b, self.c, self.d = (nn.Linear(256, 1024) for _ in range(4))
 
     def forward(self, x):
         shared = self.c(x)
         return (torch.relu(self.a(x)) + nn.functional.gelu(self.b(x), approximate="tanh") +
-                nn.functional.gelu(shared) + shared)
+                nn.functional.gelu(shared) + shared + nn.functional.silu(self.d(x)))

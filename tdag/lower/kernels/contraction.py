@@ -75,8 +75,8 @@ _ONEDNN = torch.backends.mkldnn.is_available()
 
 def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
                   activation: str = "none", approximate: str = "") -> torch.Tensor:
-    """``F.linear(x, w, bias)`` then ``activation`` ("none", "relu" or "gelu" with its
-    ``approximate``), by oneDNN where it can (a float32 product on the CPU that autograd does
+    """``F.linear(x, w, bias)`` then ``activation`` ("none", "relu", "swish" (SiLU) or "gelu"
+    with its ``approximate``), by oneDNN where it can (a float32 product on the CPU that autograd does
     not record: oneDNN's op has no derivative), else by F.linear and the activation; F.linear
     under ``torch.compile`` too (Inductor lowers oneDNN's op only for frozen weights)."""
     if _ONEDNN and x.device.type == "cpu" and x.dtype is torch.float32 and not (
@@ -86,6 +86,8 @@ def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     y = F.linear(x, w, bias)
     if activation == "relu":
         return torch.relu(y)
+    if activation == "swish":
+        return F.silu(y)
     return F.gelu(y, approximate=approximate or "none") if activation == "gelu" else y
 
 
@@ -99,13 +101,15 @@ def _linear_call(node, code) -> str:
 
 
 def onednn_activation(node) -> tuple[str, str] | None:
-    """``onednn_linear``'s (activation, approximate) for a relu or gelu node, which the torch
+    """``onednn_linear``'s (activation, approximate) for a relu, silu or gelu node, which the torch
     code applies inside the product it reads where that is an ``onednn_linear`` call: one
     pass over the result fewer, and an activation reading oneDNN's result on its own ran
     slower than on F.linear's (T5's ReLU: 115 against 67 us); BERT, ViT, ConvNeXt and
     Whisper's modules run 2-4% faster fused."""
     if node.op is Op.relu:
         return "relu", ""
+    if node.op is Op.silu:  # oneDNN's name for x * sigmoid(x)
+        return "swish", ""
     if node.op is Op.gelu:
         return "gelu", node.spec.approximate
     return None

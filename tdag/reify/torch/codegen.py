@@ -187,11 +187,15 @@ def graph_source(name: str, graph: TDAG, weight_expr,
             body.append(f"{scope(w)} = {weight_expr(w)}")
     dying = _last_uses(graph, live, refs)
     defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
+    activated, aliases = reshaped_epilogues(graph, code, fused)
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
             expr = _source(fused[node.name][0] if node.name in fused else node, operands, code)
-            if node.name in fused:  # the product's call, with the activation as its epilogue
-                expr = expr[:-1] + "".join(f", {arg!r}" for arg in fused[node.name][1]) + ")"
+            extra = fused[node.name][1] if node.name in fused else activated.get(node.name)
+            if extra:  # the product's call, with the activation as its epilogue
+                expr = expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
+            if node.name in aliases:  # applied before the reshape it reads
+                expr = scope(aliases[node.name])
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
                 body.extend(_bind_fresh(node, scope(node.name), defined))
@@ -227,6 +231,27 @@ def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple]]:
                 product.name not in graph.outputs and users[product.name] == [node]:
             fused[node.name] = (product, extra)
     return fused
+
+
+def reshaped_epilogues(graph: TDAG, code: Code, fused: dict) -> tuple[dict, dict]:
+    """The activations of a product read through a reshape (GPT-2's Conv1D: ``addmm`` of the
+    rows, then ``view`` back to [B, S, N]), applied inside the product all the same: an
+    elementwise op commutes with a reshape. (product -> the call's extra arguments,
+    activation -> the reshape whose value it then is.)"""
+    producer = {node.name: node for node in graph.nodes}
+    users = graph.users()
+    activated, aliases = {}, {}
+    for node in graph.nodes:
+        extra = onednn_activation(node)
+        view = producer.get(node.inputs[0]) if extra and node.name not in fused else None
+        if view is None or view.op is not Op.reshape or users[view.name] != [node]:
+            continue
+        product = producer.get(view.inputs[0])
+        if product is not None and onednn_product(product, code) and \
+                not {product.name, view.name} & set(graph.outputs) and \
+                users[product.name] == [view] and product.name not in activated:
+            activated[product.name], aliases[node.name] = extra, view.name
+    return activated, aliases
 
 
 def _fused_refs(refs: dict, fused: dict) -> dict:
@@ -349,11 +374,14 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
     code = Code(ctx, "", owned)
+    fused = epilogues(graph, code)
     refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
-                       epilogues(graph, code))
+                       fused)
     live = _live(graph, refs)
     overwrites = {node.name: parts for node in graph.nodes
                   if node.name in live and (parts := code.written_over(node))}
+    _, aliases = reshaped_epilogues(graph, code, fused)  # the reshape's value, named anew
+    overwrites.update({name: (view,) for name, view in aliases.items() if name in live})
     return live, _last_uses(graph, live, refs), overwrites, layout(graph, owned).replay
 
 
