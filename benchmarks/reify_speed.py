@@ -14,6 +14,10 @@ above 1.05x; the torch module over eager <= 0.6x geo-mean; outputs within 1e-5 r
     tdag-onnx, x exp, x opt  ``to_onnx``'s file on onnxruntime, over each of the two
     nodes                    ONNX nodes (subgraphs included): tdag / export / export-opt
     err                      the largest relative error of the three files and the module
+    floor                    the program's matmul flops (``tdag.cost``: products,
+                             convolutions, attention, an LSTM's gates) at the peak rate
+                             of one float32 GEMM (512^3, measured here) / eager: what a
+                             module doing nothing but its products at full speed would take
 
     python benchmarks/reify_speed.py                        # issue 25's eleven models
     python benchmarks/reify_speed.py --models mlp,cnn --rounds 30   # the small models
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import io
 import math
 import os
@@ -243,8 +248,9 @@ def bench(name: str, rounds: int, scale: float = 2.0, level: str = "all",
     t_export, t_opt, t_ours = interleaved_all(list(runs.values()), rounds,
                                               _inner(runs["export"]))
     counts = {key: op_counts(data) for key, data in files.items()}
-    return {"model": name, "eager_ms": t_eager * 1e3, "tdag_ms": t_tdag * 1e3,
-            "torch_ratio": t_tdag / t_eager, "export_ms": t_export * 1e3,
+    floor = float(tdag.cost(prog).matmul_flops) / gemm_rate()
+    return {"model": name, "floor": floor / t_eager, "eager_ms": t_eager * 1e3,
+            "tdag_ms": t_tdag * 1e3, "torch_ratio": t_tdag / t_eager, "export_ms": t_export * 1e3,
             "opt_ms": t_opt * 1e3, "onnx_ms": t_ours * 1e3, "export_ratio": t_ours / t_export,
             "opt_ratio": t_ours / t_opt, "counts": counts,
             "nodes": "/".join(str(sum(counts[k].values()))
@@ -256,9 +262,17 @@ COLUMNS = (("model", "<16", "{}"), ("eager", ">8", "{:.3f}"), ("tdag", ">8", "{:
            ("torch x", ">8", "{:.3f}"), ("export", ">9", "{:.3f}"),
            ("export-opt", ">11", "{:.3f}"), ("tdag-onnx", ">10", "{:.3f}"),
            ("x exp", ">7", "{:.3f}"), ("x opt", ">7", "{:.3f}"), ("nodes", ">14", "{}"),
-           ("err", ">9", "{:.1e}"))
+           ("err", ">9", "{:.1e}"), ("floor", ">7", "{:.3f}"))
 KEYS = ("model", "eager_ms", "tdag_ms", "torch_ratio", "export_ms", "opt_ms", "onnx_ms",
-        "export_ratio", "opt_ratio", "nodes", "error")
+        "export_ratio", "opt_ratio", "nodes", "error", "floor")
+
+
+@functools.cache
+def gemm_rate() -> float:
+    """Flops per second of one float32 512^3 product on this machine's threads (MKL)."""
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    (seconds,) = interleaved_all([lambda: a @ b], 15, 10)
+    return 2 * 512 ** 3 / seconds
 
 
 def _line(row: dict) -> str:
@@ -315,7 +329,9 @@ def main() -> None:
             print(_op_table(rows[-1]), flush=True)
     print(f"geo-mean: torch x {geomean(r['torch_ratio'] for r in rows):.3f} (target <= 0.6), "
           f"onnx x export {geomean(r['export_ratio'] for r in rows):.3f} (target <= 0.95, "
-          f"none above 1.05), x export-opt {geomean(r['opt_ratio'] for r in rows):.3f}")
+          f"none above 1.05), x export-opt {geomean(r['opt_ratio'] for r in rows):.3f}; "
+          f"matmul floor {geomean(r['floor'] for r in rows):.3f} at "
+          f"{gemm_rate() / 1e9:.0f} GFLOP/s")
 
 
 if __name__ == "__main__":

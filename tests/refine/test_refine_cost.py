@@ -12,6 +12,7 @@ import tdag
 import tdag.lower
 from tdag import ops
 from tdag.ir.graph import TDAG, Value
+from tdag.ir.op import Op
 from tdag.ir.program import Block, Call, If, Loop, Program
 from tdag.ir.symbols import symbol
 from tdag.ir.types import DType, TensorType
@@ -135,6 +136,16 @@ def test_lowered_kernels_count_the_same_matmul_flops_and_traffic():
         assert after.matmul_flops == before.matmul_flops
         assert after.fused_bytes <= before.fused_bytes <= over * after.fused_bytes, name
         assert after.unfused_bytes < before.unfused_bytes
+
+
+def test_lstm_kernel_counts_its_gate_products_as_matmul_flops():
+    """The lowered LSTM kernel's gate products are the unrolled cells' contractions."""
+    prog = from_torch("tagger")
+    lowered = tdag.lower.lower(prog)
+    assert Op.lstm in {node.op for node in lowered.graph.nodes}
+    before, after = cost(prog).evaluate(batch=3), checked_cost(lowered).evaluate(batch=3)
+    assert after.matmul_flops == before.matmul_flops == _lstm_flops(3, 5, 16, 24) + \
+        2 * 3 * 5 * 48 * 7  # the classifier
 
 
 # -- fused traffic: one kernel moves inputs + weights + output ------------------------------

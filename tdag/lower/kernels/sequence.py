@@ -219,7 +219,8 @@ def _lstm_cost(spec: Lstm, ins, out: TensorType) -> Cost:
     steps = product(x.shape[:2])  # T * B rows
     flops = sum(2 * steps * (product(w_ih.shape) + product(w_hh.shape))
                 for w_ih, w_hh, _, _ in weights)
-    return traffic(ins, out, flops + 12 * spec.cells * product(x.shape[:2] + h0s[0].shape[-1:]))
+    cells = 12 * spec.cells * product(x.shape[:2] + h0s[0].shape[-1:])
+    return traffic(ins, out, flops + cells, matmul_flops=flops)  # the gates' products
 
 
 def _stacked(states) -> str:
