@@ -76,9 +76,10 @@ _ONEDNN = torch.backends.mkldnn.is_available()
 def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
                   activation: str = "none", approximate: str = "") -> torch.Tensor:
     """``F.linear(x, w, bias)`` then ``activation`` ("none", "relu", "swish" (SiLU) or "gelu"
-    with its ``approximate``), by oneDNN where it can (a float32 product on the CPU that autograd does
-    not record: oneDNN's op has no derivative), else by F.linear and the activation; F.linear
-    under ``torch.compile`` too (Inductor lowers oneDNN's op only for frozen weights)."""
+    with its ``approximate``), by oneDNN where it can (a float32 product on the CPU that
+    autograd does not record: oneDNN's op has no derivative), else by F.linear and the
+    activation; F.linear under ``torch.compile`` too (Inductor lowers oneDNN's op only for
+    frozen weights)."""
     if _ONEDNN and x.device.type == "cpu" and x.dtype is torch.float32 and not (
             torch.compiler.is_compiling() or torch.is_grad_enabled() and (
                 x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))):
