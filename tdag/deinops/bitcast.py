@@ -113,4 +113,5 @@ primitive(Op.bitcast, BitCast, 1, _shape, _eval,
           "reads the bits as another type; no arithmetic composition is exact for floats "
           "(NaN payloads, subnormals, -0)",
           traits=Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_torch, onnx=_onnx, jax=_jax, vjp=_vjp, complex_values=True)
+          torch=_torch, onnx=_onnx, jax=_jax, vjp=_vjp, complex_values=True,
+          complex_half=True)

@@ -172,7 +172,8 @@ for _op, (_fn, _float_only, _reason) in _UNARY.items():
               traits=Trait.ELEMENTWISE | Trait.UNARY | Trait.POINTWISE,
               batch=Aligned(values=_neg_values if _op is Op.neg else None),
               torch=_unary_torch, onnx=erfinv_onnx if _op is Op.erfinv else _unary_onnx,
-              jax=_unary_jax, vjp=_unary_vjp(_op), complex_values=_op in _COMPLEX_UNARY)
+              jax=_unary_jax, vjp=_unary_vjp(_op), complex_values=_op in _COMPLEX_UNARY,
+              complex_half=_op is Op.neg)  # torch has no complex32 exp on CPU
 
 
 def same_operands(op: str, ins) -> None:
@@ -209,6 +210,9 @@ def _multiply_torch(node, a, code):
 
 
 def _multiply_onnx(node, ins, g, cx):
+    if node.type.dtype is DType.c32:  # torch multiplies complex32 in float32, then rounds:
+        wide = [g.cast(x, DType.f32) for x in ins]  # so does the graph, on any runtime
+        return g.cast(pairs.product(g, *wide), DType.f16)
     if node.type.dtype.is_complex:
         return pairs.product(g, *ins)
     return g.node("And" if node.type.dtype is DType.bool else "Mul", ins)
@@ -237,7 +241,7 @@ primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] 
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_add_values),
           torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1],
-          vjp=lambda spec, xs, y, dy, ops: (dy, dy), complex_values=True)
+          vjp=lambda spec, xs, y, dy, ops: (dy, dy), complex_values=True, complex_half=True)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
@@ -247,7 +251,7 @@ primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           torch=_multiply_torch, onnx=_multiply_onnx,
           jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1],
           vjp=lambda spec, xs, y, dy, ops: (dy * conj(xs[1], ops), dy * conj(xs[0], ops)),
-          complex_values=True)
+          complex_values=True, complex_half=True)
 
 
 class DivideMode(enum.Enum):
@@ -441,7 +445,8 @@ primitive(Op.where, NoSpec, 3, _where_shape,
           torch=_where_torch, onnx=_where_onnx,
           jax=lambda node, a, cx: cx.jnp.where(a[0], a[1], a[2]),
           vjp=lambda spec, xs, y, dy, ops: (None, ops.where(xs[0], dy, 0.0),
-                                            ops.where(xs[0], 0.0, dy)), complex_values=True)
+                                            ops.where(xs[0], 0.0, dy)),
+          complex_values=True, complex_half=True)
 
 
 class CompareKind(enum.Enum):
@@ -533,7 +538,7 @@ primitive(Op.compare, Compare, 2, _compare_shape,
           traits=Trait.ELEMENTWISE | Trait.POINTWISE | Trait.SCALAR_OPERAND,
           batch=Aligned(values=_compare_values),
           torch=_compare_torch, onnx=_compare_onnx, jax=_compare_jax, vjp=no_gradient,
-          complex_values=True)
+          complex_values=True, complex_half=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,4 +603,4 @@ primitive(Op.cast, Cast, 1, lambda s, ins: ins[0].with_dtype(s.dtype),
           traits=Trait.ELEMENTWISE | Trait.POINTWISE,
           batch=Aligned(values=_cast_values),
           torch=_cast_torch, onnx=_cast_onnx,
-          jax=_cast_jax, vjp=_cast_vjp, complex_values=True)
+          jax=_cast_jax, vjp=_cast_vjp, complex_values=True, complex_half=True)

@@ -149,7 +149,8 @@ primitive(Op.gather, Gather, 2, _gather_shape, _gather_eval, _gather_cost,
           "takes rows by index (embeddings); one-hot x table costs O(vocab) more",
           traits=Trait.PICKS,
           batch=OperandRule(_gather_strip, _gather_insert, values=_gather_values),
-          torch=_gather_torch, onnx=_gather_onnx, jax=_gather_jax, vjp=_gather_vjp)
+          torch=_gather_torch, onnx=_gather_onnx, jax=_gather_jax, vjp=_gather_vjp,
+          complex_half=True)  # index_select and indexing take complex32 (torch.gather not)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,14 @@ from tdag.ir.record import (
 )
 from tdag.errors import ShapeError
 from tdag.ir.symbols import Dim, as_dim
-from tdag.ir.types import TensorType
+from tdag.ir.types import DType, TensorType
 
 # the ops that move or pick values take every element type, complex included
 _MOVES_VALUES = Trait.MOVEMENT | Trait.VIEW | Trait.KEEPS_VALUES | Trait.PICKS | Trait.KERNEL
+# ... and of those, the ones whose torch kernels take complex32 (gather and scatter do not)
+_MOVES_HALF = Trait.MOVEMENT | Trait.VIEW
+_HALF_OPS = ("the ops that move values (gather and concat too, not fold), add, multiply, neg, "
+             "where, compare[eq, ne], cast and bitcast")
 
 
 def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, evaluate: Evaluator,
@@ -40,18 +44,25 @@ def primitive(op: Op, spec_type: type, arity: int | range, shape: ShapeRule, eva
               torch: TorchEmitter | None = None, onnx: OnnxEmitter | None = None,
               jax: JaxEmitter, decompose: Decomposer | None = None,
               vjp: VjpRule | None = None, complex_values: bool | None = None,
+              complex_half: bool | None = None,
               view: ViewRule | None = None, workspace: WorkspaceRule | None = None,
               in_place: InPlaceRule | None = None) -> OpRecord:
     """Register the record of ``op``; called once per op by the module that defines it. A
     kernel gives ``decompose``, the composition it stands for; a primitive has none. Every
     primitive gives ``vjp``; a kernel may leave it to its composition. ``complex_values``:
     whether the op takes complex operands (its shape rule then says which of its kinds do);
-    by default the ops that only move or pick values do, and no arithmetic does. ``view``,
-    ``workspace`` and ``in_place``: what the torch call holds (``tdag/ir/record.py``)."""
+    by default the ops that only move or pick values do, and no arithmetic does.
+    ``complex_half``: whether it also takes or gives c32 (torch.complex32), whose CPU kernels
+    torch has for few ops; by default the movement and view ops do. ``view``, ``workspace``
+    and ``in_place``: what the torch call holds (``tdag/ir/record.py``)."""
     if complex_values is None:
         complex_values = bool(traits & _MOVES_VALUES)
+    if complex_half is None:
+        complex_half = complex_values and bool(traits & _MOVES_HALF)
     if not complex_values:
         shape = _real_only(op, shape)
+    elif not complex_half:
+        shape = _no_complex_half(op, shape)
     return register(OpRecord(op, spec_type, arity, shape, evaluate, cost, reason, traits, batch,
                              torch, onnx, jax, decompose, vjp, view, workspace, in_place))
 
@@ -65,6 +76,21 @@ def _real_only(op: Op, shape: ShapeRule) -> ShapeRule:
                                  "defines complex values for movement, add, multiply, divide, "
                                  "neg, exp, cast, reduce[sum] and fft only")
         return shape(spec, ins)
+    return rule
+
+
+def _no_complex_half(op: Op, shape: ShapeRule) -> ShapeRule:
+    """``shape``, refusing c32 operands and results: torch has no complex32 kernel for the op
+    on CPU ("not implemented for 'ComplexHalf'"), and computing it in c64 would round
+    differently from the framework the program came from."""
+    def rule(spec, ins):
+        out = shape(spec, ins)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for t in (*ins, *outs):
+            if t.dtype is DType.c32:
+                raise ShapeError(f"{op.value}: takes no c32 (torch.complex32) operand or result "
+                                 f"(got {t}): torch computes complex32 in {_HALF_OPS} only")
+        return out
     return rule
 
 

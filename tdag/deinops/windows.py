@@ -213,4 +213,4 @@ primitive(Op.fold, Fold, 1, _fold_shape, _fold_eval, _fold_cost,
           "overlap-adds windows back into an axis (transposed conv); mirror of unfold",
           traits=Trait.MOVEMENT | Trait.ACCUMULATES,
           batch=_FOLD_BATCH, torch=_fold_torch, onnx=_fold_onnx, jax=_fold_jax,
-          vjp=_fold_vjp)
+          vjp=_fold_vjp, complex_half=False)  # a sum: torch has no complex32 col2im or sum

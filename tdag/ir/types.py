@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from onnx import TensorProto
 
-from tdag.errors import ShapeError
+from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.symbols import Dim, as_dim, format_dim, product, shapes_equal
 
 
@@ -35,7 +35,11 @@ class DType(enum.Enum):
     f8e5m2 = "f8e5m2"
     f8e5m2fnuz = "f8e5m2fnuz"
     f8e8m0fnu = "f8e8m0fnu"
-    # complex: a (real, imaginary) pair of f32 / f64; ONNX carries one as a trailing axis of 2
+    # complex: a (real, imaginary) pair of f16 / f32 / f64; ONNX carries one as a trailing
+    # axis of 2. c32 is torch.complex32 (chalf), whose CPU kernels are few: the records that
+    # take it say so (``complex_half`` in tdag/deinops/primitive.py); ONNX and JAX have no
+    # complex32 element type
+    c32 = "c32"
     c64 = "c64"
     c128 = "c128"
 
@@ -46,7 +50,10 @@ class DType(enum.Enum):
     @property
     def onnx(self) -> int:
         """The ONNX element type (``TensorProto.FLOAT`` ...): the one table both the ONNX
-        importer and the ONNX writer read."""
+        importer and the ONNX writer read; c32 has none (``IN_ONNX``)."""
+        if self not in _TO_ONNX:
+            raise UnsupportedOpError(f"ONNX has no element type for {self.value}: to_onnx "
+                                     "holds a complex value as its (real, imaginary) pair")
         return _TO_ONNX[self]
 
     @property
@@ -105,7 +112,7 @@ _TO_TORCH = {
     DType.bool: torch.bool, DType.f8e4m3fn: torch.float8_e4m3fn,
     DType.f8e4m3fnuz: torch.float8_e4m3fnuz, DType.f8e5m2: torch.float8_e5m2,
     DType.f8e5m2fnuz: torch.float8_e5m2fnuz, DType.f8e8m0fnu: torch.float8_e8m0fnu,
-    DType.c64: torch.complex64, DType.c128: torch.complex128,
+    DType.c32: torch.complex32, DType.c64: torch.complex64, DType.c128: torch.complex128,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 _TO_ONNX = {
@@ -118,12 +125,14 @@ _TO_ONNX = {
     DType.f8e5m2fnuz: TensorProto.FLOAT8E5M2FNUZ, DType.f8e8m0fnu: TensorProto.FLOAT8E8M0,
     DType.c64: TensorProto.COMPLEX64, DType.c128: TensorProto.COMPLEX128,
 }
+IN_ONNX = frozenset(_TO_ONNX)  # the types with an ONNX element type: all but c32
 _FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
 _SIGNED = frozenset({DType.i64, DType.i32, DType.i16, DType.i8})
 UNSIGNED = frozenset({DType.u64, DType.u32, DType.u16, DType.u8})
 FLOAT8 = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz,
                     DType.f8e8m0fnu})
-COMPLEX = {DType.c64: DType.f32, DType.c128: DType.f64}  # each complex type to its parts' type
+# each complex type to its parts' type
+COMPLEX = {DType.c32: DType.f16, DType.c64: DType.f32, DType.c128: DType.f64}
 
 
 class TensorKind(enum.Enum):

@@ -146,7 +146,9 @@ def scalar(ctx: Context, name: str, single: bool = False) -> float | int | None:
     if value.dtype in (torch.float32, torch.float16):
         # the shortest decimal that rounds back to the same value: 1e-05, not 9.99999974e-06
         return float(str(first.numpy()))
-    if not value.dtype.is_floating_point and not value.dtype.is_complex:
+    if value.dtype.is_complex:
+        return None  # no real number: the rules that ask compare and scale reals
+    if not value.dtype.is_floating_point:
         return int(first)  # exact: float(2**63 - 1) rounds up past int64's largest
     return float(first)
 

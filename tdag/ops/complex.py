@@ -40,7 +40,7 @@ def real_to_complex(dtype: DType) -> DType:
 
 
 def view_as_real(x: Tensor) -> Tensor:
-    """``torch.view_as_real``: c64[..., n] -> f32[..., n, 2]."""
+    """``torch.view_as_real``: c64[..., n] -> f32[..., n, 2] (c32 -> f16, c128 -> f64)."""
     if not x.dtype.is_complex:
         raise ShapeError(f"view_as_real: needs a complex tensor, got {x.type}")
     return bitcast(x, x.dtype.real)
@@ -49,7 +49,7 @@ def view_as_real(x: Tensor) -> Tensor:
 def view_as_complex(x: Tensor) -> Tensor:
     """``torch.view_as_complex``: f32[..., n, 2] -> c64[..., n]."""
     if x.dtype not in _OF_PARTS:
-        raise ShapeError(f"view_as_complex: needs f32 or f64 pairs, got {x.type}")
+        raise ShapeError(f"view_as_complex: needs f16, f32 or f64 pairs, got {x.type}")
     return bitcast(x, _OF_PARTS[x.dtype])
 
 
@@ -74,13 +74,22 @@ def conj(x: Tensor) -> Tensor:
 def complex(re, im) -> Tensor:
     """``torch.complex``: the pairs (re, im), both of one float type."""
     if re.dtype is not im.dtype or re.dtype not in _OF_PARTS:
-        raise ShapeError(f"complex: needs two f32 or two f64 tensors, got {re.type}, {im.type}")
+        raise ShapeError(f"complex: needs two f16, f32 or f64 tensors, got {re.type}, {im.type}")
     return view_as_complex(stack([re, im], -1))
 
 
 def polar(r: Tensor, theta: Tensor) -> Tensor:
-    """``torch.polar``: r * (cos theta + i sin theta)."""
+    """``torch.polar``: r * (cos theta + i sin theta); not of float16 (torch has no
+    complex32 polar)."""
+    _refuse_complex32("polar", r, DType.f16)
     return complex(mul(r, cos(theta)), mul(r, sin(theta)))
+
+
+def _refuse_complex32(what: str, x: Tensor, dtype: DType) -> None:
+    """torch computes ``what`` of no complex32 (``not implemented for 'ComplexHalf'``): a
+    composition on float16 parts would give what no framework does."""
+    if x.dtype is dtype:
+        raise ShapeError(f"{what}: torch computes no complex32 {what}, got {x.type}")
 
 
 def atan2(y: Tensor, x: Tensor) -> Tensor:
@@ -92,6 +101,7 @@ def atan2(y: Tensor, x: Tensor) -> Tensor:
 
 def angle(x: Tensor) -> Tensor:
     """The argument: atan2(im, re); of a real number pi if negative, else 0 (nan stays)."""
+    _refuse_complex32("angle", x, DType.c32)
     if x.dtype.is_complex:
         return atan2(imag(x), real(x))
     x = x if x.dtype.is_float else cast(x, DType.f32)

@@ -15,6 +15,7 @@ from tdag.deinops.extent import Slice
 from tdag.deinops.fft import Fft, FftKind, FftNorm
 from tdag.deinops.movement import Permute
 from tdag.deinops.reduce import Reduce, ReduceKind
+from tdag.deinops.windows import Unfold
 from tdag.ir.op import Op
 from tdag.ir.types import DType
 
@@ -50,6 +51,8 @@ case(Op.where, None, [In(("b", 3), DType.bool), _z, _z], lambda s, d, c, a, b: n
 case(Op.compare, Compare(CompareKind.eq), [_z, _z], lambda s, d, a, b: a == b, "eq-c64")
 case(Op.permute, Permute((1, 0)), [_z], lambda s, d, x: x.T, "c64", exact=True)
 case(Op.slice, Slice((1,), (1,), (3,), (1,)), [_z], lambda s, d, x: x[:, 1:3], "c64", exact=True)
+case(Op.unfold, Unfold(1, 2), [_z], lambda s, d, x: np.stack([x[:, :2], x[:, 1:]], 1), "c64",
+     exact=True)  # the window axis goes last, before to_onnx's pair axis
 case(Op.cast, Cast(C64), [In((3, 4), DType.f32)], lambda s, d, x: x.astype(np.complex64),
      "f32-c64")
 case(Op.cast, Cast(DType.f32), [_z], lambda s, d, x: x.real, "c64-f32")

@@ -24,9 +24,9 @@ from onnx import TensorProto, external_data_helper, numpy_helper
 
 from tdag.errors import FileFormatError, InvalidModelError, UnsupportedOpError
 from tdag.ir.symbols import is_static
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import IN_ONNX, DType, TensorType
 
-ONNX_TO_DTYPE = {dtype.onnx: dtype for dtype in DType}
+ONNX_TO_DTYPE = {dtype.onnx: dtype for dtype in IN_ONNX}
 
 # sub-byte types: ONNX packs two (four) elements a byte; torch has no arithmetic on them
 _PACKED = {"INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2"}

@@ -131,4 +131,4 @@ primitive(Op.concat, Concat, range(1, 1 << 16), _concat_shape,
                        "strip the batch before lowering"),
           torch=_concat_torch, onnx=_concat_onnx,
           jax=lambda node, a, cx: cx.jnp.concatenate(a, axis=node.spec.axis),
-          decompose=lambda s, *xs: ops.concat(xs, s.axis))
+          decompose=lambda s, *xs: ops.concat(xs, s.axis), complex_half=True)

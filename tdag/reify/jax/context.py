@@ -19,7 +19,8 @@ from tdag.ir.symbols import Dim
 from tdag.ir.types import DType
 
 # every DType by the name of its jnp type (float8s included: JAX has them all through
-# ml_dtypes); tests/reify/test_to_jax.py checks that the table covers every member
+# ml_dtypes) but those of NO_JAX; tests/reify/test_to_jax.py checks that the two cover
+# every member
 _JNP_NAMES = {
     DType.f64: "float64", DType.f32: "float32", DType.f16: "float16", DType.bf16: "bfloat16",
     DType.i64: "int64", DType.i32: "int32", DType.i16: "int16", DType.i8: "int8",
@@ -30,8 +31,14 @@ _JNP_NAMES = {
 }
 
 
+# the DTypes JAX has no type for, and why
+NO_JAX = {DType.c32: "JAX has no complex32 (jax.numpy refuses ml_dtypes' complex32)"}
+
+
 def jax_dtype(dtype: DType) -> np.dtype:
     """The numpy dtype JAX uses for ``dtype``."""
+    if dtype in NO_JAX:
+        raise UnsupportedOpError(f"to_jax: dtype {dtype.value} has no JAX type: {NO_JAX[dtype]}")
     name = _JNP_NAMES.get(dtype)
     if name is None or not hasattr(jnp, name):
         raise UnsupportedOpError(f"to_jax: dtype {dtype.value} has no JAX type "

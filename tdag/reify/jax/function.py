@@ -26,14 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from tdag.errors import TdagError
+from tdag.errors import TdagError, UnsupportedOpError
 from tdag.ir.graph import TDAG, Weight
 from tdag.ir.interpreter import bind
 from tdag.ir.program import Loop, Program, all_steps
 from tdag.ir.types import DType, TensorKind
 from tdag.lower.pipeline import lower as lower_program
 from tdag.lower.kernels.qlinear import F64_WORK
-from tdag.reify.jax.context import jax_dtype, needs_x64, tdag_dtype
+from tdag.reify.jax.context import NO_JAX, jax_dtype, needs_x64, tdag_dtype
 from tdag.reify.jax.control import Runner, staging_problem
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -52,6 +52,7 @@ def to_jax(prog: Program | TDAG, lower: bool = True) -> "JaxFunction":
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
+    _refuse_untyped(prog)
     if lower:  # folding consts only: ``params`` stay the source's, to train or to swap
         prog = lower_program(prog, final=("fold_consts",))
     return JaxFunction(prog)
@@ -175,6 +176,19 @@ def _array(name: str, weight: Weight) -> jax.Array:
     value = weight.value.detach().cpu().contiguous()
     bits = value.view(_INT_OF_SIZE[value.element_size()]).numpy()
     return jnp.asarray(bits.view(jax_dtype(weight.type.dtype)))
+
+
+def _refuse_untyped(prog: Program) -> None:
+    """The first value whose dtype JAX has no type for (NO_JAX), named: JAX would refuse
+    it later, at trace time, without saying which node made it."""
+    for graph in prog.graphs.values():
+        values = [(v.name, v.type, None) for v in graph.inputs]
+        values += [(name, w.type, None) for name, w in graph.weights.items()]
+        values += [(n.name, n.type, n.origin) for n in graph.nodes]
+        for name, t, origin in values:
+            if t.dtype in NO_JAX:
+                raise UnsupportedOpError(f"to_jax: a value of type {t}: {NO_JAX[t.dtype]}",
+                                         node=name, origin=origin)
 
 
 def _dtypes(prog: Program):

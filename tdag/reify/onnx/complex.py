@@ -48,8 +48,14 @@ def emit_complex(node, ins: list, cx, g, emit: Callable) -> str:
     """The ONNX nodes for ``node``, one of whose operands or whose result is complex."""
     if node.op in _PAIR_AWARE:
         return emit(node, ins, cx)
+    if node.op is Op.unfold:  # it puts the window axis last, after the pair's: swap them
+        rank = node.type.rank + 1
+        out = emit(_paired(node), ins, _Paired(cx))
+        return g.node("Transpose", [out], perm=[*range(rank - 2), rank - 1, rank - 2])
     if node.op in _ON_PAIRS or has(node.op, Trait.VIEW):
         return emit(_paired(node), ins, _Paired(cx))
+    if has(node.op, Trait.KERNEL):  # a kernel's ONNX is its decomposition inlined: its
+        return emit(node, ins, cx)  # own nodes take the pairs
     raise UnsupportedOpError(f"to_onnx: {node.op.value} of complex values has no form on "
                              "(real, imaginary) pairs in tdag", node=node.name,
                              origin=node.origin)

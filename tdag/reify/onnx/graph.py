@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 from tdag.errors import UnsupportedOpError
 from tdag.ir.names import FreshNames
 from tdag.ir.symbols import Dim, format_dim, is_static
-from tdag.ir.types import DType, TensorType, fill_of
+from tdag.ir.types import IN_ONNX, DType, TensorType, fill_of
 
-ONNX_DTYPE = {dtype: dtype.onnx for dtype in DType}
+ONNX_DTYPE = {dtype: dtype.onnx for dtype in IN_ONNX}
 
 
 def tensor_proto(name: str, value: torch.Tensor) -> onnx.TensorProto:
