@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tdag
-from support.kernel_cases import CASES, UNCOMPOSED, Case, case_id, draw_inputs
+from support.kernel_cases import CASES, GAUGE_FREE, Case, case_id, draw_inputs
 from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.record import record
@@ -63,7 +63,7 @@ def _floats(case: Case) -> list[int]:
 
 
 DIFFERENTIABLE = [c for c in CASES if _precision(c) is not None and _floats(c)
-                  and c.op not in UNCOMPOSED]  # no composition to differentiate
+                  and c.op not in GAUGE_FREE]  # an order and phase of its own
 PIECEWISE_CONSTANT = [c for c in CASES if _precision(c) is None and _floats(c)]
 
 

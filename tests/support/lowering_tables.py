@@ -358,12 +358,15 @@ def _linalg(a, rhs):
 
 
 def _eig(a):
-    """linalg.eig read through what LAPACK's order and phase leave alone: the eigenvalues'
-    sum (the trace) and each vector entry's squared magnitude, as (real, imaginary) pairs."""
+    """linalg.eig read through what the order and phase leave alone (LAPACK's and the
+    composition's differ): the eigenvalues' sum (the trace) and sum_j |v_ij|^2 lambda_j per
+    row, as (real, imaginary) pairs."""
     values, vectors = kernels.eig(a)
     trace = ops.view_as_real(ops.sum(values, -1))
     magnitudes = ops.sum(ops.square(ops.view_as_real(vectors)), -1)
-    return ops.concat([trace, ops.reshape(magnitudes, (-1, 16))], 1)
+    weighted = ops.view_as_real(ops.sum(ops.mul(ops.cast(magnitudes, values.dtype),
+                                                ops.unsqueeze(values, -2)), -1))
+    return ops.concat([trace, ops.reshape(weighted, (-1, 8))], 1)
 
 
 def _ldl(a, rhs):
@@ -372,9 +375,7 @@ def _ldl(a, rhs):
     return ops.reshape(kernels.ldl_solve(ld, pivots, rhs), (-1, 12))
 
 
-# the programs whose kernels have no composition (support.kernel_cases.UNCOMPOSED): to_onnx
-# refuses them by the op's name, and to_jax the LDL ones (JAX has no LDL^T)
-ONNX_REFUSED = {"linalg-eig": "linalg_eig", "linalg-ldl": "linalg_ldl_factor"}
+# to_jax refuses LDL^T (JAX has none)
 JAX_REFUSED = {"linalg-ldl": "linalg_ldl_factor"}
 
 

@@ -4,7 +4,8 @@
 
 The front end emits these nodes itself (``tdag.ops.linalg.kernels`` says why) and lowering
 leaves them; the composition is each record's ``decompose``, which ONNX (no linear algebra
-operators) and ``tdag.grad`` run, within the composition's cap of n <= 64. The ops with
+operators) and ``tdag.grad`` run, within the composition's cap of n <= 64 (n <= 12 for
+eig, whose QR iterations unroll over n^2). The ops with
 several results stack them into their one output (the layouts are in ``tdag/ir/op.py``).
 
 Costs are LAPACK's flop counts (Golub & Van Loan, table 5.5 / 8.6.1), the constant named in
@@ -207,13 +208,20 @@ def _decompose_eigh(spec: Triangle, a):
     return ops.concat([vectors, ops.unsqueeze(values, -2)], -2)
 
 
-def _no_composition(op: Op, why: str, runs: str = "tdag.run, to_torch and to_jax"):
-    """The ``decompose`` of a kernel tdag.ops.linalg does not compose: it refuses, naming
-    the op, wherever the composition is asked for (to_onnx, tdag.grad)."""
-    def decompose(spec, *operands):
-        raise UnsupportedOpError(f"{op.value}: no composition over tdag.ops ({why}); "
-                                 f"only {runs} run it (LAPACK)")
-    return decompose
+def _decompose_ldl_factor(spec: Ldl, a):
+    """LD's rows, the pivots' row, info's row (as floats), as linalg_ldl_factor packs them;
+    ``hermitian`` is sytrf's own for real matrices."""
+    factors = linalg.ldl_factor(a)
+    n = a.shape[-1]
+    info = ops.broadcast_to(ops.unsqueeze(ops.unsqueeze(ops.cast(factors.info, a.dtype), -1), -1),
+                            tuple(a.shape[:-2]) + (1, n))
+    return ops.concat([factors.ld, ops.unsqueeze(ops.cast(factors.pivots, a.dtype), -2), info],
+                      -2)
+
+
+def _decompose_eig(spec, a):
+    values, vectors = linalg.eig(a)
+    return ops.concat([vectors, ops.unsqueeze(values, -2)], -2)
 
 
 def _decompose_svd(spec, a):
@@ -352,26 +360,24 @@ _register(Op.linalg_eigh, Triangle, 1, _eigh_shape,
 _register(Op.linalg_eig, NoSpec, 1, _eig_shape, lambda s, a: linalg_eig(a),
           lambda s, ins: 25 * _n(ins) ** 3,
           "geev with right vectors, about 25 n^3 flops (Hessenberg QR to the real Schur form, "
-          "then back-substitution); no composition: ONNX and tdag.grad refuse it",
-          lambda node, a, code: f"_rt.linalg_eig({a[0]})", _jax_eig,
-          _no_composition(Op.linalg_eig, "the general eigenproblem's complex pairs: Francis "
-                          "QR with value-chosen deflation and LAPACK's eigenvector phase"))
-_LDL_WHY, _LDL_RUNS = "Bunch-Kaufman pivoting picks 1x1 or 2x2 blocks by value", \
-    "tdag.run and to_torch"
+          "then back-substitution); the composition is Hessenberg reduction, 10 complex "
+          "Wilkinson-shifted QR steps per deflated eigenvalue and triangular back-"
+          "substitution, n <= 12",
+          lambda node, a, code: f"_rt.linalg_eig({a[0]})", _jax_eig, _decompose_eig)
 _register(Op.linalg_ldl_factor, Ldl, 1, _ldl_factor_shape,
           lambda s, a: linalg_ldl_factor(a, s.hermitian), lambda s, ins: _n(ins) ** 3 / 3,
-          "sytrf, n^3/3 flops; no composition (" + _LDL_WHY + "): ONNX, JAX and tdag.grad "
-          "refuse it",
+          "sytrf, n^3/3 flops; the composition unrolls sytf2's Bunch-Kaufman steps (1x1 or "
+          "2x2 blocks chosen by value, per matrix, with where), n <= 64; JAX refuses it",
           lambda node, a, code: f"_rt.linalg_ldl_factor({a[0]}, {node.spec.hermitian})",
-          _jax_refuses, _no_composition(Op.linalg_ldl_factor, _LDL_WHY, _LDL_RUNS))
+          _jax_refuses, _decompose_ldl_factor)
 _register(Op.linalg_ldl_solve, Ldl, 3, _ldl_solve_shape,
           lambda s, ld, pivots, b: torch.linalg.ldl_solve(ld, pivots, b, hermitian=s.hermitian),
           lambda s, ins: 2 * _n(ins) ** 2 * ins[2].shape[-1],
-          "sytrs, 2 n^2 k flops; no composition (it reads ldl_factor's pivot blocks): ONNX, "
-          "JAX and tdag.grad refuse it",
+          "sytrs, 2 n^2 k flops; the composition unrolls its two sweeps, each step's block "
+          "read from the pivots' sign, n <= 64; JAX refuses it",
           lambda node, a, code: (f"torch.linalg.ldl_solve({a[0]}, {a[1]}, {a[2]}, "
                                  f"hermitian={node.spec.hermitian})"),
-          _jax_refuses, _no_composition(Op.linalg_ldl_solve, _LDL_WHY, _LDL_RUNS),
+          _jax_refuses, lambda s, ld, pivots, b: linalg.ldl_solve(ld, pivots, b),
           batch=Refuse("reads factors, pivots and a right-hand side whose batches may "
                        "broadcast"))
 _register(Op.linalg_svd, NoSpec, 1, _svd_shape, lambda s, a: linalg_svd(a),

@@ -1,9 +1,8 @@
 """The factorizations as one kernel node each, for the front ends: ``linalg_inv``,
 ``linalg_solve``, ``linalg_cholesky``, ``linalg_det``, ``linalg_slogdet``, ``linalg_eigh``,
-``linalg_svd``, ``linalg_qr`` and ``linalg_solve_triangular`` (records in
-``tdag/lower/kernels/linalg.py``, each with the composition of this package as its
-``decompose``); ``linalg_eig``, ``linalg_ldl_factor`` and ``linalg_ldl_solve`` have no
-composition (their ``decompose`` refuses by name: ONNX and tdag.grad do not take them).
+``linalg_svd``, ``linalg_qr``, ``linalg_eig``, ``linalg_solve_triangular``,
+``linalg_ldl_factor`` and ``linalg_ldl_solve`` (records in ``tdag/lower/kernels/linalg.py``,
+each with the composition of this package as its ``decompose``).
 
 Why the front end emits the kernel rather than lowering finding it: the compositions unroll
 over n (thousands of nodes at n = 64) and are refused past ``MAX_UNROLLED``, so a rule that
@@ -87,7 +86,8 @@ def eigh(a: Tensor, upper: bool = False) -> tuple[Tensor, Tensor]:
 
 def eig(a: Tensor) -> tuple[Tensor, Tensor]:
     """(eigenvalues, eigenvectors) of a real square matrix, complex, in LAPACK's order and
-    phase (geev: unit vectors, each one's largest entry real); packed as eigh's."""
+    phase (geev: unit vectors, each one's largest entry real; the composition,
+    ``tdag.ops.linalg.eig``, has its own order); packed as eigh's."""
     n = a.shape[-1]
     both = a.builder.emit(Op.linalg_eig, NoSpec(), a)
     return core.select(both, -2, n), core.slice(both, -2, 0, n)

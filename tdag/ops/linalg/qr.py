@@ -37,22 +37,31 @@ def geqrf(a: Tensor) -> tuple[Tensor, Tensor]:
     r, taus = a, []
     for j in range(min(m, n)):
         column = core.select(r, -1, j)
-        alpha = core.select(column, -1, j)
-        tail = core.where(core.gt(rows, j), column, 0.0)
-        sigma = core.sum(core.square(tail), -1)
-        norm = core.sqrt(core.add(core.square(alpha), sigma))
-        beta = core.where(core.ge(alpha, 0.0), core.neg(norm), norm)
-        reflect = core.gt(sigma, 0.0)
-        v = core.add(core.div(tail, core.unsqueeze(core.where(reflect, core.sub(alpha, beta),
-                                                              1.0), -1)),
-                     core.cast(core.eq(rows, j), a.dtype))
-        tau = core.where(reflect, core.div(core.sub(beta, alpha), core.where(reflect, beta,
-                                                                             1.0)), 0.0)
+        v, tau = reflector(column, j)
         r = core.sub(r, core.where(core.ge(cols, j), _reflection(v, tau, r), 0.0))
         r = set_column(r, j, core.where(core.gt(rows, j), v, core.select(r, -1, j)))
         taus.append(tau)
     tau = stack(taus, -1) if taus else core.slice(core.sum(a, -1), -1, 0, 0)
     return r, tau
+
+
+def reflector(column: Tensor, j: int) -> tuple[Tensor, Tensor]:
+    """(v, tau) of dlarfg: H = I - tau v v^T takes column[j:] (..., m) to (beta, 0, ...),
+    beta = -sign(alpha) ||column[j:]||, v_j = 1 and v zero above j; none (tau = 0) where
+    the column below j is already zero."""
+    rows = positions(int(column.shape[-1]), column)
+    alpha = core.select(column, -1, j)
+    tail = core.where(core.gt(rows, j), column, 0.0)
+    sigma = core.sum(core.square(tail), -1)
+    norm = core.sqrt(core.add(core.square(alpha), sigma))
+    beta = core.where(core.ge(alpha, 0.0), core.neg(norm), norm)
+    reflect = core.gt(sigma, 0.0)
+    v = core.add(core.div(tail, core.unsqueeze(core.where(reflect, core.sub(alpha, beta), 1.0),
+                                               -1)),
+                 core.cast(core.eq(rows, j), column.dtype))
+    tau = core.where(reflect, core.div(core.sub(beta, alpha), core.where(reflect, beta, 1.0)),
+                     0.0)
+    return v, tau
 
 
 def _reflection(v: Tensor, tau: Tensor, x: Tensor) -> Tensor:

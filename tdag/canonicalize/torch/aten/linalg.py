@@ -196,7 +196,8 @@ def linalg_eigh(a, UPLO="L"):  # noqa: N803  (ATen's argument name)
 
 @aten("linalg_eig")
 def linalg_eig(a):
-    """The general eigenproblem of a real matrix: one kernel (no ONNX composition)."""
+    """The general eigenproblem of a real matrix: one kernel (ONNX: its composition,
+    n <= 12)."""
     return kernels.eig(a)
 
 
