@@ -78,11 +78,13 @@ def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     if dtype is DType.bool:
         return cast(concat([cast(x, DType.u8) for x in xs], axis), DType.bool)
     total = as_dim(builtins.sum(x.shape[axis] for x in xs))
+    # x + (-0.0) is x for every x, -0.0 included, where x + 0.0 turns -0.0 into 0.0
+    fill = -0.0 if (dtype.is_float and not dtype.is_float8) or dtype.is_complex else 0.0
     result, offset = None, 0
     for x in xs:
         widths = [(0, 0)] * x.ndim
         widths[axis] = (offset, as_dim(total - offset - x.shape[axis]))
-        part = pad(x, widths)
+        part = pad(x, widths, fill)
         result = part if result is None else add(result, part)
         offset = as_dim(offset + x.shape[axis])
     return result

@@ -200,6 +200,16 @@ def test_sums_of_pads_become_one_concat():
     only(counts, Op.concat, allowed=(Op.multiply, Op.expand))
 
 
+def test_concat_keeps_negative_zeros_lowered_or_not():
+    """The pads of a concat fill with -0.0, the identity of +, so a -0.0 survives the sum."""
+    prog = tdag.trace(lambda a, b: ops.concat([a, b], 0), S((2,)), S((2,)))
+    a, b = torch.tensor([-0.0, 1.0]), torch.tensor([-0.0, 0.0])
+    want = torch.cat([a, b])
+    for p in (prog, lower(prog)):
+        got = tdag.run(p, a, b)
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+
+
 def test_gathers_of_progressions_become_slices():
     counts = lowered(lambda x: ops.interpolate(x, size=(4, 4)) + x[:, :, 1::2, :2].sum(),
                      S(("b", 3, 4, 4)))
