@@ -22,11 +22,11 @@ from tdag.ops.contraction import einsum
 from tdag.ops.core import (
     abs, acos, acosh, add, amax, amin, as_tensor, asin, asinh, atan, atanh, broadcast_to, cast,
     ceil, clamp, cos, cosh, div, eq, erf, erfinv, exp, expand, flatten, floor, floor_divide,
-    fmod, fold, gather, ge, group, gt, isnan, le, log, logical_and, logical_not, logical_or, lt,
-    maximum, minimum, movedim, mul, multiply, ne, neg, pad, permute, pow, prod, reciprocal,
-    remainder, repeat_axes, reshape, round, rsqrt, select, sign, sin, sinh, slice, sqrt, square,
-    squeeze, sub, sum, tan, tanh, transpose, trunc, trunc_divide, unfold, ungroup, unsqueeze,
-    where,
+    fmod, fold, gather, ge, group, gt, hypot, isnan, le, log, logical_and, logical_not,
+    logical_or, lt, maximum, minimum, movedim, mul, multiply, ne, neg, pad, permute, pow, prod,
+    reciprocal, remainder, repeat_axes, reshape, round, rsqrt, select, sign, sin, sinh, slice,
+    sqrt, square, squeeze, sub, sum, tan, tanh, transpose, trunc, trunc_divide, unfold, ungroup,
+    unsqueeze, where,
 )
 from tdag.ops.creation import arange, dim_tensor, full, iota, ones, size_tensor, zeros
 from tdag.ops.einops import rearrange, repeat
@@ -76,7 +76,7 @@ __all__ = [
     "exp", "expand",
     "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
     "gelu", "group", "group_norm", "grouped_matmul", "gt", "hardsigmoid", "hardswish",
-    "hardtanh", "index",
+    "hardtanh", "hypot", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
     "linear", "local_response_norm", "log", "log_softmax", "logcumsumexp", "logical_and",
     "logical_not",

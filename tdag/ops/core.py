@@ -169,14 +169,26 @@ erf, erfinv, sign = _unary(Op.erf), _unary(Op.erfinv), _unary(Op.sign)
 
 def abs(x: Tensor) -> Tensor:
     """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own; a complex
-    x's modulus, sqrt(re^2 + im^2) of its pair (a bitcast); a c32's in float32, rounded to
+    x's modulus, the ``hypot`` of its pair (a bitcast); a c32's in float32, rounded to
     float16 once, as torch computes it (re^2 overflows float16 from |re| = 256)."""
     if x.dtype is DType.c32:
         return cast(abs(cast(x, DType.c64)), DType.f16)
     if x.dtype.is_complex:
         pair = bitcast(x, x.dtype.real)
-        return sqrt(sum(mul(pair, pair), -1))
+        return hypot(select(pair, -1, 0), select(pair, -1, 1))
     return x if x.dtype.is_unsigned else mul(x, sign(x))
+
+
+def hypot(x, y) -> Tensor:
+    """sqrt(x^2 + y^2) as libm's hypot computes it: scaled by the larger magnitude, so the
+    squares neither overflow (|x| past 1.8e19 in float32) nor underflow; inf where either
+    is infinite, even beside a nan (C99), nan where either is nan otherwise."""
+    ax, ay = abs(x), abs(y)
+    big, small = maximum(ax, ay), minimum(ax, ay)
+    zero = eq(big, 0.0)  # 0.0, not abs's -0.0 of -0.0 (x * sign(x))
+    ratio = div(small, where(zero, 1.0, big))
+    norm = where(zero, 0.0, mul(big, sqrt(add(mul(ratio, ratio), 1.0))))
+    return where(logical_or(eq(ax, float("inf")), eq(ay, float("inf"))), float("inf"), norm)
 
 
 def sqrt(x: Tensor) -> Tensor:

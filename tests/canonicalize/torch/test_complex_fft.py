@@ -198,3 +198,28 @@ def test_to_onnx_before_opset_20_gives_dft_its_axis_as_an_attribute():
     assert any(a.name == "axis" for n in model.graph.node if n.op_type == "DFT"
                for a in n.attribute)
     torch.testing.assert_close(run_onnx(model, x), module(x), rtol=1e-5, atol=1e-5)
+
+
+class _Moduli(torch.nn.Module):
+    def forward(self, re, im):
+        return torch.hypot(re, im), torch.complex(re, im).abs()
+
+
+def test_hypot_and_complex_abs_keep_extremes_as_torch():
+    """Scaled by the larger part (no square overflows past 1.8e19 nor underflows), inf beside
+    a nan, a subnormal modulus: equal to torch's hypot on every target."""
+    inf, nan = float("inf"), float("nan")
+    re = torch.tensor([3.0, 1e20, 1e-25, inf, inf, nan, 0.0, -0.0, -4.0, nan, 1e-40, -0.0])
+    im = torch.tensor([4.0, 1e20, 1e-25, nan, 2.0, 1.0, 0.0, 0.0, 3.0, inf, 0.0, -0.0])
+    module = _Moduli()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = tdag.from_torch(module, (re, im))
+    want = module(re, im)
+    outs = {"run": tdag.run(prog, re, im), "torch": tdag.to_torch(prog)(re, im),
+            "onnx": run_onnx(tdag.to_onnx(prog), re, im)}
+    for target, got in outs.items():
+        for g, w in zip(got, want):
+            g = torch.as_tensor(g)
+            torch.testing.assert_close(g, w, rtol=2e-7, atol=0, equal_nan=True, msg=target)
+            assert not g.signbit().any(), target  # a modulus of -0.0 is 0.0

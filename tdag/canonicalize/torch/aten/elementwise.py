@@ -177,7 +177,7 @@ def atan2(y, x):
 
 @aten("hypot")
 def hypot(x, y):
-    return ops.sqrt(ops.add(ops.mul(x, x), ops.mul(y, y)))
+    return ops.hypot(x, y)
 
 
 @aten("copysign")
