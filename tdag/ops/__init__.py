@@ -16,7 +16,7 @@ from tdag.ops.arrays import (
 )
 from tdag.ops.complex import (
     angle, atan2, complex, conj, fft, fftn, full_spectrum, imag, polar, real, real_to_complex,
-    view_as_complex, view_as_real,
+    sgn, view_as_complex, view_as_real,
 )
 from tdag.ops.contraction import einsum
 from tdag.ops.core import (
@@ -86,7 +86,7 @@ __all__ = [
     "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave", "reshape",
     "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax", "scan",
     "scaled_dot_product_attention", "scatter", "scatter_elements", "searchsorted", "select",
-    "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice", "softmax",
+    "sgn", "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice", "softmax",
     "softplus", "sort", "split", "sqrt", "square", "squeeze", "stack", "sub", "sum", "take_along",
     "tan", "tanh", "tile", "topk", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold",
     "ungroup", "unique", "unique_all", "unique_consecutive", "unique_slices", "unsqueeze", "var",

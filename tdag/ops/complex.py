@@ -26,7 +26,8 @@ from tdag.ir.op import Op
 from tdag.ir.types import COMPLEX, DType
 from tdag.ops.arrays import concat, stack
 from tdag.ops.core import (
-    add, atan, cast, cos, div, gather, ge, isnan, lt, mul, select, sin, where,
+    abs, add, atan, cast, cos, div, eq, gather, ge, isnan, logical_or, lt, mul, select, sign,
+    sin, unsqueeze, where,
 )
 from tdag.ops.promotion import norm_axis
 from tdag.ops.tensor import Tensor
@@ -83,6 +84,19 @@ def polar(r: Tensor, theta: Tensor) -> Tensor:
     complex32 polar)."""
     _refuse_complex32("polar", r, DType.f16)
     return complex(mul(r, cos(theta)), mul(r, sin(theta)))
+
+
+def sgn(x: Tensor) -> Tensor:
+    """``torch.sgn``: x / |x| for complex x (0 where x is 0; nan in both parts where either
+    is, as torch's complex division gives for an infinite x), ``sign`` for real x."""
+    if not x.dtype.is_complex:
+        return sign(x)
+    _refuse_complex32("sgn", x, DType.c32)
+    modulus = unsqueeze(abs(x), -1)
+    zero = eq(modulus, 0.0)
+    unit = div(view_as_real(x), where(zero, 1.0, modulus))
+    undefined = unsqueeze(logical_or(isnan(select(unit, -1, 0)), isnan(select(unit, -1, 1))), -1)
+    return view_as_complex(where(zero, 0.0, where(undefined, float("nan"), unit)))
 
 
 def _refuse_complex32(what: str, x: Tensor, dtype: DType) -> None:

@@ -223,3 +223,23 @@ def test_hypot_and_complex_abs_keep_extremes_as_torch():
             g = torch.as_tensor(g)
             torch.testing.assert_close(g, w, rtol=2e-7, atol=0, equal_nan=True, msg=target)
             assert not g.signbit().any(), target  # a modulus of -0.0 is 0.0
+
+
+class _Sgn(torch.nn.Module):
+    def forward(self, re, im):
+        return torch.view_as_real(torch.sgn(torch.complex(re, im)))
+
+
+def test_sgn_of_complex_values_on_every_target():
+    """z / |z|, 0 at 0, nan in both parts where z has an infinite part (torch's division)."""
+    inf, nan = float("inf"), float("nan")
+    re = torch.tensor([3.0, 0.0, inf, nan, 1e-30, -0.0, -2.0, 1e20])
+    im = torch.tensor([4.0, 0.0, 0.0, 1.0, 1e-30, 0.0, 0.0, -1e20])
+    module = _Sgn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = tdag.from_torch(module, (re, im))
+    want = module(re, im)
+    for target, got in _targets(prog, (re, im)).items():
+        torch.testing.assert_close(torch.as_tensor(got), want, rtol=1e-6, atol=1e-7,
+                                   equal_nan=True, msg=target)

@@ -85,7 +85,7 @@ def abs_(x):
 
 @aten("sign", "sgn")
 def sign(x):
-    return ops.sign(x) if x.dtype is not DType.bool else x
+    return ops.sgn(x) if x.dtype is not DType.bool else x
 
 
 @aten("sqrt")
