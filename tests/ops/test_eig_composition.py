@@ -144,3 +144,20 @@ def test_eig_at_the_cap():
     kinds = _kinds(MAX_EIG, torch.Generator().manual_seed(7))
     for kind, a in kinds.items():
         _check(a, *_run_eig(a), 3e-5 if kind == "repeated" else 1e-5)
+
+
+def test_real_eigenvalues_and_their_vectors_come_out_real():
+    """geev works in real arithmetic, so a real eigenvalue's imaginary part is exactly 0 and
+    its eigenvector is real: the composition's rounding-sized imaginary parts are dropped."""
+    gen = torch.Generator().manual_seed(3)
+    a = torch.cat([torch.randn(8, 6, 6, generator=gen),
+                   (lambda x: x + x.mT)(torch.randn(4, 6, 6, generator=gen))])
+    values, vectors = _run_eig(a)
+    want = torch.linalg.eigvals(a)
+    for b in range(a.shape[0]):
+        cost = (values[b][:, None] - want[b][None, :]).abs()
+        rows, cols = linear_sum_assignment(cost.numpy())
+        real = want[b][cols].imag == 0
+        assert torch.equal(values[b][rows].imag == 0, real), (b, values[b], want[b])
+        assert (vectors[b][:, rows[real.numpy()]].imag == 0).all(), b
+    _check(a, values, vectors, 1e-5)
