@@ -168,15 +168,18 @@ erf, erfinv, sign = _unary(Op.erf), _unary(Op.erfinv), _unary(Op.sign)
 
 
 def abs(x: Tensor) -> Tensor:
-    """|x| = x * sign(x): exact, inf and nan included; an unsigned x is its own; a complex
-    x's modulus, the ``hypot`` of its pair (a bitcast); a c32's in float32, rounded to
-    float16 once, as torch computes it (re^2 overflows float16 from |re| = 256)."""
+    """|x| = x * sign(x): exact, inf and nan included, 0.0 for either zero; an unsigned x is
+    its own; a complex x's modulus, the ``hypot`` of its pair (a bitcast); a c32's in
+    float32, rounded to float16 once, as torch computes it (re^2 overflows float16 from
+    |re| = 256)."""
     if x.dtype is DType.c32:
         return cast(abs(cast(x, DType.c64)), DType.f16)
     if x.dtype.is_complex:
         pair = bitcast(x, x.dtype.real)
         return hypot(select(pair, -1, 0), select(pair, -1, 1))
-    return x if x.dtype.is_unsigned else mul(x, sign(x))
+    if not x.dtype.is_float:
+        return x if x.dtype.is_unsigned else mul(x, sign(x))
+    return where(eq(x, 0.0), 0.0, mul(x, sign(x)))  # |-0.0| is 0.0, where -0.0 * 0 is -0.0
 
 
 def hypot(x, y) -> Tensor:

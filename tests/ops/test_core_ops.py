@@ -526,3 +526,12 @@ def test_helpers_emit_only_primitives():
                       tdag.TensorSpec(("b", 3)), tdag.TensorSpec((3, 2)))
     assert {n.op for n in prog.graph.nodes} <= set(tdag.PRIMITIVES)
     assert any(n.op is Op.divide for n in prog.graph.nodes)
+
+
+def test_abs_of_either_zero_is_positive_zero():
+    """torch.abs(-0.0) is 0.0; x * sign(x) alone gives -0.0 there."""
+    prog = tdag.trace(lambda x: C.abs(x), tdag.TensorSpec((5,)))
+    x = torch.tensor([-0.0, 0.0, -2.0, float("nan"), -float("inf")])
+    for got in (tdag.run(prog, x), tdag.to_torch(prog)(x)):
+        torch.testing.assert_close(got, torch.abs(x), equal_nan=True)
+        assert not got[:2].signbit().any()
