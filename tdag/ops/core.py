@@ -188,9 +188,8 @@ def hypot(x, y) -> Tensor:
     is infinite, even beside a nan (C99), nan where either is nan otherwise."""
     ax, ay = abs(x), abs(y)
     big, small = maximum(ax, ay), minimum(ax, ay)
-    zero = eq(big, 0.0)  # 0.0, not abs's -0.0 of -0.0 (x * sign(x))
-    ratio = div(small, where(zero, 1.0, big))
-    norm = where(zero, 0.0, mul(big, sqrt(add(mul(ratio, ratio), 1.0))))
+    ratio = div(small, where(eq(big, 0.0), 1.0, big))
+    norm = mul(big, sqrt(add(mul(ratio, ratio), 1.0)))
     return where(logical_or(eq(ax, float("inf")), eq(ay, float("inf"))), float("inf"), norm)
 
 

@@ -190,12 +190,14 @@ def graph_source(name: str, graph: TDAG, weight_expr,
     activated, aliases = reshaped_epilogues(graph, code, fused)
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            expr = _source(fused[node.name][0] if node.name in fused else node, operands, code)
+            if node.name in aliases:  # applied inside the product the reshape reads
+                expr = scope(aliases[node.name])
+            else:
+                expr = _source(fused[node.name][0] if node.name in fused else node, operands,
+                               code)
             extra = fused[node.name][1] if node.name in fused else activated.get(node.name)
             if extra:  # the product's call, with the activation as its epilogue
                 expr = expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
-            if node.name in aliases:  # applied before the reshape it reads
-                expr = scope(aliases[node.name])
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
                 body.extend(_bind_fresh(node, scope(node.name), defined))
