@@ -17,7 +17,7 @@ from tdag.ir.batching import Refuse
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.symbols import Dim, as_dim, dims_equal, floordiv, format_dim, is_static, product
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import DType, TensorKind, TensorType
 
 # -- einsum: every two-operand contraction ----------------------------------------------------
 
@@ -64,32 +64,13 @@ def _einsum_cost(spec: Einsum, ins, out: TensorType) -> Cost:
     return traffic(ins, out, matmul + bias, matmul)
 
 
-# oneDNN's inner product runs a float32 product on an AMD EPYC (AVX-512) core 3-8% faster
-# than the MKL sgemm F.linear calls, but sets up a primitive on every call (~15 us): measured
-# worth it from 2**24 multiply-adds (a [128, 256] x [256, 768] projection is 2**24.6; at
-# [128, 256] x [256, 256] MKL is faster). Not everywhere: T5's [128, 256] x [256, 512]
-# feed-forward runs slower so inside the model (the module 3% slower), though not alone.
+# oneDNN's inner product on a prepacked weight (``onednn.linear``) runs a float32 product
+# on this machine's AMD EPYC core 5-15% faster than the MKL sgemm F.linear calls, but sets up
+# a primitive on every call (~15 us): measured worth it from 2**24 multiply-adds (a
+# [128, 256] x [256, 1024] projection is 2**25: 653 against 701 us; at [128, 256] x
+# [256, 256], 2**23, MKL is faster: 178 against 187 us).
 ONEDNN_MACS = 2 ** 24
-_ONEDNN = torch.backends.mkldnn.is_available()
-
-
-def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                  activation: str = "none", approximate: str = "") -> torch.Tensor:
-    """``F.linear(x, w, bias)`` then ``activation`` ("none", "relu", "swish" (SiLU) or "gelu"
-    with its ``approximate``), by oneDNN where it can (a float32 product on the CPU that
-    autograd does not record: oneDNN's op has no derivative), else by F.linear and the
-    activation; F.linear under ``torch.compile`` too (Inductor lowers oneDNN's op only for
-    frozen weights)."""
-    if _ONEDNN and x.device.type == "cpu" and x.dtype is torch.float32 and not (
-            torch.compiler.is_compiling() or torch.is_grad_enabled() and (
-                x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad))):
-        return torch.ops.mkldnn._linear_pointwise(x, w, bias, activation, [], approximate)
-    y = F.linear(x, w, bias)
-    if activation == "relu":
-        return torch.relu(y)
-    if activation == "swish":
-        return F.silu(y)
-    return F.gelu(y, approximate=approximate or "none") if activation == "gelu" else y
+PACKABLE = (TensorKind.parameter, TensorKind.const)  # weights a call reads unchanged
 
 
 def _linear_call(node, code) -> str:
@@ -101,23 +82,38 @@ def _linear_call(node, code) -> str:
     return "_rt.linear" if big else "F.linear"
 
 
-def onednn_activation(node) -> tuple[str, str] | None:
-    """``onednn_linear``'s (activation, approximate) for a relu, silu or gelu node, which the torch
-    code applies inside the product it reads where that is an ``onednn_linear`` call: one
+def pack_args(node, operand: str, code) -> str:
+    """The (packs, key) arguments of a oneDNN call of ``node`` on the weight ``operand``:
+    the module's packs and the call's key where the operand is a weight that no call writes
+    (a parameter or const read straight, or through a view the call makes: ``.mT``), else
+    ``None, None`` (a value computed per call is not packed)."""
+    weight = code.ctx.graph.weights.get(operand)
+    if not code.prepack or weight is None or weight.kind not in PACKABLE:
+        return "None, None"
+    return f"self._tdag_packs, {code.method + '/' + node.name!r}"
+
+
+def onednn_activation(node) -> tuple[tuple] | None:
+    """The post-op (oneDNN's name, scalars, algorithm) of a SiLU, GELU or hardswish node,
+    which the torch code applies inside the oneDNN call it reads (``onednn_product``): one
     pass over the result fewer, and an activation reading oneDNN's result on its own ran
-    slower than on F.linear's (T5's ReLU: 115 against 67 us); BERT, ViT, ConvNeXt and
-    Whisper's modules run 2-4% faster fused."""
-    if node.op is Op.relu:
-        return "relu", ""
+    slower than on F.linear's; BERT, ViT, ConvNeXt and Whisper's modules run 2-4% faster
+    fused. Not a ReLU or a clamp: oneDNN's relu and clip post-ops are max/min, which turn a
+    NaN into 0 where torch's keep it."""
     if node.op is Op.silu:  # oneDNN's name for x * sigmoid(x)
-        return "swish", ""
+        return (("swish", (), ""),)
     if node.op is Op.gelu:
-        return "gelu", node.spec.approximate
+        return (("gelu", (), node.spec.approximate),)
+    if node.op is Op.hardswish:
+        return (("hardswish", (), ""),)
     return None
 
 
 def onednn_product(node, code) -> bool:
-    """Whether the torch code of ``node`` is an ``onednn_linear`` call (``_rt.linear``)."""
+    """Whether the torch code of ``node`` is a oneDNN call taking a post-op: an
+    ``_rt.linear`` product or an ``_rt.conv2d`` convolution."""
+    if node.op is Op.conv:
+        return _conv_call(node, code) == "_rt.conv2d"
     if node.op is not Op.einsum:
         return False
     bias = len(node.inputs) == 3
@@ -138,7 +134,11 @@ def _einsum_torch(node, a, code):
     if plan.transpose_b:
         y = f"{y}.mT"
     if plan.kind == "linear":
-        out = f"{_linear_call(node, code)}({x}, {y}, {bias if plan.bias_inside else 'None'})"
+        call = _linear_call(node, code)
+        out = f"{call}({x}, {y}, {bias if plan.bias_inside else 'None'}"
+        if call == "_rt.linear":
+            out += ", " + pack_args(node, node.inputs[0] if plan.swap else node.inputs[1], code)
+        out += ")"
     else:
         out = f"torch.matmul({x}, {y})"
     if plan.out_perm is not None:
@@ -272,11 +272,24 @@ def _conv_cost(spec: Conv, ins, out: TensorType) -> Cost:
     return traffic(ins, out, 2 * macs + (out.numel if len(ins) == 3 else 0), 2 * macs)
 
 
+def _conv_call(node, code) -> str:
+    """``_rt.conv2d`` (oneDNN on a prepacked weight) for a float32 2-d convolution of a
+    weight no call writes, else ``F.conv{n}d``."""
+    spatial = len(node.spec.stride)
+    weight = code.ctx.graph.weights.get(node.inputs[1])
+    if spatial == 2 and code.ctx.type(node.inputs[0]).dtype is DType.f32 and \
+            weight is not None and weight.kind in PACKABLE:
+        return "_rt.conv2d"
+    return f"F.conv{NDIM[spatial]}"
+
+
 def _conv_torch(node, a, code):
     s = node.spec
     bias = a[2] if len(a) == 3 else "None"
-    return (f"F.conv{NDIM[len(s.stride)]}({a[0]}, {a[1]}, {bias}, {tuple_expr(s.stride)}, "
-            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups})")
+    call = _conv_call(node, code)
+    packs = ", " + pack_args(node, node.inputs[1], code) if call == "_rt.conv2d" else ""
+    return (f"{call}({a[0]}, {a[1]}, {bias}, {tuple_expr(s.stride)}, "
+            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups}{packs})")
 
 
 def _conv_attrs(spec, kernel) -> dict:

@@ -93,8 +93,12 @@ class Code:
     """What an emitter may ask while writing one node."""
 
     def __init__(self, ctx: Context, device: str, owned: frozenset = frozenset(),
-                 channels_last: frozenset = frozenset()):
+                 channels_last: frozenset = frozenset(), method: str = "",
+                 prepack: bool = False):
         self.ctx, self.device, self.owned = ctx, device, owned
+        # oneDNN calls keep their weights' packs in the module, each under the method's name
+        # and the node's (``onednn.packed``)
+        self.method, self.prepack = method, prepack
         self._channels_last = channels_last
         self.symbols: set[str] = set()
         self._once: dict = {}
@@ -165,17 +169,18 @@ class Code:
         return literal(value, dtype)
 
 
-def graph_source(name: str, graph: TDAG, weight_expr,
-                 owned: frozenset = frozenset()) -> tuple[str, list[str]]:
+def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozenset(),
+                 prepack: bool = True) -> tuple[str, list[str]]:
     """The source of the method for ``graph`` and the symbols its caller must pass;
-    ``owned``: the inputs its code may write over (``consumed_inputs``)."""
+    ``owned``: the inputs its code may write over (``consumed_inputs``); ``prepack``:
+    oneDNN's calls keep their weights packed in the module (``onednn.packed``)."""
     scope = Scope()
     ctx = Context(graph)
     params = [scope(v.name) for v in graph.inputs]
     # the device of generated tensors (iota): the first input's, else the module's
     device = f"{params[0]}.device" if params else "self._tdag_device.device"
     plan = layout(graph, owned)
-    code = Code(ctx, device, owned, plan.values)
+    code = Code(ctx, device, owned, plan.values, name, prepack)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
     fused = epilogues(graph, code)
     refs = _fused_refs({name: used for name, (_, used) in operands.items()}, fused)
@@ -375,7 +380,7 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     optimizer update's three values), and its channels-last values (``layout``): the
     schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
-    code = Code(ctx, "", owned)
+    code = Code(ctx, "", owned, prepack=True)  # the default module's calls
     fused = epilogues(graph, code)
     refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
                        fused)

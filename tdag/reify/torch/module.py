@@ -32,16 +32,35 @@ _COUNTER = itertools.count()
 
 
 class TdagModule(nn.Module):
-    """Base class of reified modules; ``code`` is the generated source."""
+    """Base class of reified modules; ``code`` is the generated source. ``_tdag_packs``
+    holds oneDNN's packs of the weights (``tdag.lower.kernels.onednn``): a cache, never
+    saved, copied or moved with the module."""
 
     code: str = ""
 
     def extra_repr(self) -> str:
         return f"{len(self.code.splitlines())} lines of generated code (see .code)"
 
+    def tdag_unpack(self) -> None:
+        """Drop the packed weights; the next call packs them anew. Needed only after a write
+        that bypasses a weight's version counter (``param.data.copy_(...)``)."""
+        self.__dict__["_tdag_packs"] = {}
 
-def to_torch(prog: Program | TDAG, lower: bool = True) -> nn.Module:
+    def _apply(self, fn, recurse=True):  # .to(), .float(), .cuda(): the packs are stale
+        self.tdag_unpack()
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):  # pickle, deepcopy: a pack is an opaque tensor, never copied
+        state = super().__getstate__()
+        return {**state, "_tdag_packs": {}}
+
+
+def to_torch(prog: Program | TDAG, lower: bool = True, prepack: bool = True) -> nn.Module:
     """A ``torch.nn.Module`` computing ``prog``; one output returns a tensor, several a tuple.
+
+    ``prepack``: the float32 products and 2-d convolutions oneDNN runs on the CPU read their
+    weights packed into oneDNN's layout, packed on the first call that can use them and kept
+    beside the weights (a second copy of those weights; ``tdag.lower.kernels.onednn``).
 
     >>> import torch, tdag, tdag.reify
     >>> from tdag import ops
@@ -55,7 +74,7 @@ def to_torch(prog: Program | TDAG, lower: bool = True) -> nn.Module:
         prog = Program.from_tdag(prog)
     if lower:
         prog = lowered(prog)
-    module = _Builder(prog).build()
+    module = _Builder(prog, prepack).build()
     return module
 
 
@@ -68,8 +87,8 @@ def lowered(prog: Program) -> Program:
 
 
 class _Builder:
-    def __init__(self, prog: Program):
-        self.prog = prog
+    def __init__(self, prog: Program, prepack: bool = True):
+        self.prog, self.prepack = prog, prepack
         self.root = nn.Module()
         self.consts: dict[tuple, str] = {}
         self.registered: dict[str, Weight] = {}
@@ -81,7 +100,7 @@ class _Builder:
         for name, graph in self.prog.graphs.items():
             src, free[name] = graph_source(_ident(name), graph,
                                            lambda w, g=name, gr=graph: self.weight_expr(g, gr, w),
-                                           owned.get(name, frozenset()))
+                                           owned.get(name, frozenset()), self.prepack)
             sources.append(src)
         for name, weight in self.prog.state.items():
             self.register(name, weight, state=True)
@@ -98,6 +117,7 @@ class _Builder:
         for name, b in self.root.named_buffers(recurse=False):
             module.register_buffer(name, b, persistent=name not in self._nonpersistent())
         module.register_buffer("_tdag_device", torch.empty(0), persistent=False)
+        module.tdag_unpack()
         module._tdag_inputs = self.prog.main.inputs  # what _rt.bad_input explains against
         return module
 

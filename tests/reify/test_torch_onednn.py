@@ -1,0 +1,233 @@
+"""The reified module's oneDNN calls (tdag/lower/kernels/onednn.py): large float32
+projections (``_rt.linear``, from ``ONEDNN_MACS`` multiply-adds, F.linear below) and 2-d
+convolutions (``_rt.conv2d``) on weights packed once and kept beside them, with a SiLU, GELU
+or hardswish that alone reads the result applied inside the call (not a ReLU or clamp:
+oneDNN's turn NaN into 0). The same values as torch's ops; autograd, torch.compile and
+export fall back to them; the packs follow the weights (load_state_dict, in-place updates,
+``tdag_unpack``) and are never copied; ``tdag.memory`` still matches MemTracker."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+import tdag
+from tdag.lower.kernels.onednn import conv2d as onednn_conv2d
+from tdag.lower.kernels.onednn import linear as onednn_linear
+from support.guards import assert_close
+from support.mem_tracker import measured_peak
+
+
+def _mlp(width: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+
+def test_large_projections_use_onednn_small_ones_f_linear():
+    x = torch.randn(4, 32, 256)  # 128 x 256 x 1024: 2**25 multiply-adds each
+    model = _mlp(256).eval()
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    assert module.code.count("_rt.linear(") == 2 and "F.linear(" not in module.code
+    assert "('gelu', (), 'none'))" in module.code and "F.gelu" not in module.code  # fused
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "oneDNN")
+    small = _mlp(16).eval()
+    xs = torch.randn(4, 16)
+    code = tdag.to_torch(tdag.from_torch(small, (xs,))).code
+    assert "_rt.linear(" not in code and code.count("F.linear(") == 2
+
+
+def test_onednn_linear_equals_f_linear_on_every_operand_form():
+    w, b = torch.randn(24, 40), torch.randn(24)
+    for x in (torch.randn(40), torch.randn(3, 40), torch.randn(2, 3, 5, 40),
+              torch.randn(2, 40, 3).mT, torch.randn(0, 40)):
+        for weight in (w, w.t().contiguous().mT):  # a transposed const's view, as emitted
+            for bias in (b, None):
+                want = nn.functional.linear(x, weight, bias)
+                assert_close(onednn_linear(x, weight, bias), want)
+                packs = {}
+                for _ in range(2):  # packed on the first call, read from the packs after
+                    assert_close(onednn_linear(x, weight, bias, packs, "k"), want)
+                assert packs["k"][1].is_mkldnn
+
+
+def test_onednn_conv2d_equals_f_conv2d_on_every_form():
+    """3x3, strided, dilated, depthwise and 1x1 convolutions, channels-last and not, with
+    and without a bias, packed and not: the values and the layout of F.conv2d."""
+    torch.manual_seed(0)
+    cases = [((2, 8, 9, 9), (16, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+             ((2, 8, 9, 9), (16, 8, 3, 3), (2, 2), (0, 1), (1, 1), 1),
+             ((2, 8, 9, 9), (8, 4, 3, 3), (1, 1), (2, 2), (2, 2), 2),
+             ((2, 8, 9, 9), (8, 1, 3, 3), (2, 2), (1, 1), (1, 1), 8),
+             ((2, 8, 5, 7), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+             ((4, 64, 32, 32), (64, 64, 1, 1), (1, 1), (0, 0), (1, 1), 1)]  # a packed 1x1
+    for xs, ws, stride, padding, dilation, groups in cases:
+        for layout in (torch.contiguous_format, torch.channels_last):
+            x = torch.randn(xs).contiguous(memory_format=layout)
+            w = torch.randn(ws).contiguous(memory_format=layout)
+            for bias in (torch.randn(ws[0]), None):
+                want = nn.functional.conv2d(x, w, bias, stride, padding, dilation, groups)
+                packs = {}
+                for _ in range(2):
+                    got = onednn_conv2d(x, w, bias, stride, padding, dilation, groups, packs, "k")
+                    assert_close(got, want, f"{xs} {ws} {stride} {padding} {groups}")
+                    assert got.is_contiguous(memory_format=layout)
+
+
+def test_packs_follow_the_weights():
+    """Reused across calls; packed anew after load_state_dict, an in-place update and
+    ``tdag_unpack``; never copied by deepcopy, pickling or ``.to()``."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _mlp(256).eval()
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    with torch.inference_mode():
+        module(x)
+    packs = dict(module._tdag_packs)
+    assert len(packs) == 2 and all(p.is_mkldnn for _, p in packs.values())
+    with torch.inference_mode():
+        module(x)
+    assert all(module._tdag_packs[k][1] is packs[k][1] for k in packs)  # kept
+    trained = _mlp(256).eval()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.mul_(1.5)
+    module.load_state_dict(trained.state_dict())
+    with torch.inference_mode():
+        assert_close(module(x), trained(x), "after load_state_dict")
+    with torch.no_grad():
+        next(module.parameters()).add_(0.25)  # an in-place update the version counter sees
+        assert_close(module(x), _eager(module, x), "after add_")
+    clone = copy.deepcopy(module)
+    assert clone._tdag_packs == {} and module._tdag_packs
+    with torch.inference_mode():
+        assert_close(clone(x), module(x), "deepcopy")
+    module.float()
+    assert module._tdag_packs == {}
+    module.tdag_unpack()
+
+
+def _eager(module, x):
+    """``module``'s values without oneDNN (autograd recording: torch's own ops)."""
+    with torch.enable_grad():
+        return module(x).detach()
+
+
+def test_relu_and_clamp_keep_nan():
+    """oneDNN's relu and clip post-ops give 0 for NaN; torch keeps NaN, so ReLU and ReLU6
+    stay outside the call."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Conv1d(32, 32, 1)).eval()
+    conv = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU6(), nn.Conv2d(16, 8, 3),
+                         nn.ReLU()).eval()
+    for net, x in ((model, torch.randn(4, 32, 256)), (conv, torch.randn(2, 8, 16, 16))):
+        module = tdag.to_torch(tdag.from_torch(net, (x,)))
+        assert "'relu'" not in module.code and "'hardtanh'" not in module.code
+        x[0, 0, 0] = float("nan")
+        with torch.inference_mode():
+            got, want = module(x), net(x)
+        assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+
+
+def test_autograd_falls_back_to_f_linear():
+    x = torch.randn(3, 8, requires_grad=True)
+    w = torch.randn(5, 8, requires_grad=True)
+    onednn_linear(x, w, None).sum().backward()
+    assert_close(x.grad, w.sum(0).expand(3, 8))
+    assert_close(w.grad, x.detach().sum(0).expand(5, 8))
+
+
+def test_compiled_and_exported_modules_use_f_linear():
+    """Inductor lowers oneDNN's op only for frozen weights; export records aten.linear."""
+    x = torch.randn(4, 32, 256)
+    model = _mlp(256).eval()
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    with torch.no_grad():
+        assert_close(torch.compile(module)(x), model(x), "compiled")
+        exported = torch.export.export(module, (x,))
+    assert "mkldnn" not in str(exported.graph)
+    with torch.no_grad():
+        assert_close(exported.module()(x), model(x), "exported")
+
+
+def test_fused_activations_equal_eager_and_memory_matches():
+    """A SiLU and a tanh GELU each fused into the product they alone read; a GELU whose
+    product is also read elsewhere stays on its own line, and so does the ReLU."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _Branches().eval()
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert "('gelu', (), 'tanh'))" in module.code and "torch.relu(" in module.code
+    assert "('swish', (), ''))" in module.code and "F.silu" not in module.code
+    assert module.code.count("F.gelu(") == 1  # its product is also added to the output
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "fused")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    with torch.enable_grad():  # autograd: F.linear, then the activation
+        assert_close(module(x), model(x), "autograd")
+
+
+def test_activation_read_through_a_reshape_is_fused():
+    """GPT-2's Conv1D: addmm of the rows, viewed back to [B, S, N], then the GELU: the GELU
+    goes inside the product all the same (an elementwise op commutes with a reshape)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _RowProduct().eval()
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert "('gelu', (), 'tanh'))" in module.code and "F.gelu" not in module.code
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "fused")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    with torch.enable_grad():
+        assert_close(module(x), model(x), "autograd")
+
+
+class _RowProduct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(256, 1024) / 16), nn.Parameter(torch.randn(1024))
+
+    def forward(self, x):
+        y = torch.addmm(self.b, x.view(-1, 256), self.w).view(4, 32, 1024)
+        return nn.functional.gelu(y, approximate="tanh")
+
+
+class _Branches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Linear(256, 1024) for _ in range(4))
+
+    def forward(self, x):
+        shared = self.c(x)
+        return (torch.relu(self.a(x)) + nn.functional.gelu(self.b(x), approximate="tanh") +
+                nn.functional.gelu(shared) + shared + nn.functional.silu(self.d(x)))
+
+
+def test_convolutions_run_packed_with_their_activations_and_memory_matches():
+    """A CNN's 2-d convolutions: ``_rt.conv2d`` on weights packed once, a hardswish, SiLU
+    or GELU inside the call, a 1x1 convolution as a product of the channels-last rows; the
+    values of eager, and ``tdag.memory``'s replay within 1% of MemTracker."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.Hardswish(),
+                          nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.SiLU(),
+                          nn.Conv2d(16, 32, 1), nn.GELU(), nn.Conv2d(32, 8, 3)).eval()
+    x = torch.randn(2, 3, 32, 32)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert module.code.count("_rt.conv2d(") == 4 and "F.conv2d" not in module.code
+    for post in ("('hardswish', (), ''))", "('swish', (), ''))", "('gelu', (), 'none'))"):
+        assert post in module.code
+    with torch.inference_mode():
+        for _ in range(2):
+            got = module(x)
+            assert_close(got, model(x), "packed")
+            assert got.is_contiguous()  # the (N, C, H, W) output, as eager's
+    assert len(module._tdag_packs) == 3  # the 1x1's 2**18 multiply-adds run by F.linear
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    unpacked = tdag.to_torch(prog, prepack=False)
+    assert "_tdag_packs" not in unpacked.code and unpacked.code.count("None, None, (") == 3
+    with torch.inference_mode():
+        assert_close(unpacked(x), model(x), "prepack=False")
