@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tdag.deinops import pairs
+from tdag.deinops import inplace, pairs
 from tdag.deinops.approximations import erfinv_onnx
 from tdag.deinops.codegen import dtype_expr
 from tdag.deinops.primitive import NoSpec, elementwise_cost, primitive, traffic
@@ -194,7 +194,7 @@ def _binary_shape_rule(op: Op):
 
 
 def _add_torch(node, a, code):
-    return f"{a[0]} + {a[1]}"
+    return inplace.binary(node, a, code, f"{a[0]} + {a[1]}", "add_")
 
 
 def _add_onnx(node, ins, g, cx):
@@ -206,7 +206,9 @@ def _add_values(spec, facts, batch, types) -> Affine:
 
 
 def _multiply_torch(node, a, code):
-    return f"{a[0]} & {a[1]}" if node.type.dtype is DType.bool else f"{a[0]} * {a[1]}"
+    if node.type.dtype is DType.bool:
+        return f"{a[0]} & {a[1]}"
+    return inplace.binary(node, a, code, f"{a[0]} * {a[1]}", "mul_")
 
 
 def _multiply_onnx(node, ins, g, cx):
@@ -241,7 +243,8 @@ primitive(Op.add, NoSpec, 2, _binary_shape_rule(Op.add), lambda s, xs, r: xs[0] 
                   | Trait.SCALAR_OPERAND),
           batch=Aligned(values=_add_values),
           torch=_add_torch, onnx=_add_onnx, jax=lambda node, a, cx: a[0] + a[1],
-          vjp=lambda spec, xs, y, dy, ops: (dy, dy), complex_values=True, complex_half=True)
+          vjp=lambda spec, xs, y, dy, ops: (dy, dy), complex_values=True, complex_half=True,
+          in_place=inplace.overwritten_operand)
 primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           lambda s, xs, r: xs[0] * xs[1] if xs[0].dtype != torch.bool else xs[0] & xs[1],
           elementwise_cost, "multiplication; with repeat and reduce-sum, every contraction",
@@ -251,7 +254,7 @@ primitive(Op.multiply, NoSpec, 2, _binary_shape_rule(Op.multiply),
           torch=_multiply_torch, onnx=_multiply_onnx,
           jax=lambda node, a, cx: a[0] & a[1] if node.type.dtype is DType.bool else a[0] * a[1],
           vjp=lambda spec, xs, y, dy, ops: (dy * conj(xs[1], ops), dy * conj(xs[0], ops)),
-          complex_values=True, complex_half=True)
+          complex_values=True, complex_half=True, in_place=inplace.overwritten_operand)
 
 
 class DivideMode(enum.Enum):

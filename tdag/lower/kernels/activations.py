@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tdag import ops
+from tdag.deinops import inplace
 from tdag.deinops.codegen import literal
 from tdag.lower.kernels.common import float_input, per_element
 from tdag.deinops.primitive import NoSpec, primitive
@@ -84,7 +85,9 @@ def _float_unary(op: str):
 
 def _gelu_torch(node, a, code):
     approx = node.spec.approximate
-    return f"F.gelu({a[0]})" if approx == "none" else f"F.gelu({a[0]}, approximate={approx!r})"
+    fresh = f"F.gelu({a[0]})" if approx == "none" else f"F.gelu({a[0]}, approximate={approx!r})"
+    return inplace.unary(node, a, code, fresh,
+                         f"torch.ops.aten.gelu_({{x}}, approximate={approx!r})")
 
 
 def _gelu_onnx(node, ins, g, cx):
@@ -106,13 +109,13 @@ primitive(Op.gelu, Gelu, 1, _float_unary("gelu"),
           lambda s, xs, r: F.gelu(xs[0], approximate=s.approximate), per_element(5),
           "x * (1 + erf(x/sqrt 2)) / 2 is five elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_gelu_torch, onnx=_gelu_onnx,
+          torch=_gelu_torch, onnx=_gelu_onnx, in_place=inplace.overwritten_operand,
           jax=lambda node, a, cx: cx.nn.gelu(a[0], approximate=node.spec.approximate == "tanh"),
           decompose=lambda s, x: ops.gelu(x, s.approximate))
 
 
 def _silu_torch(node, a, code):
-    return f"F.silu({a[0]})"
+    return inplace.unary(node, a, code, f"F.silu({a[0]})", "F.silu({x}, inplace=True)")
 
 
 def _silu_onnx(node, ins, g, cx):
@@ -123,11 +126,12 @@ primitive(Op.silu, NoSpec, 1, _float_unary("silu"), lambda s, xs, r: F.silu(xs[0
           per_element(5), "x / (1 + exp(-x)) is five elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_silu_torch, onnx=_silu_onnx, jax=lambda node, a, cx: cx.nn.silu(a[0]),
+          in_place=inplace.overwritten_operand,
           decompose=lambda s, x: ops.silu(x))
 
 
 def _sigmoid_torch(node, a, code):
-    return f"torch.sigmoid({a[0]})"
+    return inplace.unary(node, a, code, f"torch.sigmoid({a[0]})", "torch.sigmoid_({x})")
 
 
 def _sigmoid_onnx(node, ins, g, cx):
@@ -137,12 +141,12 @@ def _sigmoid_onnx(node, ins, g, cx):
 primitive(Op.sigmoid, NoSpec, 1, _float_unary("sigmoid"), lambda s, xs, r: torch.sigmoid(xs[0]),
           per_element(4), "1 / (1 + exp(-x)) is four elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_sigmoid_torch, onnx=_sigmoid_onnx,
+          torch=_sigmoid_torch, onnx=_sigmoid_onnx, in_place=inplace.overwritten_operand,
           jax=lambda node, a, cx: cx.nn.sigmoid(a[0]), decompose=lambda s, x: ops.sigmoid(x))
 
 
 def _relu_torch(node, a, code):
-    return f"torch.relu({a[0]})"
+    return inplace.unary(node, a, code, f"torch.relu({a[0]})", "torch.relu_({x})")
 
 
 def _relu_onnx(node, ins, g, cx):
@@ -153,6 +157,7 @@ primitive(Op.relu, NoSpec, 1, lambda s, ins: ins[0], lambda s, xs, r: torch.relu
           per_element(1), "(x + |x|) / 2 or where(x > 0, x, 0) is several passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_relu_torch, onnx=_relu_onnx, jax=lambda node, a, cx: cx.nn.relu(a[0]),
+          in_place=inplace.overwritten_operand,
           decompose=lambda s, x: ops.relu(x))
 
 
@@ -170,8 +175,10 @@ def _clamp_eval(spec: Clamp, xs, resolve):
 
 def _clamp_torch(node, a, code):
     lo, hi, dtype = node.spec.lo, node.spec.hi, node.type.dtype
-    return f"torch.clamp({a[0]}, {'None' if lo is None else literal(lo, dtype)}, " \
-           f"{'None' if hi is None else literal(hi, dtype)})"
+    bounds = f"{'None' if lo is None else literal(lo, dtype)}, " \
+             f"{'None' if hi is None else literal(hi, dtype)}"
+    return inplace.unary(node, a, code, f"torch.clamp({a[0]}, {bounds})",
+                         f"torch.clamp_({{x}}, {bounds})")
 
 
 # the float types onnxruntime registers a Clip kernel for (it runs bfloat16 through a
@@ -202,13 +209,13 @@ def _clamp_onnx(node, ins, g, cx):
 primitive(Op.clamp, Clamp, 1, lambda s, ins: ins[0], _clamp_eval, per_element(2),
           "max/min with nan checks are two compares and two selects per bound",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_clamp_torch, onnx=_clamp_onnx,
+          torch=_clamp_torch, onnx=_clamp_onnx, in_place=inplace.overwritten_operand,
           jax=lambda node, a, cx: cx.jnp.clip(a[0], node.spec.lo, node.spec.hi),  # keeps nan
           decompose=lambda s, x: ops.clamp(x, s.lo, s.hi))
 
 
 def _hardswish_torch(node, a, code):
-    return f"F.hardswish({a[0]})"
+    return inplace.unary(node, a, code, f"F.hardswish({a[0]})", "F.hardswish({x}, inplace=True)")
 
 
 def _hardswish_onnx(node, ins, g, cx):
@@ -219,5 +226,5 @@ primitive(Op.hardswish, NoSpec, 1, _float_unary("hardswish"),
           lambda s, xs, r: F.hardswish(xs[0]), per_element(4),
           "x * clamp(x + 3, 0, 6) / 6 is four elementwise passes",
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
-          torch=_hardswish_torch, onnx=_hardswish_onnx,
+          torch=_hardswish_torch, onnx=_hardswish_onnx, in_place=inplace.overwritten_operand,
           jax=lambda node, a, cx: cx.nn.hard_swish(a[0]), decompose=lambda s, x: ops.hardswish(x))

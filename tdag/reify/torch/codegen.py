@@ -99,6 +99,7 @@ class Code:
         # oneDNN calls keep their weights' packs in the module, each under the method's name
         # and the node's (``onednn.packed``)
         self.method, self.prepack = method, prepack
+        self.fused: set[str] = set()  # nodes written inside the product they read
         self._channels_last = channels_last
         self.symbols: set[str] = set()
         self._once: dict = {}
@@ -183,6 +184,8 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
     code = Code(ctx, device, owned, plan.values, name, prepack)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
     fused = epilogues(graph, code)
+    activated, aliases = reshaped_epilogues(graph, code, fused)
+    code.fused = set(fused) | set(aliases)
     refs = _fused_refs({name: used for name, (_, used) in operands.items()}, fused)
     live = _live(graph, refs)
     body = [f"{p} = {p}.contiguous(memory_format=torch.channels_last)"
@@ -192,7 +195,6 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
             body.append(f"{scope(w)} = {weight_expr(w)}")
     dying = _last_uses(graph, live, refs)
     defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
-    activated, aliases = reshaped_epilogues(graph, code, fused)
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
             if node.name in aliases:  # applied inside the product the reshape reads
@@ -382,12 +384,13 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     ctx, scope = Context(graph), Scope()
     code = Code(ctx, "", owned, prepack=True)  # the default module's calls
     fused = epilogues(graph, code)
+    _, aliases = reshaped_epilogues(graph, code, fused)  # the reshape's value, named anew
+    code.fused = set(fused) | set(aliases)
     refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
                        fused)
     live = _live(graph, refs)
     overwrites = {node.name: parts for node in graph.nodes
                   if node.name in live and (parts := code.written_over(node))}
-    _, aliases = reshaped_epilogues(graph, code, fused)  # the reshape's value, named anew
     overwrites.update({name: (view,) for name, view in aliases.items() if name in live})
     return live, _last_uses(graph, live, refs), overwrites, layout(graph, owned).replay
 

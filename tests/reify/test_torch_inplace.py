@@ -1,0 +1,78 @@
+"""Elementwise results written over a dying operand in the reified torch code
+(tdag/deinops/inplace.py): only an operand nothing reads afterwards, of the result's type, a
+node's own storage (not an input, weight or view); only while autograd does not record.
+The values of eager, gradients through the module, and ``tdag.memory``'s replay of the
+in-place code within 1% of MemTracker."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import tdag
+from support.guards import assert_close
+from support.mem_tracker import measured_peak
+
+
+class _Block(nn.Module):
+    """ReLU after a product; a residual add of a product; ReLU6 of a value read again."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))        # the product dies here: written over
+        y = self.b(h) + h                # the product dies here: written over; h does not
+        z = nn.functional.relu6(y)       # y is read again below: a new tensor
+        return z * y, torch.sigmoid(x)   # x is an input: never written over
+
+
+def test_dying_operands_are_written_over_and_others_are_not():
+    torch.manual_seed(0)
+    model, x = _Block().eval(), torch.randn(8, 64)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    code = module.code
+    assert "torch.relu_(" in code and ".add_(" in code and ".mul_(" in code
+    assert "torch.clamp_(" not in code and "torch.sigmoid_(" not in code
+    x_before = x.clone()
+    with torch.inference_mode():
+        for got, want in zip(module(x), model(x)):
+            assert_close(got, want, "in place")
+    assert torch.equal(x, x_before)
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+
+
+def test_autograd_runs_the_fresh_code():
+    """Recording autograd, the code writes new tensors: an in-place ReLU over a value the
+    backward pass saved would raise."""
+    torch.manual_seed(0)
+    model = _Block()
+    x = torch.randn(8, 64, requires_grad=True)
+    module = tdag.to_torch(tdag.from_torch(model.eval(), (x.detach(),)))
+    got = sum(t.sum() for t in module(x))
+    (gx,) = torch.autograd.grad(got, x)
+    want = sum(t.sum() for t in model(x))
+    (wx,) = torch.autograd.grad(want, x)
+    assert_close(gx, wx, "grad")
+
+
+def test_a_cnn_writes_its_activations_over_the_convolutions():
+    """ReLU6 and residual adds after convolutions, as MobileNet's blocks: in place, the
+    values of eager, channels-last inside and (N, C, H, W) out."""
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU6(), nn.Conv2d(8, 8, 1)).eval()
+
+    class Residual(nn.Module):
+        def forward(self, x):
+            return conv(x) + x[:, :, :, :].relu()
+
+    model, x = Residual().eval(), torch.randn(2, 8, 16, 16)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert "torch.clamp_(" in module.code and ".add_(" in module.code
+    with torch.inference_mode():
+        got = module(x)
+    assert_close(got, model(x), "cnn")
+    assert got.is_contiguous()
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
