@@ -13,7 +13,7 @@ from tdag.cli import main
 
 @pytest.fixture(scope="module")
 def mlp_file(tmp_path_factory):
-    """A symbolic-batch MLP saved as .tdag: peak ``3072*b + 262144`` bytes."""
+    """A symbolic-batch MLP saved as .tdag: peak ``2048*b + 262144`` bytes (the relu written over the product)."""
     prog = tdag.trace(lambda x, w: ops.relu(x @ w), tdag.TensorSpec(("b", 256)),
                       tdag.TensorSpec((256, 256)))
     path = tmp_path_factory.mktemp("memory") / "mlp.tdag"
@@ -25,14 +25,14 @@ def test_table_names_the_peak_and_its_parts(mlp_file, capsys):
     path, _ = mlp_file
     assert main(["cost", path, "--memory", "--size", "b=64"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("peak: 448.0 KiB after ")  # 3072*64 + 262144 bytes
+    assert out.startswith("peak: 384.0 KiB after ")  # 2048*64 + 262144 bytes
     assert "by kind at the peak:" in out and "largest tensors live at the peak" in out
 
 
 def test_symbolic_peak_without_sizes(mlp_file, capsys):
     path, _ = mlp_file
     assert main(["cost", path, "--memory"]) == 0
-    assert capsys.readouterr().out.startswith("peak: 3072*b+262144 after ")
+    assert capsys.readouterr().out.startswith("peak: 2048*b+262144 after ")
 
 
 def test_json_is_the_report(mlp_file, capsys):
@@ -41,7 +41,7 @@ def test_json_is_the_report(mlp_file, capsys):
     data = json.loads(capsys.readouterr().out)
     report = tdag.memory(prog, b=8)
     assert data["schema"] == "tdag.memory/1" and data["sizes"] == {"b": 8}
-    assert data["peak"] == report.peak == 3072 * 8 + 262144
+    assert data["peak"] == report.peak == 2048 * 8 + 262144
     assert data["by_kind"] == report.by_kind
     assert [row[1] for row in data["timeline"]] == [v for _, v in report.timeline()]
     assert max(row[1] for row in data["timeline"]) == data["peak"]

@@ -24,9 +24,9 @@ def memory(prog: Program | TDAG, **sizes: int) -> MemoryReport:
     ...                   tdag.TensorSpec((256, 256)))
     >>> report = tdag.memory(prog, b=64)
     >>> report.peak, report.by_kind["inputs"], report.by_kind["activations"]
-    (458752, 327680, 131072)
+    (393216, 327680, 65536)
     >>> str(tdag.memory(prog).peak)
-    '3072*b + 262144'
+    '2048*b + 262144'
     """
     if isinstance(prog, TDAG):
         prog = Program.from_tdag(prog)
