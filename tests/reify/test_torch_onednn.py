@@ -231,3 +231,23 @@ def test_convolutions_run_packed_with_their_activations_and_memory_matches():
     assert "_tdag_packs" not in unpacked.code and unpacked.code.count("None, None, (") == 3
     with torch.inference_mode():
         assert_close(unpacked(x), model(x), "prepack=False")
+
+
+def test_packs_made_in_inference_mode_serve_other_modes():
+    """Packs made under inference_mode are read under no_grad and with autograd on but no
+    tensor requiring grad; with grad required, torch's ops run (and differentiate)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _mlp(256).eval()
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    with torch.inference_mode():
+        want = model(x)
+        assert_close(module(x), want, "inference_mode")
+    with torch.no_grad():
+        assert_close(module(x), want, "no_grad")
+    for p in module.parameters():
+        p.requires_grad_(False)
+    assert_close(module(x), want, "grad on, nothing requires it")
+    xg = x.clone().requires_grad_()
+    module(xg).sum().backward()
+    assert xg.grad is not None and xg.grad.abs().sum() > 0
