@@ -13,7 +13,8 @@ from tdag.cli import main
 
 @pytest.fixture(scope="module")
 def mlp_file(tmp_path_factory):
-    """A symbolic-batch MLP saved as .tdag: peak ``2048*b + 262144`` bytes (the relu written over the product)."""
+    """A symbolic-batch MLP saved as .tdag: peak ``2048*b + 262144`` bytes (the relu is
+    written over the product)."""
     prog = tdag.trace(lambda x, w: ops.relu(x @ w), tdag.TensorSpec(("b", 256)),
                       tdag.TensorSpec((256, 256)))
     path = tmp_path_factory.mktemp("memory") / "mlp.tdag"
