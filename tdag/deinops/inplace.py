@@ -8,11 +8,15 @@ recording (an in-place op would overwrite values autograd saved for the backward
     v_2 = (torch.relu_(v_1) if not torch.is_grad_enabled() else torch.relu(v_1))
 
 ``tdag.memory`` replays the in-place form (``liveness``'s overwrites), as it replays
-inference. The operand written over is a node's own result (not an input, weight, or a
-view of anything: an expand's elements share memory), of the result's type, sharing no
-storage with the other operand; ``Code.may_overwrite`` says nothing after reads it.
+inference. The operand written over is the fresh result of a product, a convolution or an
+elementwise op (not an input, weight, cast, or a view of anything: an expand's elements
+share memory), of the result's type, sharing no storage with the other operand;
+``Code.may_overwrite`` says nothing after reads it.
 """
 from __future__ import annotations
+
+from tdag.ir.op import Op
+from tdag.ir.record import Trait, has
 
 _GRAD_OFF = "not torch.is_grad_enabled()"
 
@@ -23,11 +27,20 @@ def overwritten_operand(node, code) -> tuple[str, ...]:
         return ()  # (an integer may be carried in a wider type: its code is no plain call)
     for name in node.inputs:
         others = [n for n in node.inputs if n != name]
-        if code.ctx.type(name) == node.type and code.ctx.producer(name) is not None and \
+        if code.ctx.type(name) == node.type and _fresh(code.ctx.producer(name)) and \
                 code.root(name) == name and code.may_overwrite(node, name) and \
                 all(code.root(o) != name for o in others):
             return (name,)
     return ()
+
+
+def _fresh(producer) -> bool:
+    """Whether the torch code of ``producer`` returns a tensor of its own: a product, a
+    convolution or an elementwise op, but not a cast (``.to`` of the same dtype, or
+    ``.real`` of a complex tensor, returns a view) nor a bitcast (a view)."""
+    if producer is None or producer.op in (Op.cast, Op.bitcast):
+        return False
+    return producer.op in (Op.einsum, Op.conv) or has(producer.op, Trait.ELEMENTWISE)
 
 
 def written_operand(node, a, code) -> int | None:

@@ -76,3 +76,22 @@ def test_a_cnn_writes_its_activations_over_the_convolutions():
     assert_close(got, model(x), "cnn")
     assert got.is_contiguous()
     assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+
+
+def test_a_view_of_an_input_is_never_written_over():
+    """A complex input's real part (a cast that torch runs as ``.real``, a view) and a
+    reshape of an input: the ReLUs after them write new tensors, the inputs stay."""
+
+    class Parts(nn.Module):
+        def forward(self, z, x):
+            return torch.relu(z.real) + 1.0, torch.relu(x.reshape(8, 8)) * 2.0
+
+    z, x = torch.randn(4, 4, dtype=torch.complex64), torch.randn(64)
+    model = Parts().eval()
+    module = tdag.to_torch(tdag.from_torch(model, (z, x)))
+    z0, x0 = z.clone(), x.clone()
+    with torch.inference_mode():
+        for got, want in zip(module(z, x), model(z, x)):
+            assert_close(got, want, "views")
+    assert torch.equal(z, z0) and torch.equal(x, x0)
+    assert "torch.relu_(" not in module.code

@@ -251,3 +251,23 @@ def test_packs_made_in_inference_mode_serve_other_modes():
     xg = x.clone().requires_grad_()
     module(xg).sum().backward()
     assert xg.grad is not None and xg.grad.abs().sum() > 0
+
+
+def test_a_module_built_under_inference_mode_runs_and_packs():
+    """Its weights are ordinary tensors (an inference tensor keeps no version counter to
+    stamp a pack with); an inference-tensor weight loaded later runs unpacked."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _mlp(256).eval()
+    prog = tdag.from_torch(model, (x,))
+    with torch.inference_mode():
+        module = tdag.to_torch(prog)
+        assert not any(p.is_inference() for p in module.parameters())
+        assert_close(module(x), model(x), "built in inference_mode")
+        assert module._tdag_packs
+        module.load_state_dict({k: v.clone() for k, v in model.state_dict().items()},
+                               assign=True)
+        assert any(p.is_inference() for p in module.parameters())
+        module.tdag_unpack()
+        assert_close(module(x), model(x), "inference-tensor weights")
+        assert not module._tdag_packs

@@ -99,7 +99,9 @@ def onednn_activation(node) -> tuple[tuple] | None:
     pass over the result fewer, and an activation reading oneDNN's result on its own ran
     slower than on F.linear's; BERT, ViT, ConvNeXt and Whisper's modules run 2-4% faster
     fused. Not a ReLU or a clamp: oneDNN's relu and clip post-ops are max/min, which turn a
-    NaN into 0 where torch's keep it."""
+    NaN into 0 where torch's keep it. The three fused keep NaN and infinities as torch does,
+    but past |x| > 1e38, where torch's GELU and hardswish overflow to inf or nan and
+    oneDNN's give the finite value."""
     if node.op is Op.silu:  # oneDNN's name for x * sigmoid(x)
         return (("swish", (), ""),)
     if node.op is Op.gelu:

@@ -45,9 +45,10 @@ def usable(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
 def packed(packs: dict | None, key: str | None, w: torch.Tensor,
            pack: Callable[[], torch.Tensor]) -> torch.Tensor:
     """The pack of ``w`` kept under ``key``, made by ``pack()`` when there is none or ``w``
-    changed since; ``w`` itself where the module keeps no packs, or under a dispatch mode
-    (a MemTracker or FlopCounterMode reads every result's storage, and a pack has none)."""
-    if packs is None or torch._C._len_torch_dispatch_stack():
+    changed since; ``w`` itself where the module keeps no packs, under a dispatch mode (a
+    MemTracker or FlopCounterMode reads every result's storage, and a pack has none), and
+    for an inference tensor (it keeps no version counter to stamp)."""
+    if packs is None or torch._C._len_torch_dispatch_stack() or w.is_inference():
         return w
     stamp = (w.data_ptr(), w._version, w.shape, w.stride())
     kept = packs.get(key)

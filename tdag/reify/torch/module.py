@@ -74,8 +74,8 @@ def to_torch(prog: Program | TDAG, lower: bool = True, prepack: bool = True) -> 
         prog = Program.from_tdag(prog)
     if lower:
         prog = lowered(prog)
-    module = _Builder(prog, prepack).build()
-    return module
+    with torch.inference_mode(False):  # built under inference_mode, weights stay trainable
+        return _Builder(prog, prepack).build()
 
 
 def lowered(prog: Program) -> Program:
