@@ -85,7 +85,7 @@ def test_packs_follow_the_weights():
     with torch.inference_mode():
         module(x)
     packs = dict(module._tdag_packs)
-    assert len(packs) == 2 and all(p.is_mkldnn for _, p in packs.values())
+    assert len(packs) == 2 and all(p.is_mkldnn for _, p, _ in packs.values())
     with torch.inference_mode():
         module(x)
     assert all(module._tdag_packs[k][1] is packs[k][1] for k in packs)  # kept
@@ -271,3 +271,20 @@ def test_a_module_built_under_inference_mode_runs_and_packs():
         module.tdag_unpack()
         assert_close(module(x), model(x), "inference-tensor weights")
         assert not module._tdag_packs
+
+
+def test_a_weight_replaced_between_calls_is_packed_anew():
+    """A new parameter object, even one that could reuse the old one's address: the pack
+    holds the old storage, so the new weight never matches its stamp."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 256)
+    model = _mlp(256).eval()
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    with torch.inference_mode():
+        module(x)
+    for _ in range(3):
+        with torch.no_grad():
+            w = torch.randn_like(module._modules["0"].weight)
+            module._modules["0"].weight = nn.Parameter(w)
+            model[0].weight = nn.Parameter(w.clone())
+            assert_close(module(x), model(x), "replaced")

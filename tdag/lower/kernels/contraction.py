@@ -87,10 +87,16 @@ def pack_args(node, operand: str, code) -> str:
     the module's packs and the call's key where the operand is a weight that no call writes
     (a parameter or const read straight, or through a view the call makes: ``.mT``), else
     ``None, None`` (a value computed per call is not packed)."""
-    weight = code.ctx.graph.weights.get(operand)
-    if not code.prepack or weight is None or weight.kind not in PACKABLE:
+    if not (code.prepack and _packable(operand, code)):
         return "None, None"
     return f"self._tdag_packs, {code.method + '/' + node.name!r}"
+
+
+def _packable(name: str, code) -> bool:
+    """Whether ``name`` is a weight no call writes: a parameter or const of the graph (a
+    training step's parameters are its state, inputs of the graph)."""
+    weight = code.ctx.graph.weights.get(name)
+    return weight is not None and weight.kind in PACKABLE
 
 
 def onednn_activation(node) -> tuple[tuple] | None:
@@ -278,9 +284,8 @@ def _conv_call(node, code) -> str:
     """``_rt.conv2d`` (oneDNN on a prepacked weight) for a float32 2-d convolution of a
     weight no call writes, else ``F.conv{n}d``."""
     spatial = len(node.spec.stride)
-    weight = code.ctx.graph.weights.get(node.inputs[1])
     if spatial == 2 and code.ctx.type(node.inputs[0]).dtype is DType.f32 and \
-            weight is not None and weight.kind in PACKABLE:
+            _packable(node.inputs[1], code):
         return "_rt.conv2d"
     return f"F.conv{NDIM[spatial]}"
 

@@ -55,7 +55,9 @@ def packed(packs: dict | None, key: str | None, w: torch.Tensor,
     if kept is not None and kept[0] == stamp:
         return kept[1]
     made = pack()
-    packs[key] = (stamp, made)
+    # the weight's storage is held with its pack: freed, its address could come back as
+    # another weight's with the same version, shape and strides
+    packs[key] = (stamp, made, w.untyped_storage())
     return made
 
 
