@@ -75,15 +75,21 @@ def test_onednn_conv2d_equals_f_conv2d_on_every_form():
                     assert got.is_contiguous(memory_format=layout)
 
 
-def test_packs_follow_the_weights():
-    """Reused across calls; packed anew after load_state_dict, an in-place update and
-    ``tdag_unpack``; never copied by deepcopy, pickling or ``.to()``."""
+def _packed_mlp():
+    """An input, the 256-wide MLP and its module, called once (so its weights are packed)."""
     torch.manual_seed(0)
     x = torch.randn(4, 32, 256)
     model = _mlp(256).eval()
     module = tdag.to_torch(tdag.from_torch(model, (x,)))
     with torch.inference_mode():
         module(x)
+    return x, model, module
+
+
+def test_packs_follow_the_weights():
+    """Reused across calls; packed anew after load_state_dict, an in-place update and
+    ``tdag_unpack``; never copied by deepcopy, pickling or ``.to()``."""
+    x, model, module = _packed_mlp()
     packs = dict(module._tdag_packs)
     assert len(packs) == 2 and all(p.is_mkldnn for _, p, _ in packs.values())
     with torch.inference_mode():
@@ -276,12 +282,7 @@ def test_a_module_built_under_inference_mode_runs_and_packs():
 def test_a_weight_replaced_between_calls_is_packed_anew():
     """A new parameter object, even one that could reuse the old one's address: the pack
     holds the old storage, so the new weight never matches its stamp."""
-    torch.manual_seed(0)
-    x = torch.randn(4, 32, 256)
-    model = _mlp(256).eval()
-    module = tdag.to_torch(tdag.from_torch(model, (x,)))
-    with torch.inference_mode():
-        module(x)
+    x, model, module = _packed_mlp()
     for _ in range(3):
         with torch.no_grad():
             w = torch.randn_like(module._modules["0"].weight)
