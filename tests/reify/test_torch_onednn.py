@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import tdag
+from tdag.lower.kernels.onednn import conv1x1 as onednn_conv1x1
 from tdag.lower.kernels.onednn import conv2d as onednn_conv2d
 from tdag.lower.kernels.onednn import linear as onednn_linear
 from support.guards import assert_close
@@ -29,7 +30,7 @@ def test_large_projections_use_onednn_small_ones_f_linear():
     model = _mlp(256).eval()
     module = tdag.to_torch(tdag.from_torch(model, (x,)))
     assert module.code.count("_rt.linear(") == 2 and "F.linear(" not in module.code
-    assert "('gelu', (), 'none'))" in module.code and "F.gelu" not in module.code  # fused
+    assert "('gelu', [], 'none'))" in module.code and "F.gelu" not in module.code  # fused
     with torch.inference_mode():
         assert_close(module(x), model(x), "oneDNN")
     small = _mlp(16).eval()
@@ -68,11 +69,15 @@ def test_onednn_conv2d_equals_f_conv2d_on_every_form():
             w = torch.randn(ws).contiguous(memory_format=layout)
             for bias in (torch.randn(ws[0]), None):
                 want = nn.functional.conv2d(x, w, bias, stride, padding, dilation, groups)
-                packs = {}
+                packs, pointwise = {}, ws[2:] == (1, 1) and groups == 1 and stride == (1, 1)
                 for _ in range(2):
                     got = onednn_conv2d(x, w, bias, stride, padding, dilation, groups, packs, "k")
                     assert_close(got, want, f"{xs} {ws} {stride} {padding} {groups}")
                     assert got.is_contiguous(memory_format=layout)
+                    if pointwise:
+                        got = onednn_conv1x1(x, w, bias, packs, "p")
+                        assert_close(got, want, f"1x1 {xs} {ws}")
+                        assert got.is_contiguous(memory_format=layout)
 
 
 def _packed_mlp():
@@ -165,8 +170,8 @@ def test_fused_activations_equal_eager_and_memory_matches():
     model = _Branches().eval()
     prog = tdag.from_torch(model, (x,))
     module = tdag.to_torch(prog)
-    assert "('gelu', (), 'tanh'))" in module.code and "torch.relu(" in module.code
-    assert "('swish', (), ''))" in module.code and "F.silu" not in module.code
+    assert "('gelu', [], 'tanh'))" in module.code and "torch.relu(" in module.code
+    assert "('swish', [], ''))" in module.code and "F.silu" not in module.code
     assert module.code.count("F.gelu(") == 1  # its product is also added to the output
     with torch.inference_mode():
         assert_close(module(x), model(x), "fused")
@@ -183,7 +188,7 @@ def test_activation_read_through_a_reshape_is_fused():
     model = _RowProduct().eval()
     prog = tdag.from_torch(model, (x,))
     module = tdag.to_torch(prog)
-    assert "('gelu', (), 'tanh'))" in module.code and "F.gelu" not in module.code
+    assert "('gelu', [], 'tanh'))" in module.code and "F.gelu" not in module.code
     with torch.inference_mode():
         assert_close(module(x), model(x), "fused")
     assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
@@ -223,8 +228,9 @@ def test_convolutions_run_packed_with_their_activations_and_memory_matches():
     x = torch.randn(2, 3, 32, 32)
     prog = tdag.from_torch(model, (x,))
     module = tdag.to_torch(prog)
-    assert module.code.count("_rt.conv2d(") == 4 and "F.conv2d" not in module.code
-    for post in ("('hardswish', (), ''))", "('swish', (), ''))", "('gelu', (), 'none'))"):
+    assert module.code.count("_rt.conv2d(") == 3 and module.code.count("_rt.conv1x1(") == 1
+    assert "F.conv2d" not in module.code
+    for post in ("('hardswish', [], ''))", "('swish', [], ''))", "('gelu', [], 'none'))"):
         assert post in module.code
     with torch.inference_mode():
         for _ in range(2):

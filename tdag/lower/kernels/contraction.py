@@ -109,11 +109,11 @@ def onednn_activation(node) -> tuple[tuple] | None:
     but past |x| > 1e38, where torch's GELU and hardswish overflow to inf or nan and
     oneDNN's give the finite value."""
     if node.op is Op.silu:  # oneDNN's name for x * sigmoid(x)
-        return (("swish", (), ""),)
+        return (("swish", [], ""),)
     if node.op is Op.gelu:
-        return (("gelu", (), node.spec.approximate),)
+        return (("gelu", [], node.spec.approximate),)
     if node.op is Op.hardswish:
-        return (("hardswish", (), ""),)
+        return (("hardswish", [], ""),)
     return None
 
 
@@ -121,7 +121,7 @@ def onednn_product(node, code) -> bool:
     """Whether the torch code of ``node`` is a oneDNN call taking a post-op: an
     ``_rt.linear`` product or an ``_rt.conv2d`` convolution."""
     if node.op is Op.conv:
-        return _conv_call(node, code) == "_rt.conv2d"
+        return _conv_call(node, code).startswith("_rt.")
     if node.op is not Op.einsum:
         return False
     bias = len(node.inputs) == 3
@@ -281,22 +281,32 @@ def _conv_cost(spec: Conv, ins, out: TensorType) -> Cost:
 
 
 def _conv_call(node, code) -> str:
-    """``_rt.conv2d`` (oneDNN on a prepacked weight) for a float32 2-d convolution of a
-    weight no call writes, else ``F.conv{n}d``."""
-    spatial = len(node.spec.stride)
-    if spatial == 2 and code.ctx.type(node.inputs[0]).dtype is DType.f32 and \
-            _packable(node.inputs[1], code):
-        return "_rt.conv2d"
-    return f"F.conv{NDIM[spatial]}"
+    """For a float32 2-d convolution of a weight no call writes, ``_rt.conv1x1`` (a product of
+    the image's rows) where the kernel is 1x1, of stride 1, no padding and one group, else
+    ``_rt.conv2d`` (oneDNN on a prepacked weight); ``F.conv{n}d`` for the others."""
+    s, spatial = node.spec, len(node.spec.stride)
+    if spatial != 2 or code.ctx.type(node.inputs[0]).dtype is not DType.f32 or \
+            not _packable(node.inputs[1], code):
+        return f"F.conv{NDIM[spatial]}"
+    kernel = code.shape_of(node.inputs[1])[2:]
+    if s.groups == 1 and tuple(kernel) == (1, 1) and tuple(s.stride) == (1, 1) and \
+            tuple(s.padding) == (0, 0):
+        return "_rt.conv1x1"
+    return "_rt.conv2d"
 
 
 def _conv_torch(node, a, code):
     s = node.spec
     bias = a[2] if len(a) == 3 else "None"
     call = _conv_call(node, code)
-    packs = ", " + pack_args(node, node.inputs[1], code) if call == "_rt.conv2d" else ""
+    packs = pack_args(node, node.inputs[1], code)
+    if call == "_rt.conv1x1":
+        return f"_rt.conv1x1({a[0]}, {a[1]}, {bias}, {packs})"
+    if call == "_rt.conv2d":  # lists, as oneDNN's op takes them
+        return (f"_rt.conv2d({a[0]}, {a[1]}, {bias}, {list(s.stride)}, {list(s.padding)}, "
+                f"{list(s.dilation)}, {s.groups}, {packs})")
     return (f"{call}({a[0]}, {a[1]}, {bias}, {tuple_expr(s.stride)}, "
-            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups}{packs})")
+            f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups})")
 
 
 def _conv_attrs(spec, kernel) -> dict:
