@@ -37,7 +37,7 @@ _CONV = torch.ops.mkldnn._convolution_pointwise.default
 _CHANNELS_LAST = torch.channels_last
 
 # The checks below run on every call: MobileNet-v2 makes 52 convolution calls of 30-45 us,
-# of which the first form of these helpers took 7.5 us in Python; they take about 2 now
+# of which the first form of these helpers took 7.5 us in Python; they take about 3 now
 # (attribute reads ordered cheapest first, the 1x1 form chosen when the code is written).
 
 
