@@ -183,9 +183,7 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
     plan = layout(graph, owned)
     code = Code(ctx, device, owned, plan.values, name, prepack)
     operands = {node.name: _operands(node, ctx, scope) for node in graph.nodes}
-    fused = epilogues(graph, code)
-    activated, aliases = reshaped_epilogues(graph, code, fused)
-    code.fused = set(fused) | set(aliases)
+    fused, activated, aliases = fusions(graph, code)
     refs = _fused_refs({name: used for name, (_, used) in operands.items()}, fused)
     live = _live(graph, refs)
     body = [f"{p} = {p}.contiguous(memory_format=torch.channels_last)"
@@ -224,6 +222,15 @@ def _source(node: Node, operands: dict, code: Code) -> str:
     emit = lambda a: record(node.op).torch(node, a, code)  # noqa: E731
     dtypes = [code.ctx.type(n).dtype for n in node.inputs]
     return carried_source(node, operands[node.name][0], dtypes, emit)
+
+
+def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
+    """``epilogues`` and ``reshaped_epilogues``, the nodes they write inside a product noted
+    in ``code.fused`` (their code is the product's call: nothing is written in place)."""
+    fused = epilogues(graph, code)
+    activated, aliases = reshaped_epilogues(graph, code, fused)
+    code.fused = set(fused) | set(aliases)
+    return fused, activated, aliases
 
 
 def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple]]:
@@ -383,9 +390,7 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
     code = Code(ctx, "", owned, prepack=True)  # the default module's calls
-    fused = epilogues(graph, code)
-    _, aliases = reshaped_epilogues(graph, code, fused)  # the reshape's value, named anew
-    code.fused = set(fused) | set(aliases)
+    fused, _, aliases = fusions(graph, code)  # an alias: the reshape's value, named anew
     refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
                        fused)
     live = _live(graph, refs)
