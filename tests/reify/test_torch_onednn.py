@@ -295,3 +295,17 @@ def test_a_weight_replaced_between_calls_is_packed_anew():
             module._modules["0"].weight = nn.Parameter(w)
             model[0].weight = nn.Parameter(w.clone())
             assert_close(module(x), model(x), "replaced")
+
+
+def test_jit_trace_records_torch_ops():
+    """torch.jit.trace records F.conv2d and F.linear: a traced graph holding oneDNN's
+    packs could not be saved, nor run elsewhere."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.SiLU(), nn.Conv2d(16, 32, 1),
+                          nn.Flatten(), nn.Linear(32 * 16 * 16, 1024), nn.GELU()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    with torch.no_grad():
+        traced = torch.jit.trace(module, (x,))
+        assert_close(traced(x), model(x), "traced")
+    assert not [n for n in traced.inlined_graph.nodes() if "mkldnn" in n.kind()]

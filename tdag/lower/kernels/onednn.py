@@ -18,7 +18,8 @@ copy of each packed weight; ``to_torch(prog, prepack=False)`` keeps none.
 
 The oneDNN calls are taken only where they compute what torch computes: float32 tensors on
 the CPU, autograd not recording (oneDNN's ops have no derivative), outside
-``torch.compile``/``torch.export`` (which trace torch's own ops). Elsewhere the same call runs
+``torch.compile``/``torch.export`` and ``torch.jit.trace`` (which record torch's own ops:
+a traced graph holding a pack could not be saved). Elsewhere the same call runs
 ``F.linear``/``F.conv2d`` and the activation. Under a dispatch mode (a MemTracker, a
 FlopCounterMode: they read every result's storage, and a pack has none) the oneDNN call
 reads the weight unpacked.
@@ -48,7 +49,7 @@ def usable(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
                                     (bias is not None and bias.requires_grad)):
         return False
     return _AVAILABLE and x.dtype is torch.float32 and x.is_cpu and \
-        not torch.compiler.is_compiling()
+        not torch.compiler.is_compiling() and not torch.jit.is_tracing()
 
 
 def packed(packs: dict | None, key: str | None, w: torch.Tensor,
