@@ -92,8 +92,9 @@ def _packed_mlp():
 
 
 def test_packs_follow_the_weights():
-    """Reused across calls; packed anew after load_state_dict, an in-place update and
-    ``tdag_unpack``; never copied by deepcopy, pickling or ``.to()``."""
+    """Reused across calls; packed anew after load_state_dict and an in-place update;
+    dropped by ``.float()`` (any ``_apply``) and ``tdag_unpack``; never copied by
+    deepcopy."""
     x, model, module = _packed_mlp()
     packs = dict(module._tdag_packs)
     assert len(packs) == 2 and all(p.is_mkldnn for _, p, _ in packs.values())
@@ -116,7 +117,11 @@ def test_packs_follow_the_weights():
         assert_close(clone(x), module(x), "deepcopy")
     module.float()
     assert module._tdag_packs == {}
+    with torch.inference_mode():
+        module(x)
+    assert len(module._tdag_packs) == 2
     module.tdag_unpack()
+    assert module._tdag_packs == {}
 
 
 def _eager(module, x):
