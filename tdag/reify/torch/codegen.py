@@ -389,7 +389,7 @@ def liveness(graph: TDAG, owned: frozenset = frozenset()
     optimizer update's three values), and its channels-last values (``layout``): the
     schedule whose memory ``tdag.memory`` replays."""
     ctx, scope = Context(graph), Scope()
-    code = Code(ctx, "", owned, prepack=True)  # the default module's calls
+    code = Code(ctx, "", owned)
     fused, _, aliases = fusions(graph, code)  # an alias: the reshape's value, named anew
     refs = _fused_refs({node.name: _operands(node, ctx, scope)[1] for node in graph.nodes},
                        fused)
