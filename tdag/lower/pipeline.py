@@ -68,6 +68,8 @@ PASSES: dict[str, Pass] = {
     # Program level: neighbouring calls as one TDAG, so the passes above see across them
     "join_calls": join_calls,
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
+    # FINAL: a 1x1 convolution of a concatenation as a sum over its pieces
+    "split_concat": rule_pass(*conv.SPLIT_RULES),
     # FINAL: batch norms and channel scales into fixed conv / linear weights, exact cast
     # chains, nodes of weights alone into consts (a deployment optimiser's folds)
     "fold": fold.FOLD,
@@ -80,7 +82,7 @@ DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "cnn_ba
            "attention", "movement", "fuse", "recurrent", "recurrent_loops", "join_calls")
 # after DEFAULT's fixed point, so that no rule (an LSTM's, a quantized kernel's template)
 # finds its weights already folded
-FINAL = ("fold",)
+FINAL = ("split_concat", "fold")
 
 
 register_default(PASSES, DEFAULT)

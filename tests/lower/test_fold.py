@@ -265,3 +265,46 @@ def test_file_folds_and_module_keeps_its_parameters():
     assert {"0.weight", "1.weight", "1.running_var"} <= set(module.state_dict())
     missing, _ = module.load_state_dict(model.state_dict(), strict=False)
     assert not missing
+
+
+class SkipJoin(nn.Module):
+    """A UNet's skip join: a 1x1 conv of the skip and the upsampled path, concatenated."""
+
+    def __init__(self, kernel=1, groups=1, bias=True, read_again=False):
+        super().__init__()
+        self.up = nn.Conv2d(4, 6, 3, padding=1)
+        self.fuse = nn.Conv2d(10, 4, kernel, padding=kernel // 2, groups=groups, bias=bias)
+        self.read_again = read_again
+
+    def forward(self, x):
+        joined = torch.cat([x, self.up(x)], 1)
+        y = self.fuse(joined)
+        return y + joined.sum(1, keepdim=True) if self.read_again else y
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_concat_1x1_conv_splits_over_its_pieces(bias):
+    model = SkipJoin(bias=bias).eval()
+    args = (torch.randn(2, 4, 8, 8),)
+    with torch.no_grad():
+        want = model(*args)
+    low = lower(tdag.from_torch(model, args), check=True)
+    tdag.verify(low)
+    left = Counter(n.op for n in low.graph.nodes)
+    assert left[Op.concat] == 0 and left[Op.conv] == 3, left
+    # the bias joins the first piece's call, not an add of its own
+    assert sum(len(n.inputs) == 3 for n in low.graph.nodes if n.op is Op.conv) == 1 + bias
+    _check_targets(low, args, want)
+
+
+@pytest.mark.parametrize("case", [dict(kernel=3), dict(groups=2), dict(read_again=True)])
+def test_concat_conv_kept_where_a_split_gains_nothing(case):
+    """A 3x3 kernel or groups would split into more calls of the same size; a concat read
+    again is written anyway."""
+    model = SkipJoin(**case).eval()
+    args = (torch.randn(2, 4, 8, 8),)
+    with torch.no_grad():
+        want = model(*args)
+    low = lower(tdag.from_torch(model, args), check=True)
+    assert Counter(n.op for n in low.graph.nodes)[Op.concat] == 1
+    _check_targets(low, args, want)

@@ -186,7 +186,7 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
     fused, activated, aliases = fusions(graph, code)
     refs = _fused_refs({name: used for name, (_, used) in operands.items()}, fused)
     live = _live(graph, refs)
-    body = [f"{p} = {p}.contiguous(memory_format=torch.channels_last)"
+    body = [f"{p} = _rt.channels_last({p})"
             for p, v in zip(params, graph.inputs) if v.name in plan.inputs]
     for w in graph.weights:
         if w in live:

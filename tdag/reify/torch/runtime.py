@@ -30,6 +30,27 @@ def fold(x: torch.Tensor, axis: int, step: int, dilation: int, length: int) -> t
     return out.movedim(-1, axis)
 
 
+# A (N, C, H, W) -> channels-last copy reads C rows a plane apart for every pixel it writes;
+# where a plane is a multiple of 4 KiB the rows fall in one cache set, and past the cache's
+# 8 ways each read misses: a [4, 16, 64, 64] image took 319 us against 164 copied 8 channels
+# at a time, a [4, 32, 32, 32] one 331 against 96 (one thread). Other planes gain nothing.
+_ALIASED_PLANE = 1024  # float32 elements in 4 KiB
+_CHANNEL_CHUNK = 8
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    """``x.contiguous(memory_format=torch.channels_last)``, copied a few channels at a time
+    where the (N, C, H, W) planes would alias in the cache (see above)."""
+    n, c, h, w = x.shape
+    if c <= _CHANNEL_CHUNK or (h * w) % _ALIASED_PLANE or not x.is_cpu or \
+            not x.is_contiguous() or torch.is_grad_enabled() and x.requires_grad:
+        return x.contiguous(memory_format=torch.channels_last)
+    out = torch.empty_like(x, memory_format=torch.channels_last)
+    for start in range(0, c, _CHANNEL_CHUNK):
+        out[:, start:start + _CHANNEL_CHUNK].copy_(x[:, start:start + _CHANNEL_CHUNK])
+    return out
+
+
 def set_state(module: torch.nn.Module, name: str, value: torch.Tensor) -> None:
     """Write a program state tensor (a buffer, maybe nested by dots); its shape may change."""
     *path, leaf = name.split(".")
