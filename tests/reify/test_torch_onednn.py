@@ -1,5 +1,6 @@
 """The reified module's oneDNN calls (tdag/lower/kernels/onednn.py): large float32
-projections (``_rt.linear``, from ``ONEDNN_MACS`` multiply-adds, F.linear below) and 2-d
+projections (``_rt.linear``, from ``PACKED_MACS`` multiply-adds on a packed weight and
+``ONEDNN_MACS`` on another, F.linear below) and 2-d
 convolutions (``_rt.conv2d``) on weights packed once and kept beside them, with a SiLU, GELU
 or hardswish that alone reads the result applied inside the call (not a ReLU or clamp:
 oneDNN's turn NaN into 0). The same values as torch's ops; autograd, torch.compile and
@@ -37,6 +38,18 @@ def test_large_projections_use_onednn_small_ones_f_linear():
     xs = torch.randn(4, 16)
     code = tdag.to_torch(tdag.from_torch(small, (xs,))).code
     assert "_rt.linear(" not in code and code.count("F.linear(") == 2
+
+
+def test_mid_sized_projections_use_onednn_only_on_a_packed_weight():
+    """[128, 256] x [256, 256] (2**23): packed, oneDNN saves MKL's packing on each call."""
+    torch.manual_seed(0)
+    model, x = nn.Linear(256, 256).eval(), torch.randn(128, 256)
+    prog = tdag.from_torch(model, (x,))
+    packed = tdag.to_torch(prog)
+    assert "_rt.linear(" in packed.code and "self._tdag_packs" in packed.code
+    assert "_rt.linear(" not in tdag.to_torch(prog, prepack=False).code
+    with torch.inference_mode():
+        assert_close(packed(x), model(x), "oneDNN")
 
 
 def test_onednn_linear_equals_f_linear_on_every_operand_form():

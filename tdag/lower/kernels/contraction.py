@@ -66,20 +66,27 @@ def _einsum_cost(spec: Einsum, ins, out: TensorType) -> Cost:
 
 # oneDNN's inner product on a prepacked weight (``onednn.linear``) runs a float32 product
 # on this machine's AMD EPYC core 5-15% faster than the MKL sgemm F.linear calls, but sets up
-# a primitive on every call (~15 us): measured worth it from 2**24 multiply-adds (a
-# [128, 256] x [256, 1024] projection is 2**25: 653 against 701 us; at [128, 256] x
-# [256, 256], 2**23, MKL is faster: 178 against 187 us).
+# a primitive on every call (~15 us). MKL packs the weight on every call instead, which in a
+# model, its weights fetched from memory again each time, costs more than in a loop over one
+# product: in isolation MKL wins at [128, 256] x [256, 256] (2**23: 178 against 187 us), yet
+# BERT's, T5's and GPT-2's modules ran 2.5-3.6% faster with their 2**22-2**23 products packed
+# (Llama's and Whisper's 1.6-1.8%). Unpacked (a weight computed per call), oneDNN reorders it
+# on every call too, and is taken from 2**24 (a [128, 256] x [256, 1024] projection is 2**25:
+# 653 against 701 us).
 ONEDNN_MACS = 2 ** 24
+PACKED_MACS = 2 ** 22
 PACKABLE = (TensorKind.parameter, TensorKind.const)  # weights a call reads unchanged
 
 
-def _linear_call(node, code) -> str:
-    """``F.linear``, or ``_rt.linear`` (oneDNN) for a float32 product of a static size
-    of at least ``ONEDNN_MACS`` multiply-adds."""
+def _linear_call(node, code, weight: str) -> str:
+    """``F.linear``, or ``_rt.linear`` (oneDNN) for a float32 product of a static size of
+    at least ``PACKED_MACS`` multiply-adds on a ``weight`` it packs, or ``ONEDNN_MACS``."""
     ins = [code.ctx.type(n) for n in node.inputs[:2]]
     macs = product(label_sizes(node.spec, ins).values())
-    big = is_static(macs) and macs >= ONEDNN_MACS and ins[0].dtype is DType.f32
-    return "_rt.linear" if big else "F.linear"
+    if not (is_static(macs) and ins[0].dtype is DType.f32):
+        return "F.linear"
+    packs = code.prepack and _packable(weight, code)
+    return "_rt.linear" if macs >= (PACKED_MACS if packs else ONEDNN_MACS) else "F.linear"
 
 
 def pack_args(node, operand: str, code) -> str:
@@ -126,8 +133,9 @@ def onednn_product(node, code) -> bool:
         return False
     bias = len(node.inputs) == 3
     plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
+    weight = node.inputs[0] if plan.swap else node.inputs[1]
     return plan.kind == "linear" and (plan.bias_inside or not bias) and \
-        plan.out_perm is None and _linear_call(node, code) == "_rt.linear"
+        plan.out_perm is None and _linear_call(node, code, weight) == "_rt.linear"
 
 
 def _einsum_torch(node, a, code):
@@ -142,10 +150,11 @@ def _einsum_torch(node, a, code):
     if plan.transpose_b:
         y = f"{y}.mT"
     if plan.kind == "linear":
-        call = _linear_call(node, code)
+        weight = node.inputs[0] if plan.swap else node.inputs[1]
+        call = _linear_call(node, code, weight)
         out = f"{call}({x}, {y}, {bias if plan.bias_inside else 'None'}"
         if call == "_rt.linear":
-            out += ", " + pack_args(node, node.inputs[0] if plan.swap else node.inputs[1], code)
+            out += ", " + pack_args(node, weight, code)
         out += ")"
     else:
         out = f"torch.matmul({x}, {y})"

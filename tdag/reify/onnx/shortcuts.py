@@ -29,7 +29,8 @@ NCHWc Conv's summed input) and keeps the parts in its blocked layout, where the 
 them back in NCHW and reordered again (UNetBlock(16) on [4, 16, 64, 64]: 2.25 -> 1.78 ms).
 Only where each part's channels fill whole blocks of that layout: a part of 8 channels stays
 in NCHW, its Conv and the Add unfused (8 + 24 channels into a 3x3 conv: 1.26x the concat's
-time).
+time). A 1x1 conv arrives already split by ``lower``'s final ``split_concat`` rule, which
+the torch module gains from too.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static, product
 from tdag.ir.types import DType
+from tdag.lower.conv import NCHWC_BLOCK
 from tdag.lower.match import scalar
 
 
@@ -133,10 +135,6 @@ def is_normalised_sum(ctx: Context, node) -> bool:
     keeps onnxruntime's slower SkipLayerNormalization out: see above)."""
     return node.op is Op.add and node.type.dtype is DType.f32 and \
         any(r.op is Op.layer_norm and r.inputs[0] == node.name for r in ctx.readers(node.name))
-
-
-# channels per block of onnxruntime's NCHWc layout with AVX-512 (8 with AVX2, which 16 fills)
-NCHWC_BLOCK = 16
 
 
 def concat_conv_parts(ctx: Context, node) -> list[tuple[str, torch.Tensor]] | None:
