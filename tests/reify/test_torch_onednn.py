@@ -19,6 +19,7 @@ from tdag.lower.kernels.onednn import conv2d as onednn_conv2d
 from tdag.lower.kernels.onednn import linear as onednn_linear
 from support.guards import assert_close
 from support.mem_tracker import measured_peak
+from support.torch_models import UNetBlock
 
 
 def _mlp(width: int) -> nn.Module:
@@ -327,3 +328,19 @@ def test_jit_trace_records_torch_ops():
         traced = torch.jit.trace(module, (x,))
         assert_close(traced(x), model(x), "traced")
     assert not [n for n in traced.inlined_graph.nodes() if "mkldnn" in n.kind()]
+
+
+def test_a_split_convs_weight_slices_are_packed_and_follow_the_weight():
+    """A UNet's 1x1 join split over its pieces reads slices of its weight: each slice is
+    packed as a view, and packed again when load_state_dict writes the weight."""
+    torch.manual_seed(0)
+    model, x = UNetBlock(16).eval(), torch.randn(4, 16, 64, 64)
+    module = tdag.to_torch(tdag.from_torch(model, (x,)))
+    assert "torch.cat" not in module.code and module.code.count("_rt.conv1x1(") == 2
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "split")
+        assert sum(key.startswith("main/86") for key in module._tdag_packs) == 2
+        state = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+        module.load_state_dict(state)
+        assert_close(module(x), model(x), "reloaded")

@@ -101,7 +101,12 @@ def pack_args(node, operand: str, code) -> str:
 
 def _packable(name: str, code) -> bool:
     """Whether ``name`` is a weight no call writes: a parameter or const of the graph (a
-    training step's parameters are its state, inputs of the graph)."""
+    training step's parameters are its state, inputs of the graph), or a slice of one (a
+    split convolution's piece: a view, stamped as its base changes)."""
+    node = code.ctx.producer(name)
+    while node is not None and node.op is Op.slice:
+        name = node.inputs[0]
+        node = code.ctx.producer(name)
     weight = code.ctx.graph.weights.get(name)
     return weight is not None and weight.kind in PACKABLE
 

@@ -80,10 +80,11 @@ def to_torch(prog: Program | TDAG, lower: bool = True, prepack: bool = True) -> 
 
 def lowered(prog: Program) -> Program:
     """The program ``to_torch``'s module runs: lowered, folding consts only, so that the
-    module's parameters and buffers stay the source's to load by name. ``tdag.memory`` and
+    module's parameters and buffers stay the source's to load by name (a 1x1 conv of a
+    concatenation, split, reads slices of its weight as views). ``tdag.memory`` and
     ``tdag.remat`` replay this one: another lowering (the ONNX file's weight folds) holds
     other tensors."""
-    return lower_program(prog, final=("fold_consts",))
+    return lower_program(prog, final=("split_concat", "fold_consts"))
 
 
 class _Builder:
