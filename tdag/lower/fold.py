@@ -21,6 +21,8 @@ to load, swap or train by name.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from functools import partial
 from typing import Callable
 
@@ -398,13 +400,15 @@ def _stored_bytes(weight: Weight) -> int:
 
 def _settled(graph: TDAG, consumed: set, sources: dict[str, str]) -> TDAG:
     """``graph`` pruned, without the ``consumed`` weights nothing reads now; a new const
-    whose source weight went takes its name (a file keeps its initializers' names)."""
+    whose source weight went takes its name (a file keeps its initializers' names), unless
+    other new consts came from it too (a split weight's slices: none is the weight)."""
     graph = prune(graph)
     live = live_names(graph)
     weights = {k: w for k, w in graph.weights.items() if k not in consumed or k in live}
+    made = Counter(old for new, old in sources.items() if new in weights)
     env: dict[str, str] = {}
     for new, old in sources.items():
-        if new in weights and old not in weights and old not in env.values():
+        if new in weights and old not in weights and made[old] == 1:
             env[new] = old
             weights[old] = weights.pop(new)
     nodes = tuple(renamed(n, env) for n in graph.nodes)

@@ -295,6 +295,8 @@ def test_concat_1x1_conv_splits_over_its_pieces(bias):
     assert left[Op.concat] == 0 and left[Op.conv] == 3, left
     # the bias joins the first piece's call, not an add of its own
     assert sum(len(n.inputs) == 3 for n in low.graph.nodes if n.op is Op.conv) == 1 + bias
+    # neither slice takes the weight's name: a file's "fuse.weight" would be half of it
+    assert "fuse.weight" not in low.graph.weights
     _check_targets(low, args, want)
 
 
