@@ -22,7 +22,6 @@ to load, swap or train by name.
 from __future__ import annotations
 
 from collections import Counter
-
 from functools import partial
 from typing import Callable
 

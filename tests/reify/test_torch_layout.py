@@ -124,18 +124,22 @@ def test_an_input_permuted_for_its_conv_is_not_copied():
     assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
 
 
-@pytest.mark.parametrize("shape", [(2, 16, 32, 32), (2, 20, 32, 64), (2, 16, 30, 30),
-                                   (1, 8, 32, 32), (3, 1, 1, 1)])
-def test_input_copy_in_channel_chunks(shape):
+@pytest.mark.parametrize("shape,dtype", [((2, 16, 32, 32), torch.float32),
+                                         ((2, 20, 32, 64), torch.float32),
+                                         ((2, 16, 16, 32), torch.float64),
+                                         ((2, 16, 30, 30), torch.float32),
+                                         ((1, 8, 32, 32), torch.float32),
+                                         ((3, 1, 1, 1), torch.float32)])
+def test_input_copy_in_channel_chunks(shape, dtype):
     """The method's input copy takes 8 channels at a time where planes alias in the cache
-    (a multiple of 1024 elements), the plain copy elsewhere: the same values and strides."""
-    x = torch.randn(shape)
+    (a multiple of 4 KiB), the plain copy elsewhere: the same values and strides."""
+    x = torch.randn(shape, dtype=dtype)
     got = runtime.channels_last(x)
     want = x.contiguous(memory_format=torch.channels_last)
     assert torch.equal(got, want) and got.stride() == want.stride()
     leaf = x.clone().requires_grad_()
     runtime.channels_last(leaf).sum().backward()  # recorded by autograd as one copy
-    assert torch.equal(leaf.grad, torch.ones(shape))
+    assert torch.equal(leaf.grad, torch.ones(shape, dtype=dtype))
 
 
 def test_a_unet_input_is_copied_in_chunks_and_replayed():
