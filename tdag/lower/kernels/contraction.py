@@ -69,10 +69,10 @@ def _einsum_cost(spec: Einsum, ins, out: TensorType) -> Cost:
 # a primitive on every call (~15 us). MKL packs the weight on every call instead, which in a
 # model, its weights fetched from memory again each time, costs more than in a loop over one
 # product: in isolation MKL wins at [128, 256] x [256, 256] (2**23: 178 against 187 us), yet
-# BERT's, T5's and GPT-2's modules ran 2.5-3.6% faster with their 2**22-2**23 products packed
-# (Llama's and Whisper's 1.6-1.8%). Unpacked (a weight computed per call), oneDNN reorders it
-# on every call too, and is taken from 2**24 (a [128, 256] x [256, 1024] projection is 2**25:
-# 653 against 701 us).
+# BERT's, Whisper's and T5's modules ran 1.7-2.6% faster with their 2**22-2**23 products
+# packed (GPT-2's and Llama's 0.7-0.9%; each call timed right after an eager one).
+# Unpacked (a weight computed per call), oneDNN reorders it on every call too, and is taken
+# from 2**24 (a [128, 256] x [256, 1024] projection is 2**25: 653 against 701 us).
 ONEDNN_MACS = 2 ** 24
 PACKED_MACS = 2 ** 22
 PACKABLE = (TensorKind.parameter, TensorKind.const)  # weights a call reads unchanged
