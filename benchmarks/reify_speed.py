@@ -114,7 +114,12 @@ def set_threads(n: int) -> None:
 
 
 def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
-    """Median seconds per call of each of ``fns``, the order rotating every round."""
+    """Median seconds per call of each of ``fns``, the order rotating every round.
+
+    Not for two variants of one module: the rotation often runs the second slot right after
+    the first, and a module called after its twin finds its shapes warm (two instances of
+    one reified MobileNet-v2 came out 0.89-0.95 of each other, a UNet block 0.93). Use
+    ``after_each`` there."""
     for _ in range(3):  # warm up every side
         for fn in fns:
             fn()
@@ -128,6 +133,27 @@ def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
                 fns[i]()
             times[i].append((time.perf_counter() - start) / inner)
     return [statistics.median(t) for t in times]
+
+
+def after_each(reference, variants, rounds: int, inner: int) -> tuple[float, list[float]]:
+    """Median seconds per call of ``reference`` and of each of ``variants``, each variant's
+    calls timed right after ``reference``'s (as ``interleaved`` times a module after eager),
+    the variants' order reversed every other round: an A/B of variants of one module, whose
+    twins measured so agree within 2% (MobileNet-v2 1.009 and 1.012, a UNet block 0.990 and
+    1.015)."""
+    for _ in range(3):
+        for fn in (reference, *variants):
+            fn()
+    ref, times = [], [[] for _ in variants]
+    for r in range(rounds):
+        order = range(len(variants)) if r % 2 == 0 else reversed(range(len(variants)))
+        for i in order:
+            for fn, out in ((reference, ref), (variants[i], times[i])):
+                start = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                out.append((time.perf_counter() - start) / inner)
+    return statistics.median(ref), [statistics.median(t) for t in times]
 
 
 def interleaved(a, b, rounds: int, inner: int) -> tuple[float, float]:
