@@ -525,24 +525,26 @@ def _emit_weight_grad(node: Node, ctx: Context, win, dy: str, r: _GradRoles, lo:
 NCHWC_BLOCK = 16
 
 
-def concat_split_rule(node: Node, ctx: Context):
-    """conv(concat(a, b, ... on channels), w, bias) with a 1x1 kernel, one group ->
-    conv(a, w[:, :Ca], bias) + conv(b, w[:, Ca:Ca+Cb]) + ...: a convolution is linear in its
-    input channels.
+def concat_split_rule(node: Node, ctx: Context, wide: bool = True):
+    """conv(concat(a, b, ... on channels), w, bias) of one group -> conv(a, w[:, :Ca], bias)
+    + conv(b, w[:, Ca:Ca+Cb]) + ...: a convolution is linear in its input channels; ``wide``:
+    kernels wider than 1x1 too.
 
-    Each piece's product reads the piece where it lies, so the joined copy is neither
-    written nor read: the UNet block's join (16 + 32 channels to 16 at 64x64) wrote and read
-    3 MB for a 1 MB result; split, its torch module runs 6-7% faster (each call timed right
-    after an eager one) and onnxruntime fuses the sum into the second Conv. Only where the
-    concatenation has no other reader (else it is written anyway), each piece fills whole
-    NCHWc blocks, and the weight has no other reader (else a file would hold it twice). A
-    wider kernel is split only in the ONNX file (``tdag.reify.onnx.shortcuts``): torch's
-    3x3 convolutions of 32 and 64 channels took 1.03-1.05x the joined one's time split."""
+    Each piece's convolution reads the piece where it lies, so the joined copy is neither
+    written nor read: the UNet block's 1x1 join (16 + 32 channels to 16 at 64x64) wrote and
+    read 3 MB for a 1 MB result; split, its torch module runs 6-7% faster (each call timed
+    right after an eager one), and onnxruntime fuses each sum into the next Conv and keeps
+    the pieces in its blocked layout, where the Concat needs them back in NCHW and reordered
+    again (UNetBlock(16) on [4, 16, 64, 64]: 2.25 -> 1.78 ms). Only where the concatenation
+    has no other reader (else it is written anyway), each piece fills whole NCHWc blocks, and
+    the weight has no other reader (else a file would hold it twice). The torch module
+    splits 1x1 kernels alone (``split_concat_1x1``): its 3x3 convolutions of 32 and 64
+    channels took 1.03-1.05x the joined one's time split."""
     x, w = node.inputs[:2]
     cat = ctx.made(x, Op.concat)
     if cat is None or cat.spec.axis != 1 or not ctx.single_use(x) or node.spec.groups != 1:
         return NoMatch("not a one-group convolution of a concatenation on channels")
-    if any(k != 1 for k in ctx.type(w).shape[2:]):
+    if not wide and any(k != 1 for k in ctx.type(w).shape[2:]):
         return NoMatch("a kernel wider than 1x1")
     widths = [ctx.type(piece).shape[1] for piece in cat.inputs]
     if not all(is_static(c) and c % NCHWC_BLOCK == 0 for c in widths) or \
@@ -557,6 +559,11 @@ def concat_split_rule(node: Node, ctx: Context):
     return emit.finish(total)
 
 
+def concat_split_1x1_rule(node: Node, ctx: Context):
+    """``concat_split_rule`` of a 1x1 kernel alone (the torch module's)."""
+    return concat_split_rule(node, ctx, wide=False)
+
+
 RULES = (
     Rule(Op.einsum, conv_rule),           # einsum(windows of x, w) -> conv(x', w')
     Rule(Op.einsum, weight_grad_rule),    # einsum(windows of x, dy) -> conv_weight_grad(dy', x')
@@ -566,8 +573,11 @@ RULES = (
 FUSE_RULES = (
     Rule(Op.add, conv_bias_rule),  # conv(x, w) + bcast(b over channels) -> conv(x, w, b)
 )
+
+
 # after the bias has joined its convolution (FUSE_RULES' fixed point), so that it goes to
 # the first piece's call
 SPLIT_RULES = (
-    Rule(Op.conv, concat_split_rule),  # conv1x1(concat(a, b), w) -> conv(a, w1) + conv(b, w2)
+    Rule(Op.conv, concat_split_rule),  # conv(concat(a, b), w) -> conv(a, w1) + conv(b, w2)
 )
+SPLIT_1X1_RULES = (Rule(Op.conv, concat_split_1x1_rule),)

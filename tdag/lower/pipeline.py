@@ -68,8 +68,10 @@ PASSES: dict[str, Pass] = {
     # Program level: neighbouring calls as one TDAG, so the passes above see across them
     "join_calls": join_calls,
     "fuse": rule_pass(*contraction.FUSE_RULES, *conv.FUSE_RULES, *norms.AFFINE_RULES),
-    # FINAL: a 1x1 convolution of a concatenation as a sum over its pieces
+    # FINAL: a convolution of a concatenation as a sum over its pieces (any kernel, for the
+    # ONNX file; 1x1 alone, for the torch module)
     "split_concat": rule_pass(*conv.SPLIT_RULES),
+    "split_concat_1x1": rule_pass(*conv.SPLIT_1X1_RULES),
     # FINAL: batch norms and channel scales into fixed conv / linear weights, exact cast
     # chains, nodes of weights alone into consts (a deployment optimiser's folds)
     "fold": fold.FOLD,

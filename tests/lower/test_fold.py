@@ -15,6 +15,7 @@ from tdag import ops
 from tdag.ir.op import Op
 from tdag.ir.types import TensorKind
 from tdag.lower import lower
+from tdag.reify.torch.module import lowered
 
 from support.targets import on_targets
 
@@ -300,11 +301,23 @@ def test_concat_1x1_conv_splits_over_its_pieces(bias):
     _check_targets(low, args, want)
 
 
-@pytest.mark.parametrize("case", [dict(kernel=3), dict(groups=2), dict(read_again=True),
-                                  dict(width=8)])
+def test_a_3x3_conv_of_a_concat_splits_in_the_file_alone():
+    """``lower`` (the ONNX file's) splits any kernel; to_torch's lowering 1x1 alone (its 3x3
+    convolutions ran slower split)."""
+    model = SkipJoin(kernel=3).eval()
+    args = (torch.randn(2, 16, 8, 8),)
+    with torch.no_grad():
+        want = model(*args)
+    prog = tdag.from_torch(model, args)
+    assert Counter(n.op for n in lower(prog, check=True).graph.nodes)[Op.concat] == 0
+    assert Counter(n.op for n in lowered(prog).graph.nodes)[Op.concat] == 1
+    _check_targets(prog, args, want)
+
+
+@pytest.mark.parametrize("case", [dict(groups=2), dict(read_again=True), dict(width=8)])
 def test_concat_conv_kept_where_a_split_gains_nothing(case):
-    """A 3x3 kernel (split in the ONNX file alone) or groups; a concat read again is written
-    anyway; a piece of 8 channels runs unfused in onnxruntime."""
+    """Groups; a concat read again is written anyway; a piece of 8 channels runs unfused in
+    onnxruntime."""
     model = SkipJoin(**case).eval()
     args = (torch.randn(2, 16, 8, 8),)
     with torch.no_grad():

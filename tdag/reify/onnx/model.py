@@ -39,9 +39,7 @@ from tdag.reify.onnx import ort
 from tdag.reify.onnx.carriers import emit_carried
 from tdag.reify.onnx.complex import refuse_complex_io
 from tdag.reify.onnx.shortcuts import (
-    concat_conv_parts,
     counted_size,
-    emit_conv_sum,
     emit_mean,
     is_normalised_sum,
     mean_of,
@@ -393,12 +391,6 @@ class _GraphEmitter:
             rank = self.type(x).rank
             self.shortcuts[node.name] = lambda ins: emit_mean(node, ins[0], axes, self.g, rank)
             return [x]
-        parts = concat_conv_parts(self.ctx, node)
-        if parts is not None:
-            conv = record(Op.conv).onnx
-            self.shortcuts[node.name] = lambda ins: emit_conv_sum(node, ins, parts, self.g,
-                                                                  self, conv)
-            return [part for part, _ in parts] + names[2:]
         if node.op is Op.gather and unwrapped_index(self.ctx, node) is not None:
             return [names[0], unwrapped_index(self.ctx, node)]
         if not has(node.op, Trait.SCALAR_OPERAND):

@@ -1,5 +1,5 @@
 """Shorter ONNX for three idioms that tdag spells with primitives and ONNX has one op for,
-and two forms that keep onnxruntime on its faster kernels (issue 25).
+and a form that keeps onnxruntime on its faster kernels (issue 25).
 
 Read from the lowered TDAG while it is written; each returns None where it does not apply,
 and the nodes it skips are left unread (``prune`` drops them):
@@ -8,7 +8,6 @@ and the nodes it skips are left unread (``prune`` drops them):
     gather(t, where(i < 0, i + len, i))         -> Gather(t, i)   (ONNX's Gather wraps i < 0)
     reduce[sum](x, axes) / size(x, axes)        -> ReduceMean (GlobalAveragePool over H, W)
     layer_norm(a + b)                           -> LayerNormalization(Sum(a, b))
-    conv(concat([a, b, ...], axis=1), W, bias)  -> Conv(b, W_b, bias) + Conv(a, W_a) + ...
 
 tdag has no op for a run-time size (``ops.dim_tensor`` sums a vector of ones) nor for a mean
 (``ops.mean`` divides a sum by its count), and its gather takes no negative index (the ONNX
@@ -22,20 +21,12 @@ two nodes it replaces: 168 us against 30 us on [128, 256] rows, 488 against 70 o
 that a layer norm reads is written as ONNX's ``Sum`` of the two, the same addition, which
 that fusion does not match.
 
-A conv of channels joined by a concat (a U-Net's skip connection) is the sum of the convs
-of each part by its slice of the weight's input channels (a conv is linear in its input): the
-joined tensor is never written, and onnxruntime fuses each Add into the Conv after it (its
-NCHWc Conv's summed input) and keeps the parts in its blocked layout, where the Concat needs
-them back in NCHW and reordered again (UNetBlock(16) on [4, 16, 64, 64]: 2.25 -> 1.78 ms).
-Only where each part's channels fill whole blocks of that layout: a part of 8 channels stays
-in NCHW, its Conv and the Add unfused (8 + 24 channels into a 3x3 conv: 1.26x the concat's
-time). A 1x1 conv arrives already split by ``lower``'s final ``split_concat`` rule, which
-the torch module gains from too.
+A conv of channels joined by a concat (a U-Net's skip connection) arrives as the sum of its
+pieces' convs: ``lower``'s final ``split_concat`` pass (``tdag.lower.conv``).
 """
 from __future__ import annotations
 
 import sympy
-import torch
 
 from tdag.deinops.elementwise import CompareKind
 from tdag.deinops.reduce import ReduceKind
@@ -44,7 +35,6 @@ from tdag.ir.record import Trait, has
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static, product
 from tdag.ir.types import DType
-from tdag.lower.conv import NCHWC_BLOCK
 from tdag.lower.match import scalar
 
 
@@ -135,38 +125,6 @@ def is_normalised_sum(ctx: Context, node) -> bool:
     keeps onnxruntime's slower SkipLayerNormalization out: see above)."""
     return node.op is Op.add and node.type.dtype is DType.f32 and \
         any(r.op is Op.layer_norm and r.inputs[0] == node.name for r in ctx.readers(node.name))
-
-
-def concat_conv_parts(ctx: Context, node) -> list[tuple[str, torch.Tensor]] | None:
-    """[(part, its slice of W)] where ``node`` is a float32 conv(concat(parts, axis=1), W)
-    of one group, each part's channels a multiple of ``NCHWC_BLOCK``, W a weight with a
-    value that this conv alone reads (its slices replace it in the file) and the concat read
-    by nothing else; else None."""
-    if node.op is not Op.conv or node.spec.groups != 1 or node.type.dtype is not DType.f32:
-        return None
-    joined = ctx.made(node.inputs[0], Op.concat)
-    weight = ctx.weight(node.inputs[1])
-    if joined is None or joined.spec.axis != 1 or not ctx.single_use(joined.name) or \
-            weight is None or weight.value is None or len(ctx.readers(node.inputs[1])) != 1:
-        return None
-    widths = [ctx.type(part).shape[1] for part in joined.inputs]
-    if not all(is_static(w) and int(w) % NCHWC_BLOCK == 0 for w in widths):
-        return None
-    slices = torch.split(weight.value, [int(w) for w in widths], dim=1)
-    return list(zip(joined.inputs, slices))
-
-
-def emit_conv_sum(node, ins: list, parts: list, g, cx, conv) -> str:
-    """``node``, a conv of the concat of ``parts`` (``ins``: their ONNX values, then the
-    bias if any), as the sum of each part's conv, the bias in the last; ``conv`` writes one
-    Conv of ``node``'s attributes."""
-    bias = ins[len(parts):]
-    out = None
-    for i, ((_, w), x) in enumerate(zip(parts, ins)):
-        term = conv(node, [x, g.weight(f"{node.inputs[1]}.{i}", w)] +
-                    (bias if i == len(parts) - 1 else []), g, cx)
-        out = term if out is None else g.node("Add", [term, out])
-    return out
 
 
 def _same(a: tuple, b: tuple) -> bool:

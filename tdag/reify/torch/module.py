@@ -84,7 +84,7 @@ def lowered(prog: Program) -> Program:
     concatenation, split, reads slices of its weight as views). ``tdag.memory`` and
     ``tdag.remat`` replay this one: another lowering (the ONNX file's weight folds) holds
     other tensors."""
-    return lower_program(prog, final=("split_concat", "fold_consts"))
+    return lower_program(prog, final=("split_concat_1x1", "fold_consts"))
 
 
 class _Builder:
