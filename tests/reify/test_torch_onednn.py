@@ -1,6 +1,6 @@
-"""The reified module's oneDNN calls (tdag/lower/kernels/onednn.py): large float32
+"""The reified module's oneDNN and MKL calls (tdag/lower/kernels/onednn.py): large float32
 projections (``_rt.linear``, from ``PACKED_MACS`` multiply-adds on a packed weight and
-``ONEDNN_MACS`` on another, F.linear below) and 2-d
+``ONEDNN_MACS`` on another, F.linear below; MKL's packed sgemm on an Intel CPU) and 2-d
 convolutions (``_rt.conv2d``) on weights packed once and kept beside them, with a SiLU, GELU
 or hardswish that alone reads the result applied inside the call (not a ReLU or clamp:
 oneDNN's turn NaN into 0). The same values as torch's ops; autograd, torch.compile and
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from torch import nn
 
 import tdag
+from tdag.lower.kernels import onednn
 from tdag.lower.kernels.onednn import conv1x1 as onednn_conv1x1
 from tdag.lower.kernels.onednn import conv2d as onednn_conv2d
 from tdag.lower.kernels.onednn import linear as onednn_linear
@@ -65,6 +67,60 @@ def test_onednn_linear_equals_f_linear_on_every_operand_form():
                 for _ in range(2):  # packed on the first call, read from the packs after
                     assert_close(onednn_linear(x, weight, bias, packs, "k"), want)
                 assert packs["k"][1].is_mkldnn
+
+
+def _packer(packs: dict, key: str):
+    """The function that made the pack under ``key`` (the stamp's last part)."""
+    return packs[key][0][-1]
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
+def test_mkl_packed_product_equals_f_linear_and_narrow_ones_stay_onednn(monkeypatch):
+    """Where ``MKL_PACKED`` (an Intel CPU; forced here on any), a product of at least 128
+    input and 128 output features runs MKL's prepacked sgemm: F.linear's kernels, so the
+    same bits where F.linear runs sgemm too (rows past a handful), on every operand form;
+    narrower ones keep oneDNN's call with its post-op."""
+    monkeypatch.setattr(onednn, "MKL_PACKED", True)
+    torch.manual_seed(0)
+    w, b = torch.randn(256, 192), torch.randn(256)
+    for x in (torch.randn(128, 192), torch.randn(2, 3, 5, 192), torch.randn(2, 192, 40).mT,
+              torch.randn(192), torch.randn(0, 192)):
+        for weight in (w, w.t().contiguous().mT):
+            for bias in (b, None):
+                want, packs = nn.functional.linear(x, weight, bias), {}
+                for _ in range(2):
+                    got = onednn_linear(x, weight, bias, packs, "k")
+                    assert_close(got, want, f"{tuple(x.shape)}")
+                    if x.numel() // 192 >= 30:
+                        assert torch.equal(got, want)
+                assert _packer(packs, "k") is onednn._pack_mkl and packs["k"][1].is_mkldnn
+    x = torch.randn(128, 192)
+    gelu = ("gelu", [], "none")
+    packs = {}
+    assert_close(onednn_linear(x, w, b, packs, "wide", gelu),
+                 nn.functional.gelu(nn.functional.linear(x, w, b)))
+    narrow = torch.randn(64, 192)  # 64 outputs: oneDNN's product, the GELU inside it
+    assert_close(onednn_linear(x, narrow, None, packs, "narrow", gelu),
+                 nn.functional.gelu(nn.functional.linear(x, narrow)))
+    assert _packer(packs, "wide") is onednn._pack_mkl
+    assert _packer(packs, "narrow") is onednn._pack_linear
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
+def test_a_pack_is_never_read_by_the_other_library(monkeypatch):
+    """A pack is stamped with the function that made it: switching ``MKL_PACKED`` between
+    calls packs again (MKL's sgemm handed oneDNN's blocks would crash the process), and
+    MKL's call on other rows than its pack's runs F.linear's."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(128, 256), torch.randn(256, 256), torch.randn(256)
+    want, packs = nn.functional.linear(x, w, b), {}
+    for flag in (False, True, False, True):
+        monkeypatch.setattr(onednn, "MKL_PACKED", flag)
+        assert_close(onednn_linear(x, w, b, packs, "k"), want, f"MKL_PACKED={flag}")
+        assert _packer(packs, "k") is (onednn._pack_mkl if flag else onednn._pack_linear)
+    fewer = x[:40]
+    assert torch.equal(onednn_linear(fewer, w, b, packs, "k"),
+                       nn.functional.linear(fewer, w, b))
 
 
 def test_onednn_conv2d_equals_f_conv2d_on_every_form():

@@ -79,8 +79,9 @@ PACKABLE = (TensorKind.parameter, TensorKind.const)  # weights a call reads unch
 
 
 def _linear_call(node, code, weight: str) -> str:
-    """``F.linear``, or ``_rt.linear`` (oneDNN) for a float32 product of a static size of
-    at least ``PACKED_MACS`` multiply-adds on a ``weight`` it packs, or ``ONEDNN_MACS``."""
+    """``F.linear``, or ``_rt.linear`` (oneDNN, or MKL's packed sgemm: ``onednn.MKL_PACKED``)
+    for a float32 product of a static size of at least ``PACKED_MACS`` multiply-adds on a
+    ``weight`` it packs, or ``ONEDNN_MACS``."""
     ins = [code.ctx.type(n) for n in node.inputs[:2]]
     macs = product(label_sizes(node.spec, ins).values())
     if not (is_static(macs) and ins[0].dtype is DType.f32):
