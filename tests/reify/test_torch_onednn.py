@@ -70,8 +70,8 @@ def test_onednn_linear_equals_f_linear_on_every_operand_form():
 
 
 def _packer(packs: dict, key: str):
-    """The function that made the pack under ``key`` (the stamp's last part)."""
-    return packs[key][0][-1]
+    """The function that made the pack under ``key`` (the stamp's first part)."""
+    return packs[key][0][0]
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="torch built without MKL")
@@ -400,3 +400,79 @@ def test_a_split_convs_weight_slices_are_packed_and_follow_the_weight():
         model.load_state_dict(state)
         module.load_state_dict(state)
         assert_close(module(x), model(x), "reloaded")
+
+
+class _NormedConvs(nn.Module):
+    """Convolutions each read by an eval-mode batch norm alone: a 3x3 without bias, a
+    depthwise one with a bias, a norm without affine, a large 1x1 (a packed product) and a
+    small one (F.linear), then a SiLU after a norm (not fused: the norm reads the conv)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn0 = nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
+        self.dw, self.bn1 = nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.BatchNorm2d(64)
+        self.dw2, self.plain = nn.Conv2d(64, 64, 3, padding=1, groups=64), \
+            nn.BatchNorm2d(64, affine=False)
+        self.wide, self.bn2 = nn.Conv2d(64, 256, 1, bias=False), nn.BatchNorm2d(256)
+        self.narrow, self.bn3 = nn.Conv2d(256, 8, 1), nn.BatchNorm2d(8)
+        for bn in (self.bn0, self.bn1, self.plain, self.bn2, self.bn3):  # statistics of a model
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            if bn.affine:
+                nn.init.uniform_(bn.weight, 0.5, 1.5)
+                nn.init.uniform_(bn.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        x = torch.relu(self.bn0(self.stem(x)))
+        x = self.plain(self.dw2(x)) + self.bn1(self.dw(x))
+        x = nn.functional.silu(self.bn2(self.wide(x)))
+        return self.bn3(self.narrow(x))
+
+
+def test_batch_norms_fold_into_their_convolutions_packs():
+    """Each norm that alone reads a packed convolution goes into the call (``norm=``) and
+    into its pack: the weight scaled per channel, the bias shifted. The values of eager;
+    ``tdag.memory`` within 1% of MemTracker; the pack follows the statistics
+    (load_state_dict, an in-place update of a running mean); autograd and prepack=False
+    compute the norm themselves."""
+    torch.manual_seed(0)
+    model, x = _NormedConvs().eval(), torch.randn(2, 3, 32, 32)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert module.code.count("norm=(") == 5 and "F.batch_norm" not in module.code
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "folded")
+        assert_close(module(x), model(x), "from the packs")
+    assert sum(isinstance(made, tuple) for _, made, _ in module._tdag_packs.values()) == 5
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    other = _NormedConvs().eval()
+    state = {k: v for k, v in other.state_dict().items()  # a count the program never reads
+             if not k.endswith("num_batches_tracked")}
+    module.load_state_dict(state)
+    with torch.inference_mode():
+        assert_close(module(x), other(x), "after load_state_dict")
+    with torch.no_grad():
+        module.get_buffer("bn2.running_mean").add_(0.5)
+        other.bn2.running_mean.add_(0.5)
+    with torch.inference_mode():
+        assert_close(module(x), other(x), "after a running mean's update")
+    with torch.enable_grad():
+        assert_close(module(x).detach(), other(x).detach(), "autograd")
+    unpacked = tdag.to_torch(prog, prepack=False)
+    unpacked.load_state_dict(module.state_dict())
+    with torch.inference_mode():
+        assert_close(unpacked(x), other(x), "prepack=False")
+
+
+def test_batch_norm_written_over_a_result_equals_f_batch_norm():
+    """``onednn.batch_norm`` in place (on a channels-last image, and on rows whose last axis
+    is the channel) computes F.batch_norm's values."""
+    torch.manual_seed(0)
+    y = torch.randn(2, 8, 5, 5).contiguous(memory_format=torch.channels_last)
+    mean, var, weight, bias = torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)
+    for norm in ((mean, var, weight, bias, 1e-3), (mean, var, None, None, 1e-5)):
+        want = nn.functional.batch_norm(y, *norm[:4], False, 0.0, norm[4])
+        assert_close(onednn.batch_norm(y.clone(), norm, inplace=True), want)
+        rows = y.permute(0, 2, 3, 1).clone()
+        assert_close(onednn.batch_norm(rows, norm, inplace=True, axis=-1).permute(0, 3, 1, 2),
+                     want)

@@ -130,6 +130,24 @@ def onednn_activation(node) -> tuple[tuple] | None:
     return None
 
 
+def folded_norm(node, conv, code) -> bool:
+    """Whether ``node`` is a batch norm the torch code folds into the convolution ``conv``
+    it reads (an ``_rt.conv2d`` or ``_rt.conv1x1`` call: ``onednn.conv2d``'s ``norm``): its
+    statistics and affine weights are the graph's parameters, buffers or consts (a buffer
+    the module updates is written over in place, which its pack's stamp sees)."""
+    return node.op is Op.batch_norm and conv is not None and conv.op is Op.conv and \
+        node.inputs[0] == conv.name and onednn_product(conv, code) and \
+        all(_weight_kind(name, code) in NORM_SOURCES for name in node.inputs[1:])
+
+
+NORM_SOURCES = (*PACKABLE, TensorKind.buffer)
+
+
+def _weight_kind(name: str, code) -> TensorKind | None:
+    weight = code.ctx.graph.weights.get(name)
+    return weight.kind if weight is not None else None
+
+
 def onednn_product(node, code) -> bool:
     """Whether the torch code of ``node`` is a oneDNN call taking a post-op: an
     ``_rt.linear`` product or an ``_rt.conv2d`` convolution."""

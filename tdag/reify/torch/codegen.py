@@ -24,7 +24,7 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
-from tdag.lower.kernels.contraction import onednn_activation, onednn_product
+from tdag.lower.kernels.contraction import folded_norm, onednn_activation, onednn_product
 from tdag.lower.match import scalar
 from tdag.refine.consumed import view_roots
 from tdag.refine.dataflow import fresh_definers, sizes_named
@@ -201,7 +201,9 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
                 expr = _source(fused[node.name][0] if node.name in fused else node, operands,
                                code)
             extra = fused[node.name][1] if node.name in fused else activated.get(node.name)
-            if extra:  # the product's call, with the activation as its epilogue
+            if extra == NORM:  # the convolution's call, the norm folded into its weight
+                expr = f"{expr[:-1]}, {_norm_argument(node, operands[node.name][0])})"
+            elif extra:  # the product's call, with the activation as its epilogue
                 expr = expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
@@ -233,20 +235,34 @@ def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
     return fused, activated, aliases
 
 
-def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple]]:
+NORM = "norm"  # an epilogue's extra arguments: the batch norm's own operands (``norm=``)
+
+
+def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str]]:
     """The activations the torch code applies inside the product they read (an
-    ``onednn_linear`` call that only they read): activation node -> (the product's node, the
-    call's extra arguments). The product is then not written on its own line."""
+    ``onednn_linear`` call that only they read), and the batch norms it folds into the
+    convolution they read (``folded_norm``): node -> (the product's node, the call's extra
+    arguments, or ``NORM``). The product is then not written on its own line."""
     producer = {node.name: node for node in graph.nodes}
     users = graph.users()
     fused = {}
     for node in graph.nodes:
+        product = producer.get(node.inputs[0]) if node.inputs else None
+        if product is None or product.name in graph.outputs or users[product.name] != [node]:
+            continue
         extra = onednn_activation(node)
-        product = producer.get(node.inputs[0]) if extra else None
-        if product is not None and onednn_product(product, code) and \
-                product.name not in graph.outputs and users[product.name] == [node]:
+        if extra and onednn_product(product, code):
             fused[node.name] = (product, extra)
+        elif folded_norm(node, product, code):
+            fused[node.name] = (product, NORM)
     return fused
+
+
+def _norm_argument(node: Node, operands: list[str]) -> str:
+    """``norm=(mean, var, weight, bias, eps)`` of the batch norm ``node`` (its operands'
+    expressions ``operands``) folded into the convolution it reads."""
+    parts = list(operands[1:]) + ["None"] * (5 - len(operands))
+    return f"norm=({', '.join(parts)}, {node.spec.eps!r})"
 
 
 def reshaped_epilogues(graph: TDAG, code: Code, fused: dict) -> tuple[dict, dict]:
@@ -271,10 +287,11 @@ def reshaped_epilogues(graph: TDAG, code: Code, fused: dict) -> tuple[dict, dict
 
 
 def _fused_refs(refs: dict, fused: dict) -> dict:
-    """``refs`` with each fused activation reading its product's operands instead."""
+    """``refs`` with each fused node reading its product's operands in the product's stead
+    (and its own others: a batch norm's statistics)."""
     out = dict(refs)
     for name, (product, _) in fused.items():
-        out[name] = refs[product.name]
+        out[name] = set(refs[product.name]) | (set(refs[name]) - {product.name})
     return out
 
 
