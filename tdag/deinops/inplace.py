@@ -34,13 +34,21 @@ def overwritten_operand(node, code) -> tuple[str, ...]:
     return ()
 
 
+# kernels whose torch code always returns a new tensor of their operand's type (F.batch_norm
+# in eval mode, F.layer_norm, F.group_norm, F.rms_norm; a batch norm folded into the
+# convolution it reads is that convolution's result): MobileNet-v2's ReLU6 after each norm
+# then clamps in place
+_FRESH_KERNELS = (Op.einsum, Op.conv, Op.batch_norm, Op.layer_norm, Op.group_norm,
+                  Op.rms_norm)
+
+
 def _fresh(producer) -> bool:
     """Whether the torch code of ``producer`` returns a tensor of its own: a product, a
-    convolution or an elementwise op, but not a cast (``.to`` of the same dtype, or
+    convolution, a norm or an elementwise op, but not a cast (``.to`` of the same dtype, or
     ``.real`` of a complex tensor, returns a view) nor a bitcast (a view)."""
     if producer is None or producer.op in (Op.cast, Op.bitcast):
         return False
-    return producer.op in (Op.einsum, Op.conv) or has(producer.op, Trait.ELEMENTWISE)
+    return producer.op in _FRESH_KERNELS or has(producer.op, Trait.ELEMENTWISE)
 
 
 def written_operand(node, a, code) -> int | None:

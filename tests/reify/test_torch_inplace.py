@@ -78,6 +78,25 @@ def test_a_cnn_writes_its_activations_over_the_convolutions():
     assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
 
 
+def test_activations_after_norms_write_over_the_norms():
+    """A norm's result is a new tensor (F.batch_norm in eval mode, F.layer_norm, F.group_norm,
+    or the convolution a batch norm is folded into): the ReLU6 or SiLU after it clamps or
+    activates in place, as MobileNet's blocks; the values of eager; ``tdag.memory``'s replay
+    within 1% of MemTracker."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                          nn.ReLU6(), nn.GroupNorm(4, 16), nn.SiLU(), nn.Flatten(2),
+                          nn.LayerNorm(256), nn.ReLU()).eval()
+    x = torch.randn(2, 8, 16, 16)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    code = module.code
+    assert "torch.clamp_(" in code and "torch.relu_(" in code and "inplace=True" in code
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "after norms")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+
+
 def test_a_view_of_an_input_is_never_written_over():
     """A complex input's real part (a cast that torch runs as ``.real``, a view) and a
     reshape of an input: the ReLUs after them write new tensors, the inputs stay."""
