@@ -3,12 +3,14 @@
 optimiser (``SessionOptions.optimized_model_filepath``).
 
 Each model goes torch -> ``tdag.from_torch`` -> ``tdag.lower`` -> ``to_torch`` / ``to_onnx``.
-The sides of each comparison are timed interleaved (the order rotates every round) and each
-side's median is taken, so a noisy machine slows all alike. A ratio below 1 means tdag's
-version is faster. Issue 25's targets: tdag's ONNX over the exporter's <= 0.95x geo-mean, none
-above 1.05x; the torch module over eager <= 0.6x geo-mean; outputs within 1e-5 relative.
+The sides of each comparison are timed interleaved (the order rotates every round); the ms
+columns are each side's median, a ratio the median over rounds of that round's ratio (its
+two sides timed back to back, so a machine whose speed drifts slows both alike). A ratio
+below 1 means tdag's version is faster. Issue 25's targets: tdag's ONNX over the exporter's
+<= 0.95x geo-mean, none above 1.05x; the torch module over eager <= 0.6x geo-mean; outputs
+within 1e-5 relative.
 
-    eager, tdag, torch x     eager ms, the reified module's ms, their ratio
+    eager, tdag, torch x     eager ms, the reified module's ms, tdag / eager
     export, export-opt       the exporter's file on onnxruntime, and that file after
                              onnxruntime's offline optimiser (saved, then loaded as a file)
     tdag-onnx, x exp, x opt  ``to_onnx``'s file on onnxruntime, over each of the two
@@ -113,13 +115,8 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
-    """Median seconds per call of each of ``fns``, the order rotating every round.
-
-    Not for two variants of one module: the rotation often runs the second slot right after
-    the first, and a module called after its twin finds its shapes warm (two instances of
-    one reified MobileNet-v2 came out 0.89-0.95 of each other, a UNet block 0.93). Use
-    ``after_each`` there."""
+def round_times(fns, rounds: int, inner: int) -> list[list[float]]:
+    """Seconds per call of each of ``fns`` in each round, the order rotating every round."""
     for _ in range(3):  # warm up every side
         for fn in fns:
             fn()
@@ -132,7 +129,24 @@ def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
             for _ in range(inner):
                 fns[i]()
             times[i].append((time.perf_counter() - start) / inner)
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def paired_ratio(times: list[float], reference: list[float]) -> float:
+    """The median over rounds of each round's ``times / reference``: the two timed back to
+    back, so a machine whose speed drifts between rounds (a shared core: the 512^3 product
+    read 92-145 GFLOP/s between runs on one Xeon) moves both sides of each ratio alike."""
+    return statistics.median(t / r for t, r in zip(times, reference))
+
+
+def interleaved_all(fns, rounds: int, inner: int) -> list[float]:
+    """Median seconds per call of each of ``fns``, the order rotating every round.
+
+    Not for two variants of one module: the rotation often runs the second slot right after
+    the first, and a module called after its twin finds its shapes warm (two instances of
+    one reified MobileNet-v2 came out 0.89-0.95 of each other, a UNet block 0.93). Use
+    ``after_each`` there."""
+    return [statistics.median(t) for t in round_times(fns, rounds, inner)]
 
 
 def after_each(reference, variants, rounds: int, inner: int) -> tuple[float, list[float]]:
@@ -259,7 +273,7 @@ def bench(name: str, rounds: int, scale: float = 2.0, level: str = "all",
         with torch.inference_mode():
             return module(*args)
 
-    t_eager, t_tdag = interleaved(eager, reified, rounds, _inner(eager))
+    eager_times, tdag_times = round_times((eager, reified), rounds, _inner(eager))
     folder = save and os.path.join(save, name)
     with tempfile.TemporaryDirectory() as tmp:
         if folder:
@@ -271,14 +285,16 @@ def bench(name: str, rounds: int, scale: float = 2.0, level: str = "all",
         feed = {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)}
         runs[key] = (lambda s, f: lambda: s.run(None, f))(sess, feed)
         errors.append(_error(runs[key](), ref))
-    t_export, t_opt, t_ours = interleaved_all(list(runs.values()), rounds,
-                                              _inner(runs["export"]))
+    export, opt, ours = round_times(list(runs.values()), rounds, _inner(runs["export"]))
     counts = {key: op_counts(data) for key, data in files.items()}
     floor = float(tdag.cost(prog).matmul_flops) / gemm_rate()
+    t_eager = statistics.median(eager_times)
     return {"model": name, "floor": floor / t_eager, "eager_ms": t_eager * 1e3,
-            "tdag_ms": t_tdag * 1e3, "torch_ratio": t_tdag / t_eager, "export_ms": t_export * 1e3,
-            "opt_ms": t_opt * 1e3, "onnx_ms": t_ours * 1e3, "export_ratio": t_ours / t_export,
-            "opt_ratio": t_ours / t_opt, "counts": counts,
+            "tdag_ms": statistics.median(tdag_times) * 1e3,
+            "torch_ratio": paired_ratio(tdag_times, eager_times),
+            "export_ms": statistics.median(export) * 1e3, "opt_ms": statistics.median(opt) * 1e3,
+            "onnx_ms": statistics.median(ours) * 1e3, "export_ratio": paired_ratio(ours, export),
+            "opt_ratio": paired_ratio(ours, opt), "counts": counts,
             "nodes": "/".join(str(sum(counts[k].values()))
                               for k in ("tdag", "export", "export-opt")),
             "error": max(errors)}
@@ -343,9 +359,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(MODELS)}")
     set_threads(opts.threads)
-    print(f"scale {opts.scale}, {opts.threads} thread(s), medians of {opts.rounds} interleaved"
-          f" rounds, ms; -opt: onnxruntime's optimiser at {opts.level}; nodes: tdag/export/"
-          f"export-opt")
+    print(f"scale {opts.scale}, {opts.threads} thread(s), {opts.rounds} interleaved rounds: ms "
+          f"medians, ratios medians of each round's; -opt: onnxruntime's optimiser at "
+          f"{opts.level}; nodes: tdag/export/export-opt")
     print("".join(format(title, align) for title, align, _ in COLUMNS))
     rows = []
     for name in names:
