@@ -9,6 +9,8 @@ result of the node defining it, on the line after it: ``s_nz0 = v_4.shape[0]``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import keyword
 import re
 
@@ -203,6 +205,9 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
             extra = fused[node.name][1] if node.name in fused else activated.get(node.name)
             if extra == NORM:  # the convolution's call, the norm folded into its weight
                 expr = f"{expr[:-1]}, {_norm_argument(node, operands[node.name][0])})"
+            elif isinstance(extra, NormThen):  # ... and the activation after the norm
+                norm = _norm_argument(extra.norm, operands[extra.norm.name][0])
+                expr = f"{expr[:-1]}, {extra.post!r}, {norm})"
             elif extra:  # the product's call, with the activation as its epilogue
                 expr = expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
             body.append(f"{scope(node.name)} = {expr}")
@@ -238,11 +243,22 @@ def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
 NORM = "norm"  # an epilogue's extra arguments: the batch norm's own operands (``norm=``)
 
 
-def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str]]:
+@dataclass(frozen=True, slots=True)
+class NormThen:
+    """An epilogue's extra arguments: a batch norm folded into the convolution (``norm``, the
+    node between them, not written), then the activation ``post`` inside the call."""
+
+    norm: Node
+    post: tuple
+
+
+def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str | NormThen]]:
     """The activations the torch code applies inside the product they read (an
-    ``onednn_linear`` call that only they read), and the batch norms it folds into the
-    convolution they read (``folded_norm``): node -> (the product's node, the call's extra
-    arguments, or ``NORM``). The product is then not written on its own line."""
+    ``onednn_linear`` call that only they read), the batch norms it folds into the
+    convolution they read (``folded_norm``), and a SiLU, GELU or hardswish after such a norm
+    (a conv -> norm -> SiLU block is one call): node -> (the product's node, the call's extra
+    arguments, ``NORM`` or a ``NormThen``). The product is then not written on its own
+    line, nor a norm a ``NormThen`` holds."""
     producer = {node.name: node for node in graph.nodes}
     users = graph.users()
     fused = {}
@@ -255,6 +271,9 @@ def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str]]:
             fused[node.name] = (product, extra)
         elif folded_norm(node, product, code):
             fused[node.name] = (product, NORM)
+        elif extra and fused.get(product.name, (None, None))[1] == NORM:
+            conv, _ = fused.pop(product.name)
+            fused[node.name] = (conv, NormThen(product, extra[0]))
     return fused
 
 
@@ -288,10 +307,13 @@ def reshaped_epilogues(graph: TDAG, code: Code, fused: dict) -> tuple[dict, dict
 
 def _fused_refs(refs: dict, fused: dict) -> dict:
     """``refs`` with each fused node reading its product's operands in the product's stead
-    (and its own others: a batch norm's statistics)."""
+    (and its own others: a batch norm's statistics; through a ``NormThen``, the norm's)."""
     out = dict(refs)
-    for name, (product, _) in fused.items():
-        out[name] = set(refs[product.name]) | (set(refs[name]) - {product.name})
+    for name, (product, extra) in fused.items():
+        between = [extra.norm.name] if isinstance(extra, NormThen) else []
+        skipped = {product.name, *between}
+        out[name] = set(refs[product.name]).union(
+            *(set(refs[n]) - skipped for n in [name, *between]))
     return out
 
 
