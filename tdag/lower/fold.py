@@ -37,6 +37,7 @@ from tdag.ir.rewrite import Alias, Context, NoMatch, Result, Rule, RuleSet, rewr
 from tdag.ir.types import DType, TensorKind, TensorType, fill_of
 from tdag.lower.kernels.contraction import Einsum
 from tdag.lower.kernels.einsum_plan import parse_equation, plan_einsum
+from tdag.lower.kernels.norms import batch_norm_affine
 from tdag.lower.match import trace_axes
 from tdag.refine.dataflow import live_names, prune, renamed
 from tdag.refine.grad.program import GradProgram
@@ -164,11 +165,9 @@ def batch_norm_fold(node: Node, ctx: FoldContext):
     values = [ctx.value(n) for n in node.inputs[1:]]
     if any(v is None for v in values):
         return NoMatch("statistics or affine are not fixed values")
-    mean, var, *affine = (v.double() for v in values)
-    scale = torch.rsqrt(var + node.spec.eps)
-    if affine:
-        scale = scale * affine[0]
-    shift = -mean * scale + (affine[1] if len(affine) > 1 else 0.0)
+    mean, var, *affine = values
+    affine += [None] * (2 - len(affine))
+    scale, shift = batch_norm_affine(mean, var, *affine, node.spec.eps)
     ctx.read.update(node.inputs[1:])
     return _refolded(node, ctx, kernel, scale, shift)
 

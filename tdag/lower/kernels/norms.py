@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 
 from tdag import ops
@@ -236,6 +237,17 @@ def per_channel_shape(name: str, ins) -> TensorType:
     for t in ins[1:]:
         same_shape(name, t, (x.shape[1],), x.dtype)
     return x
+
+
+def batch_norm_affine(mean, var, weight, bias, eps: float):
+    """Eval-mode batch norm as ``y * scale + shift`` per channel, in float64: what
+    lower's fold and the torch module's folded packs scale and shift a weight by (``weight``
+    and ``bias`` may be None)."""
+    scale = torch.rsqrt(var.double() + eps)
+    if weight is not None:
+        scale = scale * weight.double()
+    shift = -mean.double() * scale + (bias.double() if bias is not None else 0.0)
+    return scale, shift
 
 
 def _batch_norm_shape(spec: BatchNorm, ins):

@@ -35,6 +35,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from tdag.lower.kernels.norms import batch_norm_affine
+
 _AVAILABLE = torch.backends.mkldnn.is_available()
 NO_POST = ("none", [], "")  # (oneDNN's post-op name, its scalars, its algorithm)
 _LINEAR = torch.ops.mkldnn._linear_pointwise.default
@@ -119,21 +121,11 @@ def _norm_sources(bias: torch.Tensor | None, norm: tuple) -> tuple:
     return tuple(t for t in (bias, *norm[:4]) if t is not None)
 
 
-def _norm_affine(norm: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-    """The norm as ``y * scale + shift`` per channel, in float64."""
-    mean, var, weight, shift, eps = norm
-    scale = torch.rsqrt(var.double() + eps)
-    if weight is not None:
-        scale = scale * weight.double()
-    shift = -mean.double() * scale + (shift.double() if shift is not None else 0.0)
-    return scale, shift
-
-
 def _fold_norm(w: torch.Tensor, bias: torch.Tensor | None, norm: tuple,
                pack: Callable | None, *args) -> tuple:
     """(the weight with the norm folded in, packed by ``pack(w, *args)`` where given; the
     folded weight; the folded bias), in ``w``'s dtype and layout."""
-    scale, shift = _norm_affine(norm)
+    scale, shift = batch_norm_affine(*norm)
     if bias is not None:
         shift = shift + bias.double() * scale
     folded = (w.double() * scale.view((-1,) + (1,) * (w.dim() - 1))).to(w.dtype)
@@ -157,7 +149,7 @@ def batch_norm(y: torch.Tensor, norm: tuple | None, inplace: bool = False,
         return y
     if not inplace:
         return F.batch_norm(y, *norm[:4], False, 0.0, norm[4])
-    scale, shift = _norm_affine(norm)
+    scale, shift = batch_norm_affine(*norm)
     shape = [1] * y.dim()
     shape[axis] = -1
     return y.mul_(scale.to(y.dtype).view(shape)).add_(shift.to(y.dtype).view(shape))
