@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import copy
+
 import onnx
 import pytest
 import torch
@@ -154,6 +156,31 @@ def test_parameters_nest_by_their_dotted_names(block_program):
     assert module.attn.q.weight.abs().sum() == 0
 
 
+def test_source_state_dict_loads_strict_with_unread_buffers():
+    """An eval-mode batch norm never reads num_batches_tracked: the module holds no tensor for
+    it, yet loads the source model's state dict strict (inside a parent module too, under
+    its prefix); a key the program does not name is still refused."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    module = to_torch(from_torch(model, (x,)))
+    assert "1.num_batches_tracked" not in module.state_dict()
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        trained[1].running_mean.add_(1.0)
+        trained[0].weight.mul_(2.0)
+    module.load_state_dict(trained.state_dict())
+    with torch.no_grad():
+        assert_close(module(x), trained(x), "loaded")
+    parent = torch.nn.Sequential(module)
+    parent.load_state_dict({f"0.{k}": v for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        assert_close(parent(x), model(x), "loaded under a prefix")
+    with pytest.raises(RuntimeError, match="Unexpected key.*2.weight"):
+        module.load_state_dict({**model.state_dict(), "2.weight": torch.zeros(1)})
+
+
 def test_generated_code_frees_intermediates_and_reads_weights_directly(block_program):
     code = to_torch(block_program).code
     assert "\n    del " in code  # eager frees each value after its last use; so must we
@@ -287,13 +314,14 @@ def test_torch_to_tdag_to_torch_and_onnx(name):
     model, inputs = make_model(name)
     prog = from_torch(model, inputs(2), dynamic_batch=True)
     module, onnx_model = to_torch(prog), to_onnx(prog)
-    # every Program weight is a source weight under its name. from_torch may drop buffers
-    # the forward never reads (BatchNorm's num_batches_tracked), and the IR does not say
-    # that a buffer is non-persistent (a rotary inv_freq), so only those keys may differ
+    # every Program weight is a source weight under its name. The module holds no tensor
+    # for a buffer the forward never reads (BatchNorm's num_batches_tracked) and takes its
+    # key all the same; the IR does not say that a buffer is non-persistent (a rotary
+    # inv_freq), so only those keys may be missing
     weights = dict(model.named_parameters()) | dict(model.named_buffers())
     assert set(module.state_dict()) <= set(weights)
-    missing, _ = module.load_state_dict(model.state_dict(), strict=False)
-    assert set(missing) <= set(weights) - set(model.state_dict())
+    missing, unexpected = module.load_state_dict(model.state_dict(), strict=False)
+    assert set(missing) <= set(weights) - set(model.state_dict()) and not unexpected
     for batch in (2, 3, 1):
         args = inputs(batch)
         with torch.no_grad():

@@ -152,3 +152,55 @@ def test_a_unet_input_is_copied_in_chunks_and_replayed():
         assert_close(module(*args), model(*args), "unet")
     report = tdag.memory(tdag.from_torch(model, args))
     assert abs(report.peak / measured_peak(module, args) - 1) <= 0.01
+
+
+class _SamePadded(nn.Module):
+    """MobileNet-v2's stride-2 block as Hugging Face writes it: a ReLU6 after the expansion,
+    then TensorFlow's "same" padding (one more row and column after) before the depthwise
+    convolution; and a ReLU before a padded max pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(8, 32, 1, bias=False), nn.BatchNorm2d(32))
+        self.depthwise = nn.Conv2d(32, 32, 3, stride=2, groups=32)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x):
+        y = F.pad(F.relu6(self.expand(x)), (0, 1, 0, 1))
+        z = F.pad(torch.relu(self.depthwise(y)), (1, 1, 1, 1), value=-1.0)
+        return self.pool(z)
+
+
+def test_a_clamp_before_a_pad_is_written_into_the_padded_tensor():
+    """``_rt.clamped_pad``: the ReLU6 (and the ReLU) written into the interior of the pad that
+    alone reads it, one pass where clamp then pad made two; eager's values, NaN kept, and
+    ``tdag.memory``'s replay within 1% of MemTracker."""
+    torch.manual_seed(0)
+    model = _SamePadded().eval()
+    x = torch.randn(2, 8, 16, 16)
+    x[0, 0, 3, 4] = float("nan")
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    assert module.code.count("_rt.clamped_pad(") == 2 and "F.pad" not in module.code
+    assert "0.0, 6.0)" in module.code and "-1.0, 0.0, None)" in module.code
+    with torch.inference_mode():
+        got = module(x)
+        assert_close(got, model(x), "clamped pad")
+        assert got.isnan().any()
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+    with torch.enable_grad():
+        assert_close(module(x), model(x), "autograd")
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, CL])
+@pytest.mark.parametrize("pads", [[0, 1, 0, 1], [2, 0, 1, 3, 0, 0, 1, 0], [1, 1]])
+def test_clamped_pad_equals_clamp_then_pad(layout, pads):
+    x = torch.randn(2, 3, 5, 6).contiguous(memory_format=layout) * 8
+    x[0, 1, 2, 3] = float("nan")
+    got = runtime.clamped_pad(x, pads, 0.5, 0.0, 6.0)
+    want = F.pad(torch.clamp(x, 0.0, 6.0), pads, value=0.5)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+    assert got.is_contiguous(memory_format=layout) == want.is_contiguous(memory_format=layout)
+    relu = runtime.clamped_pad(x[0], [1, 2], -3.0, 0.0)  # a 3-d one, a ReLU
+    assert torch.equal(relu.nan_to_num(), F.pad(torch.relu(x[0]), [1, 2], value=-3.0).nan_to_num())

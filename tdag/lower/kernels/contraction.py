@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from tdag import ops
 from tdag.deinops.codegen import last_two, tuple_expr
+from tdag.lower.kernels import onednn
 from tdag.lower.kernels.common import NDIM, check_bias
 from tdag.lower.kernels.einsum_plan import parse_equation, plan_einsum
 from tdag.deinops.primitive import Cost, primitive, traffic
@@ -101,14 +102,19 @@ def pack_args(node, operand: str, code) -> str:
 
 
 def _packable(name: str, code) -> bool:
+    return packable(name, code.ctx)
+
+
+def packable(name: str, ctx) -> bool:
     """Whether ``name`` is a weight no call writes: a parameter or const of the graph (a
     training step's parameters are its state, inputs of the graph), or a slice of one (a
-    split convolution's piece: a view, stamped as its base changes)."""
-    node = code.ctx.producer(name)
+    split convolution's piece: a view, stamped as its base changes). ``ctx``: the graph's
+    ``tdag.ir.rewrite.Context``."""
+    node = ctx.producer(name)
     while node is not None and node.op is Op.slice:
         name = node.inputs[0]
-        node = code.ctx.producer(name)
-    weight = code.ctx.graph.weights.get(name)
+        node = ctx.producer(name)
+    weight = ctx.graph.weights.get(name)
     return weight is not None and weight.kind in PACKABLE
 
 
@@ -130,13 +136,38 @@ def onednn_activation(node) -> tuple[tuple] | None:
     return None
 
 
+def activation_inside(node, product, code) -> tuple[tuple] | None:
+    """``onednn_activation(node)`` where the call of ``product`` (``onednn_product``) takes
+    it: not a tanh GELU after a product MKL's packed sgemm or a 1x1 convolution's F.linear
+    runs, which apply their post-op after the product, where the tanh GELU's fast form
+    (``activations.gelu_tanh``) writes a second tensor; on its own line ``tdag.memory``
+    counts that tensor."""
+    extra = onednn_activation(node)
+    if extra and extra[0][0] == "gelu" and extra[0][2] == "tanh" and \
+            not _post_op_inside(product, code):
+        return None
+    return extra
+
+
+def _post_op_inside(node, code) -> bool:
+    """Whether the call of the product ``node`` applies its post-op inside oneDNN's kernel:
+    a 2-d convolution (``_rt.conv2d``), or a product whose weight has a width under
+    ``MKL_MIN_FEATURES`` or that runs where MKL's packed sgemm is not taken."""
+    if node.op is Op.conv:
+        return _conv_call(node, code) in ("_rt.conv2d", "_rt.conv1d")
+    shape = code.shape_of(_product_weight(node, code))
+    return not onednn.MKL_PACKED or any(is_static(d) and d < onednn.MKL_MIN_FEATURES
+                                        for d in shape)
+
+
 def folded_norm(node, conv, code) -> bool:
     """Whether ``node`` is a batch norm the torch code folds into the convolution ``conv``
     it reads (an ``_rt.conv2d`` or ``_rt.conv1x1`` call: ``onednn.conv2d``'s ``norm``): its
     statistics and affine weights are the graph's parameters, buffers or consts (a buffer
     the module updates is written over in place, which its pack's stamp sees)."""
     return node.op is Op.batch_norm and conv is not None and conv.op is Op.conv and \
-        node.inputs[0] == conv.name and onednn_product(conv, code) and \
+        node.inputs[0] == conv.name and \
+        _conv_call(conv, code) in ("_rt.conv2d", "_rt.conv1x1") and \
         all(_weight_kind(name, code) in NORM_SOURCES for name in node.inputs[1:])
 
 
@@ -157,9 +188,16 @@ def onednn_product(node, code) -> bool:
         return False
     bias = len(node.inputs) == 3
     plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
-    weight = node.inputs[0] if plan.swap else node.inputs[1]
     return plan.kind == "linear" and (plan.bias_inside or not bias) and \
-        plan.out_perm is None and _linear_call(node, code, weight) == "_rt.linear"
+        plan.out_perm is None and \
+        _linear_call(node, code, _product_weight(node, code)) == "_rt.linear"
+
+
+def _product_weight(node, code) -> str:
+    """The operand of the einsum ``node`` that its linear call takes as the weight."""
+    bias = len(node.inputs) == 3
+    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
+    return node.inputs[0] if plan.swap else node.inputs[1]
 
 
 def _einsum_torch(node, a, code):
@@ -316,16 +354,26 @@ def _conv_cost(spec: Conv, ins, out: TensorType) -> Cost:
 def _conv_call(node, code) -> str:
     """For a float32 2-d convolution of a weight no call writes, ``_rt.conv1x1`` (a product of
     the image's rows) where the kernel is 1x1, of stride 1, no padding and one group, else
-    ``_rt.conv2d`` (oneDNN on a prepacked weight); ``F.conv{n}d`` for the others."""
+    ``_rt.conv2d`` (oneDNN on a prepacked weight); ``_rt.conv1d`` for such a 1-d one (oneDNN
+    too); ``F.conv{n}d`` for the others."""
     s, spatial = node.spec, len(node.spec.stride)
-    if spatial != 2 or code.ctx.type(node.inputs[0]).dtype is not DType.f32 or \
-            not _packable(node.inputs[1], code):
+    if not onednn_conv(node, code.ctx):
         return f"F.conv{NDIM[spatial]}"
+    if spatial == 1:
+        return "_rt.conv1d"
     kernel = code.shape_of(node.inputs[1])[2:]
     if s.groups == 1 and tuple(kernel) == (1, 1) and tuple(s.stride) == (1, 1) and \
             tuple(s.padding) == (0, 0):
         return "_rt.conv1x1"
     return "_rt.conv2d"
+
+
+def onednn_conv(node, ctx) -> bool:
+    """Whether the torch code of the convolution ``node`` calls oneDNN on a packed weight
+    (``_rt.conv1d``, ``_rt.conv2d``, ``_rt.conv1x1``): a float32 1-d or 2-d one of a weight no
+    call writes. ``ctx``: its graph's ``tdag.ir.rewrite.Context``."""
+    return len(node.spec.stride) <= 2 and ctx.type(node.inputs[0]).dtype is DType.f32 and \
+        packable(node.inputs[1], ctx)
 
 
 def _conv_torch(node, a, code):
@@ -335,8 +383,8 @@ def _conv_torch(node, a, code):
     packs = pack_args(node, node.inputs[1], code)
     if call == "_rt.conv1x1":
         return f"_rt.conv1x1({a[0]}, {a[1]}, {bias}, {packs})"
-    if call == "_rt.conv2d":  # lists, as oneDNN's op takes them
-        return (f"_rt.conv2d({a[0]}, {a[1]}, {bias}, {list(s.stride)}, {list(s.padding)}, "
+    if call in ("_rt.conv2d", "_rt.conv1d"):  # lists, as oneDNN's op takes them
+        return (f"{call}({a[0]}, {a[1]}, {bias}, {list(s.stride)}, {list(s.padding)}, "
                 f"{list(s.dilation)}, {s.groups}, {packs})")
     return (f"{call}({a[0]}, {a[1]}, {bias}, {tuple_expr(s.stride)}, "
             f"{tuple_expr(s.padding)}, {tuple_expr(s.dilation)}, {s.groups})")

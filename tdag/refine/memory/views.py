@@ -8,7 +8,8 @@ are; a reshape (``flatten``, ``unflatten``, ``reshape``) only where torch's own 
 tensor). Strides are computed on concrete sizes: the given ones, or a
 probe value for each symbol (the decision is the same for every size but a degenerate 1).
 A value the code computes channels-last (a 4-d input it copies so, or an op's result on
-such values: ``tdag.reify.torch.layout``) has (N, C, H, W) sizes on (N, H, W, C) strides.
+such values: ``tdag.reify.torch.layout``) has (N, C, H, W) sizes on (N, H, W, C) strides,
+and a 3-d one (N, C, W) sizes on (N, W, C) strides.
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class Views:
         if name in self.channels_last and len(shape) == 4:
             n, h, w, c = contiguous((shape[0], shape[2], shape[3], shape[1]))
             return (n, c, h, w)
+        if name in self.channels_last and len(shape) == 3:  # a 1-d convolution's (N, W, C)
+            n, w, c = contiguous((shape[0], shape[2], shape[1]))
+            return (n, c, w)
         return contiguous(shape)
 
     def _node(self, node) -> None:

@@ -17,6 +17,7 @@ import re
 import sympy
 
 from tdag.deinops.codegen import literal
+from tdag.deinops.extent import torch_pads
 from tdag.errors import UnsupportedOpError
 from tdag.ir.carriers import carried_source, cast_value
 from tdag.ir.graph import TDAG, Node
@@ -26,7 +27,8 @@ from tdag.ir.record import Trait, has, record
 from tdag.ir.rewrite import Context
 from tdag.ir.symbols import Dim, dims_equal, is_static
 from tdag.ir.types import DType
-from tdag.lower.kernels.contraction import folded_norm, onednn_activation, onednn_product
+from tdag.lower.kernels.contraction import activation_inside, folded_norm, onednn_activation, \
+    onednn_product
 from tdag.lower.match import scalar
 from tdag.refine.consumed import view_roots
 from tdag.refine.dataflow import fresh_definers, sizes_named
@@ -197,19 +199,7 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
     defined: set[str] = set()  # fresh symbols: bound from the result of the node defining them
     for node in graph.nodes:  # only live nodes are written, so only their symbols are bound
         if node.name in live:
-            if node.name in aliases:  # applied inside the product the reshape reads
-                expr = scope(aliases[node.name])
-            else:
-                expr = _source(fused[node.name][0] if node.name in fused else node, operands,
-                               code)
-            extra = fused[node.name][1] if node.name in fused else activated.get(node.name)
-            if extra == NORM:  # the convolution's call, the norm folded into its weight
-                expr = f"{expr[:-1]}, {_norm_argument(node, operands[node.name][0])})"
-            elif isinstance(extra, NormThen):  # ... and the activation after the norm
-                norm = _norm_argument(extra.norm, operands[extra.norm.name][0])
-                expr = f"{expr[:-1]}, {extra.post!r}, {norm})"
-            elif extra:  # the product's call, with the activation as its epilogue
-                expr = expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
+            expr = _expression(node, fused, activated, aliases, operands, code, scope)
             body.append(f"{scope(node.name)} = {expr}")
             if has(node.op, Trait.FRESH_SIZE):
                 body.extend(_bind_fresh(node, scope(node.name), defined))
@@ -222,6 +212,26 @@ def graph_source(name: str, graph: TDAG, weight_expr, owned: frozenset = frozens
     signature = ", ".join(["self"] + params + [f"s_{s}" for s in free])
     lines = [f"def _g_{name}({signature}):"] + ["    " + line for line in header + body]
     return "\n".join(lines), free
+
+
+def _expression(node: Node, fused: dict, activated: dict, aliases: dict, operands: dict,
+                code: Code, scope: Scope) -> str:
+    """The expression of ``node``: its own, or the call of the product it is written inside
+    (``fusions``) with its extra arguments."""
+    if node.name in aliases:  # applied inside the product the reshape reads
+        return scope(aliases[node.name])
+    product, extra = fused.get(node.name, (node, activated.get(node.name)))
+    if extra == CLAMPED_PAD:
+        return _clamped_pad_source(node, product, operands, code)
+    expr = _source(product, operands, code)
+    if extra == NORM:  # the convolution's call, the norm folded into its weight
+        return f"{expr[:-1]}, {_norm_argument(node, operands[node.name][0])})"
+    if isinstance(extra, NormThen):  # ... and the activation after the norm
+        norm = _norm_argument(extra.norm, operands[extra.norm.name][0])
+        return f"{expr[:-1]}, {extra.post!r}, {norm})"
+    if extra:  # the product's call, with the activation as its epilogue
+        return expr[:-1] + "".join(f", {arg!r}" for arg in extra) + ")"
+    return expr
 
 
 def _source(node: Node, operands: dict, code: Code) -> str:
@@ -241,6 +251,9 @@ def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
 
 
 NORM = "norm"  # an epilogue's extra arguments: the batch norm's own operands (``norm=``)
+# a pad's "product": the clamp or ReLU it alone reads, written into the pad's interior
+# (``_rt.clamped_pad``: MobileNet-v2's ReLU6 before its TF-style padded convolutions)
+CLAMPED_PAD = "clamped pad"
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,14 +280,36 @@ def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str | No
         if product is None or product.name in graph.outputs or users[product.name] != [node]:
             continue
         extra = onednn_activation(node)
-        if extra and onednn_product(product, code):
+        if extra and onednn_product(product, code) and activation_inside(node, product, code):
             fused[node.name] = (product, extra)
         elif folded_norm(node, product, code):
             fused[node.name] = (product, NORM)
-        elif extra and fused.get(product.name, (None, None))[1] == NORM:
+        elif extra and fused.get(product.name, (None, None))[1] == NORM and \
+                activation_inside(node, fused[product.name][0], code):
             conv, _ = fused.pop(product.name)
             fused[node.name] = (conv, NormThen(product, extra[0]))
+        elif _clamped_pad(node, product) and product.name not in fused:
+            fused[node.name] = (product, CLAMPED_PAD)
     return fused
+
+
+def _clamped_pad(node: Node, product: Node) -> bool:
+    """Whether ``node`` pads the float result of a clamp or ReLU (``product``, which only it
+    reads): ``_rt.clamped_pad`` writes the clamp into the padded tensor."""
+    if node.op is not Op.pad or not node.type.dtype.is_float:
+        return False
+    if product.op is Op.clamp:
+        return product.spec.lo is not None or product.spec.hi is not None
+    return product.op is Op.relu
+
+
+def _clamped_pad_source(pad: Node, act: Node, operands: dict, code: Code) -> str:
+    """``_rt.clamped_pad`` of the pad ``pad`` over the clamp or ReLU ``act``."""
+    dtype = act.type.dtype
+    lo, hi = (act.spec.lo, act.spec.hi) if act.op is Op.clamp else (0.0, None)
+    bounds = ", ".join("None" if b is None else code.literal(b, dtype) for b in (lo, hi))
+    return (f"_rt.clamped_pad({operands[act.name][0][0]}, {torch_pads(pad, code)}, "
+            f"{code.literal(pad.spec.value, dtype)}, {bounds})")
 
 
 def _norm_argument(node: Node, operands: list[str]) -> str:
@@ -299,6 +334,7 @@ def reshaped_epilogues(graph: TDAG, code: Code, fused: dict) -> tuple[dict, dict
             continue
         product = producer.get(view.inputs[0])
         if product is not None and onednn_product(product, code) and \
+                activation_inside(node, product, code) and \
                 not {product.name, view.name} & set(graph.outputs) and \
                 users[product.name] == [view] and product.name not in activated:
             activated[product.name], aliases[node.name] = extra, view.name

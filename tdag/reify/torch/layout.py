@@ -15,6 +15,12 @@ strides (``ChannelsLast``). A weight is stored so only where every node of its T
 reads it is a 2-d conv reading it as its weight: a training step's parameters are read by
 their gradients and the optimizer too, and keep their layout. Inputs the code writes over
 (``consumed_inputs``) are not copied.
+
+A 1-d convolution oneDNN runs (``_rt.conv1d``) returns (N, C, W) on (N, W, C) storage, its
+channels-last; the elementwise ops, pads and slices after it keep that layout, the next 1-d
+convolution reads it without a reorder, and a transpose to (N, W, C) (an audio encoder's
+frames) views it. So the 3-d inputs such a convolution's input is computed from are copied
+so at the start, and a 3-d output computed from one is returned as an (N, C, W) copy.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from tdag.ir.graph import TDAG
 from tdag.ir.op import Op
 from tdag.ir.program import Program
 from tdag.ir.record import Trait, has
+from tdag.ir.rewrite import Context
+from tdag.lower.kernels.contraction import onednn_conv
 from tdag.refine.dataflow import live_names
 from tdag.refine.memory.walk import ChannelsLast
 
@@ -48,21 +56,32 @@ def layout(graph: TDAG, owned: frozenset = frozenset()) -> Layout:
     """The channels-last plan of ``graph``; ``owned``: the inputs its code writes over."""
     weights = _conv_weights(graph)
     convs = [n for n in graph.nodes if _conv2d(n) and n.inputs[1] in weights]
-    if not convs:
+    ctx = Context(graph)
+    rows = [n for n in graph.nodes if _conv1d(n) and onednn_conv(n, ctx)]
+    if not convs and not rows:
         return Layout(frozenset(), frozenset(), frozenset(), frozenset())
-    # the inputs the convs' inputs are computed from by ops that keep the axes: not through a
-    # permute or a reshape (an (N, H, W, C) image permuted for its conv is not copied)
-    stop = {n.name for n in graph.nodes if not _keeps_axes(n)}
-    inputs = frozenset(v.name for v in graph.inputs if v.name not in owned and
-                       v.type.rank == 4 and v.type.dtype.is_float) & \
-        live_names(graph, [n.inputs[0] for n in convs], stop)
+    inputs = _copied_inputs(graph, owned, convs, 4) | _copied_inputs(graph, owned, rows, 3)
     values, conv_names = set(inputs), {n.name for n in convs}
+    row_names = {n.name for n in rows}
     for node in graph.nodes:
-        if node.name in conv_names or values.intersection(node.inputs):
+        if node.name in conv_names or node.name in row_names or \
+                values.intersection(node.inputs) and (node.type.rank != 3 or _keeps_axes(node)):
             values.add(node.name)
     ranks = {n.name: n.type.rank for n in graph.nodes} | {v.name: v.type.rank for v in graph.inputs}
-    outputs = frozenset(o for o in graph.outputs if o in values and ranks[o] == 4)
+    outputs = frozenset(o for o in graph.outputs if o in values and ranks[o] in (3, 4))
     return Layout(weights, inputs, frozenset(values), outputs)
+
+
+def _copied_inputs(graph: TDAG, owned: frozenset, convs: list, rank: int) -> frozenset:
+    """The float inputs of rank ``rank`` that the inputs of ``convs`` are computed from by ops
+    that keep the axes: not through a permute or a reshape (an (N, H, W, C) image permuted
+    for its conv is not copied)."""
+    if not convs:
+        return frozenset()
+    stop = {n.name for n in graph.nodes if not _keeps_axes(n)}
+    return frozenset(v.name for v in graph.inputs if v.name not in owned and
+                     v.type.rank == rank and v.type.dtype.is_float) & \
+        live_names(graph, [n.inputs[0] for n in convs], stop)
 
 
 def channels_last_weights(prog: Program) -> frozenset[str]:
@@ -90,15 +109,19 @@ def _conv_weights(graph: TDAG) -> frozenset:
 
 
 def _keeps_axes(node) -> bool:
-    """Whether ``node`` keeps the (N, C, H, W) axes where they are (elementwise ops, pads and
-    slices, norms: a channels-last operand gives it a channels-last result); a conv's result
-    is channels-last whatever its input."""
-    return node.type.rank == 4 and not _conv2d(node) and \
+    """Whether ``node`` keeps the (N, C, H, W) or (N, C, W) axes where they are (elementwise
+    ops, pads and slices, norms: a channels-last operand gives it a channels-last result); a
+    conv's result is channels-last whatever its input."""
+    return node.type.rank in (3, 4) and node.op is not Op.conv and \
         (not has(node.op, Trait.MOVEMENT) or node.op in (Op.pad, Op.slice))
 
 
 def _conv2d(node) -> bool:
     return node.op is Op.conv and len(node.spec.stride) == 2
+
+
+def _conv1d(node) -> bool:
+    return node.op is Op.conv and len(node.spec.stride) == 1
 
 
 __all__ = ["Layout", "channels_last_weights", "layout"]

@@ -37,6 +37,10 @@ class TdagModule(nn.Module):
     saved, copied or moved with the module."""
 
     code: str = ""
+    # the program's parameters and buffers no code reads (an eval-mode batch norm's
+    # num_batches_tracked): the module holds no tensor for them, and load_state_dict takes
+    # the source model's state dict, strict, leaving those keys out
+    _tdag_unread: frozenset = frozenset()
 
     def extra_repr(self) -> str:
         return f"{len(self.code.splitlines())} lines of generated code (see .code)"
@@ -45,6 +49,12 @@ class TdagModule(nn.Module):
         """Drop the packed weights; the next call packs them anew. Needed only after a write
         that bypasses a weight's version counter (``param.data.copy_(...)``)."""
         self.__dict__["_tdag_packs"] = {}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the children's dicts are cut from this one after this call: they never see them
+        for name in self._tdag_unread:
+            state_dict.pop(prefix + name, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _apply(self, fn, recurse=True):  # .to(), .float(), .cuda(): the packs are stale
         self.tdag_unpack()
@@ -120,7 +130,15 @@ class _Builder:
         module.register_buffer("_tdag_device", torch.empty(0), persistent=False)
         module.tdag_unpack()
         module._tdag_inputs = self.prog.main.inputs  # what _rt.bad_input explains against
+        module._tdag_unread = self._unread()
         return module
+
+    def _unread(self) -> frozenset:
+        """The parameters and buffers of the program that no code reads. (Lowering drops
+        the weights it folds into consts, so these never affect a result.)"""
+        return frozenset(name for graph in self.prog.graphs.values()
+                         for name, weight in graph.weights.items()
+                         if weight.kind is not TensorKind.const and name not in self.registered)
 
     def _nonpersistent(self) -> set[str]:
         return set(self.root._non_persistent_buffers_set)

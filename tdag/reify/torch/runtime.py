@@ -5,13 +5,15 @@ from typing import Callable
 
 import torch
 
+from tdag.deinops.extent import clamped_pad  # noqa: F401  (generated code)
 from tdag.deinops.scatter import scatter_rows, scatter_rows_  # noqa: F401  (generated code)
 from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
 from tdag.lower.kernels.backward import rms_norm_backward  # noqa: F401  (generated)
+from tdag.lower.kernels.activations import gelu_tanh  # noqa: F401  (generated code)
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
-from tdag.lower.kernels.onednn import conv1x1, conv2d, linear  # noqa: F401  (generated)
+from tdag.lower.kernels.onednn import conv1d, conv1x1, conv2d, linear  # noqa: F401  (generated)
 from tdag.lower.kernels.linalg import (  # noqa: F401  (generated)
     linalg_eig, linalg_eigh, linalg_ldl_factor, linalg_qr, linalg_svd,
 )
@@ -41,7 +43,10 @@ _CHANNEL_CHUNK = 8
 
 def channels_last(x: torch.Tensor) -> torch.Tensor:
     """``x.contiguous(memory_format=torch.channels_last)``, copied a few channels at a time
-    where the (N, C, H, W) planes would alias in the cache (see above)."""
+    where the (N, C, H, W) planes would alias in the cache (see above); a 3-d (N, C, W) ``x``
+    on (N, W, C) storage."""
+    if x.dim() == 3:
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
     n, c, h, w = x.shape
     if c <= _CHANNEL_CHUNK or (h * w * x.element_size()) % _ALIASED_PLANE or not x.is_cpu or \
             not x.is_contiguous() or torch.is_grad_enabled() and x.requires_grad:
