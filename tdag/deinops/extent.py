@@ -188,24 +188,26 @@ def clamped_pad(x: torch.Tensor, pads: list, value: float, lo: float | None = No
                 hi: float | None = None) -> torch.Tensor:
     """``F.pad(torch.clamp(x, lo, hi), pads, value=value)`` in one pass over ``x``: the clamp
     (a ReLU: ``lo`` 0) written into the interior of the padded result, which has ``x``'s
-    layout (channels-last where ``x`` is, as F.pad's). MobileNet-v2's ReLU6 before each of
-    its TF-style "same" padded strided convolutions: a [4, 96, 32, 32] image 429 against 660
-    us clamped in place then padded. Under autograd, the two ops."""
+    layout (channels-last where ``x`` is, as F.pad's). MobileNet-v2's ReLU6 before its
+    TF-style "same" padded strided convolutions: a [4, 96, 32, 32] image 246 against 370 us
+    clamped in place then padded (its module 1-2% faster). Under autograd, the two ops."""
     if torch.is_grad_enabled() and x.requires_grad or min(pads, default=0) < 0:
         return F.pad(torch.clamp(x, lo, hi), pads, value=value)
-    widths = [(0, 0)] * (x.dim() - len(pads) // 2) + \
-        [(pads[i], pads[i + 1]) for i in range(len(pads) - 2, -1, -2)]
-    shape = [d + before + after for d, (before, after) in zip(x.shape, widths)]
-    layout = torch.channels_last if x.dim() == 4 and not x.is_contiguous() and \
-        x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
-    out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=layout)
-    for axis, (before, after) in enumerate(widths):  # the borders (corners twice)
-        if before:
-            out.narrow(axis, 0, before).fill_(value)
-        if after:
-            out.narrow(axis, shape[axis] - after, after).fill_(value)
-    interior = out[tuple(slice(before, before + d) for d, (before, _) in zip(x.shape, widths))]
-    torch.clamp(x, lo, hi, out=interior)
+    shape, interior, borders = list(x.shape), [slice(None)] * x.dim(), []
+    for i in range(0, len(pads), 2):  # F.pad's order: the last axis first
+        axis, before, after = x.dim() - 1 - i // 2, pads[i], pads[i + 1]
+        if before or after:
+            shape[axis] += before + after
+            interior[axis] = slice(before, before + x.shape[axis])
+            borders += [(axis, 0, before), (axis, shape[axis] - after, after)]
+    channels_last = x.dim() == 4 and not x.is_contiguous() and \
+        x.is_contiguous(memory_format=torch.channels_last)
+    out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last
+                      if channels_last else torch.contiguous_format)
+    for axis, start, length in borders:  # (corners twice)
+        if length:
+            out.narrow(axis, start, length).fill_(value)
+    torch.clamp(x, lo, hi, out=out[tuple(interior)])
     return out
 
 
