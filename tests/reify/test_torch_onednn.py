@@ -408,6 +408,29 @@ def test_conv1d_runs_packed_channels_last_and_memory_matches():
         assert_close(module(x), model(x), "repacked after load_state_dict")
 
 
+def test_wav2vec2_feature_convolutions_run_packed():
+    """Hugging Face's wav2vec2 (random weights, a small config): its feature extractor's 1-d
+    convolutions run by ``_rt.conv1d``, the one behind a group norm too (its (N, C, W)
+    result copied inside the call); the weight-normed positional convolution, its weight
+    computed per call, by F.conv1d; eager's values, and ``tdag.memory`` within 1% of
+    MemTracker."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Wav2Vec2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4)
+    model = transformers.Wav2Vec2Model(config).eval()
+    audio = torch.randn(2, 400)
+    prog = tdag.from_torch(model, (audio,))
+    module = tdag.to_torch(prog)
+    assert module.code.count("_rt.conv1d(") == 2 and module.code.count("F.conv1d(") == 1
+    with torch.inference_mode():
+        got = module(audio)
+        assert_close(got[0], model(audio).last_hidden_state, "wav2vec2")
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (audio,)) - 1) <= 0.01
+
+
 def test_packs_made_in_inference_mode_serve_other_modes():
     """Packs made under inference_mode are read under no_grad and with autograd on but no
     tensor requiring grad; with grad required, torch's ops run (and differentiate)."""

@@ -20,7 +20,9 @@ A 1-d convolution oneDNN runs (``_rt.conv1d``) returns (N, C, W) on (N, W, C) st
 channels-last; the elementwise ops, pads and slices after it keep that layout, the next 1-d
 convolution reads it without a reorder, and a transpose to (N, W, C) (an audio encoder's
 frames) views it. So the 3-d inputs such a convolution's input is computed from are copied
-so at the start, and a 3-d output computed from one is returned as an (N, C, W) copy.
+so at the start, and a 3-d output computed from one is returned as an (N, C, W) copy. An
+input of (N, C, W) storage computed inside (a group norm's result) is copied inside the
+convolution's call, a scratch ``tdag.memory`` does not count.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def layout(graph: TDAG, owned: frozenset = frozenset()) -> Layout:
     row_names = {n.name for n in rows}
     for node in graph.nodes:
         if node.name in conv_names or node.name in row_names or \
-                values.intersection(node.inputs) and (node.type.rank != 3 or _keeps_axes(node)):
+                values.intersection(node.inputs) and (node.type.rank != 3 or _keeps_rows(node)):
             values.add(node.name)
     ranks = {n.name: n.type.rank for n in graph.nodes} | {v.name: v.type.rank for v in graph.inputs}
     outputs = frozenset(o for o in graph.outputs if o in values and ranks[o] in (3, 4))
@@ -114,6 +116,15 @@ def _keeps_axes(node) -> bool:
     conv's result is channels-last whatever its input."""
     return node.type.rank in (3, 4) and node.op is not Op.conv and \
         (not has(node.op, Trait.MOVEMENT) or node.op in (Op.pad, Op.slice))
+
+
+def _keeps_rows(node) -> bool:
+    """Whether the 3-d ``node`` keeps an (N, W, C) stored operand's layout: elementwise ops,
+    pads and slices do (torch's elementwise kernels follow their operand's strides); a norm
+    does not (F.group_norm returns (N, C, W) storage, which the next ``_rt.conv1d`` copies
+    to (N, W, C) inside its call)."""
+    return node.op is not Op.conv and (has(node.op, Trait.ELEMENTWISE) or
+                                       node.op in (Op.pad, Op.slice))
 
 
 def _conv2d(node) -> bool:
