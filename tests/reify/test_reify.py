@@ -349,3 +349,32 @@ def test_avg_pool_with_a_divisor_override():
     prog = from_torch(Fn(pool), (x,))
     assert_close(to_torch(prog)(x), pool(x))
     assert_close(run_onnx(to_onnx(prog), x), pool(x))
+
+
+def test_grouped_query_attention_reads_keys_and_values_unrepeated():
+    """transformers' repeat_kv (reshape, expand, reshape of each k and v over the query
+    heads' groups) before attention: the torch code passes SDPA the unrepeated k and v with
+    ``enable_gqa=True`` and never writes the repeat; eager's values with and without
+    autograd, and ``tdag.memory`` equal to MemTracker's peak (no repeated copy in either)."""
+    transformers = pytest.importorskip("transformers")
+    from support.mem_tracker import measured_peak
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=128, num_hidden_layers=2,
+                                      num_attention_heads=8, num_key_value_heads=2,
+                                      intermediate_size=256, vocab_size=100, use_cache=False)
+    model = transformers.LlamaModel(config).eval()
+    tokens = torch.randint(0, 100, (2, 64))
+    prog = from_torch(model, (tokens,))
+    module = to_torch(prog)
+    assert module.code.count("enable_gqa=True") == 2
+    assert ".expand(-1, -1, 4, -1, -1)" not in module.code
+    with torch.no_grad():
+        want = model(tokens).last_hidden_state
+    with torch.inference_mode():
+        assert_close(module(tokens), want, "grouped attention")
+    assert_close(module(tokens), want, "autograd")
+    assert tdag.memory(prog).peak == measured_peak(module, (tokens,))
+    repeated = to_torch(tdag.from_torch(transformers.LlamaModel(
+        transformers.LlamaConfig(**{**config.to_dict(), "num_key_value_heads": 8})).eval(),
+        (tokens,)))
+    assert "enable_gqa" not in repeated.code  # one k/v head per query head: nothing repeated

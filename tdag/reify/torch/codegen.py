@@ -223,6 +223,11 @@ def _expression(node: Node, fused: dict, activated: dict, aliases: dict, operand
     product, extra = fused.get(node.name, (node, activated.get(node.name)))
     if extra == CLAMPED_PAD:
         return _clamped_pad_source(node, product, operands, code)
+    if isinstance(extra, GroupedKV):  # k and v unrepeated
+        exprs = list(operands[node.name][0])
+        exprs[1:3] = [scope(name) for name in extra.sources]
+        expr = _source(node, {node.name: (exprs, None)}, code)
+        return f"{expr[:-1]}, enable_gqa=True)"
     expr = _source(product, operands, code)
     if extra == NORM:  # the convolution's call, the norm folded into its weight
         return f"{expr[:-1]}, {_norm_argument(node, operands[node.name][0])})"
@@ -245,6 +250,7 @@ def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
     """``epilogues`` and ``reshaped_epilogues``, the nodes they write inside a product noted
     in ``code.fused`` (their code is the product's call: nothing is written in place)."""
     fused = epilogues(graph, code)
+    fused.update(grouped_attention(graph, code))
     activated, aliases = reshaped_epilogues(graph, code, fused)
     code.fused = set(fused) | set(aliases)
     return fused, activated, aliases
@@ -291,6 +297,57 @@ def epilogues(graph: TDAG, code: Code) -> dict[str, tuple[Node, tuple | str | No
         elif _clamped_pad(node, product) and product.name not in fused:
             fused[node.name] = (product, CLAMPED_PAD)
     return fused
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedKV:
+    """An attention's extra arguments: its k and v read unrepeated (``grouped_attention``):
+    ``repeated`` the operands it had, ``sources`` the tensors they repeat."""
+
+    repeated: tuple[str, str]
+    sources: tuple[str, str]
+
+
+def grouped_attention(graph: TDAG, code: Code) -> dict[str, tuple[Node, GroupedKV]]:
+    """The attention nodes whose k and v each repeat a tensor over groups of query heads
+    (transformers' ``repeat_kv``: reshaped to [B, H, 1, S, D], expanded to [B, H, g, S, D],
+    reshaped to [B, H * g, S, D]), which the torch code passes unrepeated to SDPA with
+    ``enable_gqa=True``: no copy of the keys and values g times per layer (of a KV cache's
+    size at long contexts). node -> (node, ``GroupedKV``)."""
+    producer = {node.name: node for node in graph.nodes}
+    users, found = graph.users(), {}
+    for node in graph.nodes:
+        if node.op is not Op.attention or node.inputs[1] == node.inputs[2]:
+            continue
+        sources = [_repeated_heads(name, producer, users, graph.outputs, code)
+                   for name in node.inputs[1:3]]
+        if None not in sources:
+            found[node.name] = (node, GroupedKV(tuple(node.inputs[1:3]), tuple(sources)))
+    return found
+
+
+def _repeated_heads(name: str, producer: dict, users: dict, outputs, code: Code) -> str | None:
+    """The [B, H, S, D] tensor that ``name`` repeats over groups of heads (``repeat_kv``),
+    each step read only by the next; None where ``name`` is not such a repeat."""
+    merged = producer.get(name)
+    expanded = producer.get(merged.inputs[0]) if merged is not None else None
+    split = producer.get(expanded.inputs[0]) if expanded is not None else None
+    chain = (merged, expanded, split)
+    if split is None or tuple(n.op for n in chain) != (Op.reshape, Op.expand, Op.reshape) or \
+            any(n.name in outputs for n in chain) or \
+            users[split.name] != [expanded] or users[expanded.name] != [merged]:
+        return None
+    source = code.ctx.type(split.inputs[0]).shape
+    if len(source) != 4:
+        return None
+    b, h, length, d = source
+    g = expanded.type.shape[2]
+    wants = ((split, (b, h, 1, length, d)), (expanded, (b, h, g, length, d)),
+             (merged, (b, h * g, length, d)))
+    same = all(len(n.type.shape) == len(want) and all(dims_equal(x, y) for x, y in
+                                                       zip(n.type.shape, want))
+               for n, want in wants)
+    return split.inputs[0] if same else None
 
 
 def _clamped_pad(node: Node, product: Node) -> bool:
@@ -346,6 +403,9 @@ def _fused_refs(refs: dict, fused: dict) -> dict:
     (and its own others: a batch norm's statistics; through a ``NormThen``, the norm's)."""
     out = dict(refs)
     for name, (product, extra) in fused.items():
+        if isinstance(extra, GroupedKV):
+            out[name] = set(refs[name]) - set(extra.repeated) | set(extra.sources)
+            continue
         between = [extra.norm.name] if isinstance(extra, NormThen) else []
         skipped = {product.name, *between}
         out[name] = set(refs[product.name]).union(
