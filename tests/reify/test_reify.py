@@ -354,8 +354,9 @@ def test_avg_pool_with_a_divisor_override():
 def test_grouped_query_attention_reads_keys_and_values_unrepeated():
     """transformers' repeat_kv (reshape, expand, reshape of each k and v over the query
     heads' groups) before attention: the torch code passes SDPA the unrepeated k and v with
-    ``enable_gqa=True`` and never writes the repeat; eager's values with and without
-    autograd, and ``tdag.memory`` equal to MemTracker's peak (no repeated copy in either)."""
+    ``enable_gqa=True`` and never writes the repeat; the rotary embedding of q and k is one
+    ``_rt.rotary`` call each; eager's values with and without autograd, and
+    ``tdag.memory`` equal to MemTracker's peak (no repeated copy in either)."""
     transformers = pytest.importorskip("transformers")
     from support.mem_tracker import measured_peak
     torch.manual_seed(0)
@@ -368,6 +369,7 @@ def test_grouped_query_attention_reads_keys_and_values_unrepeated():
     module = to_torch(prog)
     assert module.code.count("enable_gqa=True") == 2
     assert ".expand(-1, -1, 4, -1, -1)" not in module.code
+    assert module.code.count("_rt.rotary(") == 4 and "torch.neg(" not in module.code
     with torch.no_grad():
         want = model(tokens).last_hidden_state
     with torch.inference_mode():
@@ -378,3 +380,26 @@ def test_grouped_query_attention_reads_keys_and_values_unrepeated():
         transformers.LlamaConfig(**{**config.to_dict(), "num_key_value_heads": 8})).eval(),
         (tokens,)))
     assert "enable_gqa" not in repeated.code  # one k/v head per query head: nothing repeated
+
+
+@pytest.mark.parametrize("cos_shape", [(1, 1, 6, 8), (2, 1, 6, 8), (6, 8)])
+def test_rotary_equals_apply_rotary_pos_emb(cos_shape):
+    """``_rt.rotary`` = x * cos + cat(-x2, x1) * sin on a permuted (non-contiguous) x and
+    cos/sin broadcast to it, NaN and infinities kept; under autograd the composition, whose
+    gradients are eager's."""
+    from tdag.reify.torch import runtime
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 3, 8).permute(0, 2, 1, 3)
+    x[0, 1, 2, 3], x[1, 0, 0, 6] = float("nan"), float("inf")
+    cos, sin = torch.randn(cos_shape), torch.randn(cos_shape)
+
+    def composed(x, cos, sin):
+        return x * cos + torch.cat((-x[..., 4:], x[..., :4]), -1) * sin
+    with torch.no_grad():
+        torch.testing.assert_close(runtime.rotary(x, cos, sin), composed(x, cos, sin),
+                                   equal_nan=True)
+    leaf = x.detach().requires_grad_()
+    runtime.rotary(leaf, cos, sin).nan_to_num().sum().backward()
+    other = x.detach().requires_grad_()
+    composed(other, cos, sin).nan_to_num().sum().backward()
+    torch.testing.assert_close(leaf.grad, other.grad, equal_nan=True)

@@ -223,6 +223,8 @@ def _expression(node: Node, fused: dict, activated: dict, aliases: dict, operand
     product, extra = fused.get(node.name, (node, activated.get(node.name)))
     if extra == CLAMPED_PAD:
         return _clamped_pad_source(node, product, operands, code)
+    if isinstance(extra, Rotary):
+        return f"_rt.rotary({scope(extra.x)}, {scope(extra.cos)}, {scope(extra.sin)})"
     if isinstance(extra, GroupedKV):  # k and v unrepeated
         exprs = list(operands[node.name][0])
         exprs[1:3] = [scope(name) for name in extra.sources]
@@ -251,6 +253,7 @@ def fusions(graph: TDAG, code: Code) -> tuple[dict, dict, dict]:
     in ``code.fused`` (their code is the product's call: nothing is written in place)."""
     fused = epilogues(graph, code)
     fused.update(grouped_attention(graph, code))
+    fused.update(rotary_embeddings(graph, code))
     activated, aliases = reshaped_epilogues(graph, code, fused)
     code.fused = set(fused) | set(aliases)
     return fused, activated, aliases
@@ -350,6 +353,91 @@ def _repeated_heads(name: str, producer: dict, users: dict, outputs, code: Code)
     return split.inputs[0] if same else None
 
 
+@dataclass(frozen=True, slots=True)
+class Rotary:
+    """A rotary embedding written as one call (``rotary_embeddings``): x * cos + rotate_half(x)
+    * sin of ``x``, ``cos`` and ``sin`` (names)."""
+
+    x: str
+    cos: str
+    sin: str
+
+
+def rotary_embeddings(graph: TDAG, code: Code) -> dict[str, tuple[Node, Rotary]]:
+    """The adds that finish transformers' ``apply_rotary_pos_emb`` on a float x of an even
+    last axis: x * cos + cat(-x2, x1) * sin, x1 and x2 the halves of that axis, each step
+    read only by the next. Its torch code is one ``_rt.rotary`` call writing no
+    intermediate (Llama's, Mistral's, Qwen's, Phi's queries and keys). add -> (add,
+    ``Rotary``)."""
+    producer = {node.name: node for node in graph.nodes}
+    users, found = graph.users(), {}
+    only = lambda name, reader: name not in graph.outputs and users.get(name) == [reader]  # noqa: E731
+    for node in graph.nodes:
+        if node.op is not Op.add or not node.type.dtype.is_float:
+            continue
+        for a, b in (node.inputs, node.inputs[::-1]):
+            parts = _rotary_parts(producer.get(a), producer.get(b), producer, code)
+            if parts is not None and only(a, node) and only(b, node) and \
+                    all(only(name, reader) for name, reader in parts[1]):
+                x, cos, sin = parts[0]
+                shape = code.ctx.type(x).shape
+                if len(shape) == node.type.rank and \
+                        all(dims_equal(d, e) for d, e in zip(shape, node.type.shape)):
+                    found[node.name] = (node, Rotary(x, _unexpanded(cos, shape, code),
+                                                     _unexpanded(sin, shape, code)))
+                break
+    return found
+
+
+def _unexpanded(name: str, shape, code: Code) -> str:
+    """The source of ``name`` where it is an expand or repeat that broadcasting against
+    ``shape`` rebuilds (as ``_unexpand`` reads an elementwise op's operands), else ``name``."""
+    producer = code.ctx.producer(name)
+    if producer is not None and producer.op in (Op.expand, Op.repeat) and \
+            broadcasts_to([shape, code.ctx.type(producer.inputs[0]).shape], shape):
+        return producer.inputs[0]
+    return name
+
+
+def _rotary_parts(scaled: Node | None, rotated: Node | None, producer: dict, code: Code):
+    """((x, cos, sin), [(intermediate, its reader)]) where ``scaled`` is x * cos and
+    ``rotated`` cat(-x2, x1) * sin, else None."""
+    if scaled is None or rotated is None or scaled.op is not Op.multiply or \
+            rotated.op is not Op.multiply:
+        return None
+    for cat_name, sin in (rotated.inputs, rotated.inputs[::-1]):
+        cat = producer.get(cat_name)
+        if cat is None or cat.op is not Op.concat or len(cat.inputs) != 2:
+            continue
+        neg, first = producer.get(cat.inputs[0]), producer.get(cat.inputs[1])
+        second = producer.get(neg.inputs[0]) if neg is not None and neg.op is Op.neg else None
+        if second is None or first is None or first.op is not Op.slice or \
+                second.op is not Op.slice or first.inputs[0] != second.inputs[0]:
+            continue
+        x = first.inputs[0]
+        if x not in scaled.inputs or not _halves(code.ctx.type(x), cat, first, second):
+            continue
+        cos = scaled.inputs[1] if scaled.inputs[0] == x else scaled.inputs[0]
+        width = code.ctx.type(x).shape[-1]
+        if any(not dims_equal(code.ctx.type(t).shape[-1], width) for t in (cos, sin)):
+            continue
+        return (x, cos, sin), [(cat_name, rotated), (neg.name, cat), (first.name, cat),
+                               (second.name, neg)]
+    return None
+
+
+def _halves(x_type, cat: Node, first: Node, second: Node) -> bool:
+    """Whether ``first`` and ``second`` are the first and second halves of ``x``'s last axis
+    (a static, even length) and ``cat`` joins on that axis."""
+    width, last = x_type.shape[-1], x_type.rank - 1
+    if not is_static(width) or width % 2 or cat.spec.axis not in (last, -1):
+        return False
+    half = width // 2
+    want = {first.name: (0, half), second.name: (half, width)}
+    return all(n.spec.axes == (last,) and n.spec.steps == (1,) and
+               (n.spec.starts[0], n.spec.stops[0]) == want[n.name] for n in (first, second))
+
+
 def _clamped_pad(node: Node, product: Node) -> bool:
     """Whether ``node`` pads the float result of a clamp or ReLU (``product``, which only it
     reads): ``_rt.clamped_pad`` writes the clamp into the padded tensor."""
@@ -405,6 +493,9 @@ def _fused_refs(refs: dict, fused: dict) -> dict:
     for name, (product, extra) in fused.items():
         if isinstance(extra, GroupedKV):
             out[name] = set(refs[name]) - set(extra.repeated) | set(extra.sources)
+            continue
+        if isinstance(extra, Rotary):
+            out[name] = {extra.x, extra.cos, extra.sin}
             continue
         between = [extra.norm.name] if isinstance(extra, NormThen) else []
         skipped = {product.name, *between}
