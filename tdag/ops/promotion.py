@@ -61,6 +61,25 @@ def result_dtype(*values) -> DType:
     return DType.of(acc.dtype)
 
 
+def broadcasts_to(shapes, target) -> bool:
+    """Whether numpy broadcasting of ``shapes`` gives exactly ``target``."""
+    rank = len(target)
+    for axis in range(rank):
+        covered = False
+        for shape in shapes:
+            j = axis - (rank - len(shape))
+            if j < 0:
+                continue
+            d = shape[j]
+            if dims_equal(d, target[axis]):
+                covered = True
+            elif not (is_static(d) and d == 1):
+                return False
+        if not covered and not (is_static(target[axis]) and target[axis] == 1):
+            return False
+    return True
+
+
 def broadcast_shapes(*shapes) -> tuple:
     rank = max(len(s) for s in shapes)
     out = []

@@ -55,7 +55,7 @@ from tdag.reify.onnx.graph import (
     value_info,
     zipmap,
 )
-from tdag.reify.torch.codegen import broadcasts_to
+from tdag.ops.promotion import broadcasts_to
 
 DEFAULT_OPSET = 20  # what torch.onnx.export uses by default in torch 2.13
 RUNTIMES = (None, "onnxruntime")  # standard ONNX, or with onnxruntime's fused kernels
