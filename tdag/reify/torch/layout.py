@@ -80,7 +80,8 @@ def _copied_inputs(graph: TDAG, owned: frozenset, convs: list, rank: int) -> fro
     for its conv is not copied)."""
     if not convs:
         return frozenset()
-    stop = {n.name for n in graph.nodes if not _keeps_axes(n)}
+    keeps = _keeps_axes if rank == 4 else _keeps_rows
+    stop = {n.name for n in graph.nodes if n.type.rank != rank or not keeps(n)}
     return frozenset(v.name for v in graph.inputs if v.name not in owned and
                      v.type.rank == rank and v.type.dtype.is_float) & \
         live_names(graph, [n.inputs[0] for n in convs], stop)
