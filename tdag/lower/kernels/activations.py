@@ -104,20 +104,6 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return y.mul_(x)
 
 
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x * cos + cat(-x2, x1) * sin``, x1 and x2 the halves of ``x``'s last axis
-    (transformers' ``apply_rotary_pos_emb``) with no intermediate tensor: x * cos, then each
-    half of it adds its product in place (three passes where the composition makes six and
-    three temporaries). Under autograd, the composition."""
-    half = x.shape[-1] // 2
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
-    out = x * cos
-    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
-    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
-    return out
-
-
 def _gelu_torch(node, a, code):
     if node.spec.approximate == "tanh":
         return f"_rt.gelu_tanh({a[0]})"

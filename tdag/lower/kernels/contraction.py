@@ -87,7 +87,7 @@ def _linear_call(node, code, weight: str) -> str:
     macs = product(label_sizes(node.spec, ins).values())
     if not (is_static(macs) and ins[0].dtype is DType.f32):
         return "F.linear"
-    packs = code.prepack and _packable(weight, code)
+    packs = code.prepack and packable(weight, code.ctx)
     return "_rt.linear" if macs >= (PACKED_MACS if packs else ONEDNN_MACS) else "F.linear"
 
 
@@ -96,13 +96,9 @@ def pack_args(node, operand: str, code) -> str:
     the module's packs and the call's key where the operand is a weight that no call writes
     (a parameter or const read straight, or through a view the call makes: ``.mT``), else
     ``None, None`` (a value computed per call is not packed)."""
-    if not (code.prepack and _packable(operand, code)):
+    if not (code.prepack and packable(operand, code.ctx)):
         return "None, None"
     return f"self._tdag_packs, {code.method + '/' + node.name!r}"
-
-
-def _packable(name: str, code) -> bool:
-    return packable(name, code.ctx)
 
 
 def packable(name: str, ctx) -> bool:
@@ -151,13 +147,11 @@ def activation_inside(node, product, code) -> tuple[tuple] | None:
 
 def _post_op_inside(node, code) -> bool:
     """Whether the call of the product ``node`` applies its post-op inside oneDNN's kernel:
-    a 2-d convolution (``_rt.conv2d``), or a product whose weight has a width under
-    ``MKL_MIN_FEATURES`` or that runs where MKL's packed sgemm is not taken."""
+    a 1-d or 2-d convolution (``_rt.conv1d``, ``_rt.conv2d``), or a product MKL's packed
+    sgemm does not take (``onednn.mkl_takes``)."""
     if node.op is Op.conv:
         return _conv_call(node, code) in ("_rt.conv2d", "_rt.conv1d")
-    shape = code.shape_of(_product_weight(node, code))
-    return not onednn.MKL_PACKED or any(is_static(d) and d < onednn.MKL_MIN_FEATURES
-                                        for d in shape)
+    return not onednn.mkl_takes(code.shape_of(_product_weight(node, code)))
 
 
 def folded_norm(node, conv, code) -> bool:
@@ -187,17 +181,24 @@ def onednn_product(node, code) -> bool:
     if node.op is not Op.einsum:
         return False
     bias = len(node.inputs) == 3
-    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
+    plan = _linear_plan(node, code)
     return plan.kind == "linear" and (plan.bias_inside or not bias) and \
-        plan.out_perm is None and \
-        _linear_call(node, code, _product_weight(node, code)) == "_rt.linear"
+        plan.out_perm is None and _linear_call(node, code, _weight_of(node, plan)) == "_rt.linear"
+
+
+def _linear_plan(node, code):
+    bias = len(node.inputs) == 3
+    return plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
+
+
+def _weight_of(node, plan) -> str:
+    """The operand of the einsum ``node`` that its linear call (``plan``) takes as the
+    weight."""
+    return node.inputs[0] if plan.swap else node.inputs[1]
 
 
 def _product_weight(node, code) -> str:
-    """The operand of the einsum ``node`` that its linear call takes as the weight."""
-    bias = len(node.inputs) == 3
-    plan = plan_einsum(node.spec.equation, code.rank(node.inputs[2]) if bias else None)
-    return node.inputs[0] if plan.swap else node.inputs[1]
+    return _weight_of(node, _linear_plan(node, code))
 
 
 def _einsum_torch(node, a, code):

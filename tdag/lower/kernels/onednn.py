@@ -169,10 +169,14 @@ def _pack_mkl(w: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
 
 
+def mkl_takes(shape) -> bool:
+    """Whether a product on a weight of ``shape`` runs MKL's packed sgemm: ``MKL_PACKED`` and
+    both of its widths at least ``MKL_MIN_FEATURES``."""
+    return MKL_PACKED and shape[0] >= MKL_MIN_FEATURES and shape[1] >= MKL_MIN_FEATURES
+
+
 def _mkl(w: torch.Tensor) -> bool:
-    """Whether the product on ``w`` runs MKL's packed sgemm: ``MKL_PACKED`` and both of its
-    widths at least ``MKL_MIN_FEATURES``."""
-    return MKL_PACKED and w.shape[0] >= MKL_MIN_FEATURES and w.shape[1] >= MKL_MIN_FEATURES
+    return mkl_takes(w.shape)
 
 
 def _product_packing(x: torch.Tensor, w: torch.Tensor) -> tuple:
@@ -322,5 +326,5 @@ def activation(y: torch.Tensor, post: tuple, inplace: bool = False) -> torch.Ten
     raise ValueError(f"oneDNN post-op {name!r} has no torch equivalent here")
 
 
-__all__ = ["NO_POST", "activation", "batch_norm", "conv1d", "conv1x1", "conv2d", "linear", "packed",
-           "usable"]
+__all__ = ["NO_POST", "activation", "batch_norm", "conv1d", "conv1x1", "conv2d", "linear",
+           "mkl_takes", "packed", "usable"]

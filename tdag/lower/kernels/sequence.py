@@ -1,4 +1,5 @@
-"""Sequence kernels: scaled dot-product attention and the LSTM."""
+"""Sequence kernels: scaled dot-product attention, the rotary embedding the torch code writes
+as one call (``rotary``), and the LSTM."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -153,6 +154,21 @@ primitive(Op.attention, Attention, range(3, 5), _attention_shape, _attention_eva
           torch=_attention_torch, onnx=_attention_onnx, jax=_attention_jax,
           decompose=lambda s, q, k, v, *mask: ops.scaled_dot_product_attention(
               q, k, v, *mask, is_causal=s.causal, scale=s.scale))
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + cat(-x2, x1) * sin``, x1 and x2 the halves of ``x``'s last axis
+    (transformers' ``apply_rotary_pos_emb``) with no intermediate tensor: x * cos, then each
+    half of it adds its product in place (three passes where the composition makes six and
+    three temporaries). Under autograd, the composition."""
+    half = x.shape[-1] // 2
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
+
 
 
 # -- recurrence -------------------------------------------------------------------------------

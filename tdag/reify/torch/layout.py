@@ -112,10 +112,10 @@ def _conv_weights(graph: TDAG) -> frozenset:
 
 
 def _keeps_axes(node) -> bool:
-    """Whether ``node`` keeps the (N, C, H, W) or (N, C, W) axes where they are (elementwise
-    ops, pads and slices, norms: a channels-last operand gives it a channels-last result); a
-    conv's result is channels-last whatever its input."""
-    return node.type.rank in (3, 4) and node.op is not Op.conv and \
+    """Whether ``node`` keeps the (N, C, H, W) axes where they are (elementwise ops, pads and
+    slices, norms: a channels-last operand gives it a channels-last result); a conv's result
+    is channels-last whatever its input."""
+    return node.type.rank == 4 and not _conv2d(node) and \
         (not has(node.op, Trait.MOVEMENT) or node.op in (Op.pad, Op.slice))
 
 

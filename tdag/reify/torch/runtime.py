@@ -11,9 +11,10 @@ from tdag.errors import ShapeError, TdagError
 from tdag.ir.carriers import cast_value, divide_u64  # noqa: F401  (generated code calls them)
 from tdag.ir.interpreter import bind
 from tdag.lower.kernels.backward import rms_norm_backward  # noqa: F401  (generated)
-from tdag.lower.kernels.activations import gelu_tanh, rotary  # noqa: F401  (generated)
+from tdag.lower.kernels.activations import gelu_tanh  # noqa: F401  (generated code)
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
 from tdag.lower.kernels.onednn import conv1d, conv1x1, conv2d, linear  # noqa: F401  (generated)
+from tdag.lower.kernels.sequence import rotary  # noqa: F401  (generated code)
 from tdag.lower.kernels.linalg import (  # noqa: F401  (generated)
     linalg_eig, linalg_eigh, linalg_ldl_factor, linalg_qr, linalg_svd,
 )
