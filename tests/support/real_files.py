@@ -73,7 +73,9 @@ def derive(base: File, tool: str, make, quantized: bool = False) -> File:
     path = base.path.with_name(f"{base.path.stem}.{tool}.onnx")
     failed = ""
     try:
-        with quiet():
+        # in the file's folder: onnxruntime's quantization pre-processing leaves a
+        # <uuid>.data in the working directory
+        with quiet(), contextlib.chdir(path.parent):
             make(str(base.path), str(path))
     except Exception as exc:  # noqa: BLE001  (a tool's own failure is reported, not ours)
         failed = f"{type(exc).__name__}: {exc}"[:160]

@@ -149,9 +149,13 @@ class Converter:
             # tdag.grad and train_step leave it as torch's optimizers do
             trained = getattr(value, "requires_grad", True)
             kind = TensorKind.parameter if trained else TensorKind.buffer
+        elif spec.kind is InputKind.BUFFER and spec.persistent:
+            value, kind = self.ep.state_dict[target], TensorKind.buffer
         elif spec.kind is InputKind.BUFFER:
-            value = self.ep.state_dict[target] if spec.persistent else self.ep.constants[target]
-            kind = TensorKind.buffer
+            # a non-persistent buffer (a rotary inv_freq) is not in the model's state dict:
+            # a const, unless the model writes it (then it is state below)
+            value = self.ep.constants[target]
+            kind = TensorKind.buffer if target in self.written else TensorKind.const
         else:
             value, kind = self.ep.constants[target], TensorKind.const
         value = value.detach() if isinstance(value, torch.Tensor) else None

@@ -171,10 +171,19 @@ def full_tensors(full: torch.nn.Module) -> dict[str, torch.Tensor]:
             **dict(full.named_buffers(remove_duplicate=False))}
 
 
-def weight_of(name: str, type: TensorType, tensors: dict):
+def transient_buffers(full: torch.nn.Module) -> frozenset[str]:
+    """The full names of ``full``'s non-persistent buffers (a rotary ``inv_freq``): not in
+    its state dict, so from_torch reads them as consts."""
+    return frozenset(f"{prefix}.{name}" if prefix else name
+                     for prefix, module in full.named_modules(remove_duplicate=False)
+                     for name in module._non_persistent_buffers_set)
+
+
+def weight_of(name: str, type: TensorType, tensors: dict, transient: frozenset = frozenset()):
     """(kind, value) of the full model's tensor ``name`` as from_torch reads it, after
     checking its shape and dtype against ``type`` (the probe's, renamed): a frozen parameter
-    is a buffer; a meta tensor has no value."""
+    is a buffer, a non-persistent buffer (one of ``transient``) a const; a meta tensor has
+    no value."""
     tensor = tensors.get(name)
     if tensor is None:
         raise InvalidModelError(f"{name}: the stacked program reads it but the full model has "
@@ -184,17 +193,22 @@ def weight_of(name: str, type: TensorType, tensors: dict):
         raise InvalidModelError(f"{name}: {own} in the full model, {type} in the probe's "
                                 "program")
     trained = isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad
-    return TensorKind.parameter if trained else TensorKind.buffer, tensor.detach()
+    kind = TensorKind.const if name in transient else \
+        TensorKind.parameter if trained else TensorKind.buffer
+    return kind, tensor.detach()
 
 
 def check_state_names(prog: Program, full: torch.nn.Module) -> None:
-    """The stacked program holds exactly the full model's parameters and buffers, as
-    torch.export lifts them: each tensor under one of its names (a tied one under either)."""
+    """The stacked program holds exactly the full model's parameters and persistent buffers,
+    as torch.export lifts them: each tensor under one of its names (a tied one under either).
+    Non-persistent buffers are consts, as from_torch reads them."""
     ours = {k for g in prog.graphs.values() for k, w in g.weights.items()
             if w.kind is not TensorKind.const} | set(prog.state)
+    consts = transient_buffers(full) - ours   # a non-persistent buffer written is state
     names: dict[int, list[str]] = {}
     for name, tensor in full_tensors(full).items():
-        names.setdefault(id(tensor), []).append(name)
+        if name not in consts:
+            names.setdefault(id(tensor), []).append(name)
     extra = sorted(ours - {n for group in names.values() for n in group})
     missing = sorted(group[0] for group in names.values() if not ours.intersection(group))
     if extra or missing:

@@ -67,6 +67,7 @@ from tdag.canonicalize.torch.layers import (
                                             layer_count,
                                             per_layer_names,
                                             probe_layer,
+                                            transient_buffers,
                                             weight_of,
 )
 from tdag.errors import ConversionError, InvalidModelError
@@ -194,7 +195,7 @@ class Recorded:
         count = layer_count(full, self.layer, self.layers)
         tensors, conv = full_tensors(full), self.converter
         with converting():
-            stack = _Stack.of(conv, self.layers, count, tensors)
+            stack = _Stack.of(conv, self.layers, count, tensors, transient_buffers(full))
             graph, state, written = stack.build(conv.graph, conv.state, conv.state_outputs,
                                                 tensors)
             prog = program_of(graph, state, written, conv.output_fields)
@@ -286,12 +287,14 @@ class _Stack:
     hidden_in: str
     hidden_out: str
     state_names: dict[str, list[str]]  # the layer's buffers -> each layer's own
+    transient: frozenset[str]        # the full model's non-persistent buffers: consts
     # buffers written in place -> where the full conversion first writes them (its written
     # state comes in that order; functionalized writes come first, in input order)
     first_writes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @staticmethod
-    def of(conv: _Recording, layers: str, count: int, tensors: dict) -> "_Stack":
+    def of(conv: _Recording, layers: str, count: int, tensors: dict,
+           transient: frozenset[str]) -> "_Stack":
         scope = f"{layers}.0"
         mine = {node for node, where, _, _ in conv.log.spans if _under(where, scope)}
         if not mine:
@@ -307,7 +310,7 @@ class _Stack:
                 if before else []) + [layer]
         if len(runs) == 2 and runs[0].end > layer.start:
             raise ConversionError(f"the writes into {scope}'s buffers come after its ops")
-        _refuse_outside_reads(graph, index, layer, scope)
+        _refuse_outside_reads(graph, index, layer, scope, transient)
         hidden_in, hidden_out = _hidden(graph, conv, index, layer, touched, scope)
         state_names = {s: per_layer_names(s, layers, count, tensors) for s in touched}
         if _replay(log, runs, 1, _claimed(graph, index)) != \
@@ -316,7 +319,7 @@ class _Stack:
                                   "collides): stacking would misname the full program")
         names = _replay(log, runs, count, _claimed(graph, index))
         return _Stack(layers, count, runs, index, names, log.shared, hidden_in, hidden_out,
-                      state_names, _first_writes(conv, mine, before))
+                      state_names, transient, _first_writes(conv, mine, before))
 
     # -- renaming -------------------------------------------------------------------------------
 
@@ -407,16 +410,16 @@ class _Stack:
         """The layer's weights repeat; so do constants its ops made (a shared scalar does
         not: copies reuse it)."""
         name, weight = item
-        if weight.kind is TensorKind.const:
+        if weight.kind is TensorKind.const and name not in self.transient:
             i = self.index.get(name)
             run = None if i is None else _find(self.runs, i)
             return run if run is not None and i not in self.shared else None
         return "layer" if name.startswith(f"{self.layers}.0.") else None
 
     def _valued(self, name: str, weight: Weight, tensors: dict) -> Weight:
-        if weight.kind is TensorKind.const:
+        if weight.kind is TensorKind.const and name not in self.transient:
             return weight
-        kind, value = weight_of(name, weight.type, tensors)
+        kind, value = weight_of(name, weight.type, tensors, self.transient)
         return Weight(kind, weight.type, None if value.device.type == "meta" else value)
 
     def _state_value(self, name: str, weight: Weight, tensors: dict) -> Weight:
@@ -455,9 +458,11 @@ def _refuse_fresh_sizes(graph: TDAG) -> None:
                                   "decides: stacked capture does not rename sizes")
 
 
-def _refuse_outside_reads(graph: TDAG, index: dict, layer: _Run, scope: str) -> None:
+def _refuse_outside_reads(graph: TDAG, index: dict, layer: _Run, scope: str,
+                          transient: frozenset[str]) -> None:
     """The layer's weights are read by the layer alone, and the layer reads no constant
-    that torch lifted (a per-layer one would be named per layer in the full program)."""
+    that torch lifted (a per-layer one would be named per layer in the full program) but
+    for its non-persistent buffers (``transient``), which have its own names."""
     for node in graph.nodes:
         inside = index.get(node.name, -1) in layer
         for x in node.inputs:
@@ -467,7 +472,8 @@ def _refuse_outside_reads(graph: TDAG, index: dict, layer: _Run, scope: str) -> 
             if not inside and x.startswith(scope + "."):
                 raise ConversionError(f"%{node.name} ({node.origin}) outside {scope} reads "
                                       f"its weight {x}")
-            if inside and weight.kind is TensorKind.const and x not in index:
+            if inside and weight.kind is TensorKind.const and x not in index \
+                    and x not in transient:
                 raise ConversionError(f"%{node.name} ({node.origin}) reads the lifted "
                                       f"constant {x}: stacked capture cannot name it per layer")
 

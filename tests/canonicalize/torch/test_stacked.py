@@ -285,6 +285,43 @@ def test_code_after_the_loop_in_the_same_forward_is_stacked():
     torch.testing.assert_close(tdag.run(stacked, x), full(x), rtol=1e-6, atol=1e-6)
 
 
+class _Scaled(torch.nn.Module):
+    """Each layer scales by a non-persistent buffer of its own (a rotary inv_freq's kind)."""
+
+    class Layer(torch.nn.Module):
+        def __init__(self, scale: float):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("scale", torch.full((4,), scale), persistent=False)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x)) * self.scale
+
+    def __init__(self, depth: int):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(self.Layer(1.0 + k) for k in range(depth))
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_non_persistent_buffers_are_each_layers_consts():
+    x, full = torch.randn(2, 4), _Scaled(3)
+    stacked = tdag.from_torch_stacked(full, _Scaled, (x,), layers="layers")
+    assert stacked == tdag.from_torch(full, (x,))
+    weights = stacked.graph.weights
+    for k in range(3):
+        scale = weights[f"layers.{k}.scale"]
+        assert scale.kind is TensorKind.const and torch.equal(scale.value, full.layers[k].scale)
+    torch.testing.assert_close(tdag.run(stacked, x), full(x), rtol=1e-6, atol=1e-6)
+    module = tdag.to_torch(stacked)
+    module.load_state_dict(full.state_dict())   # strict: neither holds the scales
+    assert set(module.state_dict()) == set(full.state_dict())
+
+
 class _Aux(torch.nn.Module):
     """Each layer gives the rest of the model a second value (an auxiliary loss)."""
 
