@@ -14,6 +14,7 @@ import copy
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tdag
 import tdag.lower
@@ -400,3 +401,30 @@ def test_rotary_equals_apply_rotary_pos_emb(cos_shape):
     other = x.detach().requires_grad_()
     composed(other, cos, sin).nan_to_num().sum().backward()
     torch.testing.assert_close(leaf.grad, other.grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("count, weighted, eps", [(1, True, 1e-6), (2, True, 1e-5),
+                                                  (1, False, None)])
+def test_rms_norm_equals_torchs(count, weighted, eps):
+    """``_rt.rms_norm`` (a vector norm, then x * rstd and the weight in place) is
+    F.rms_norm to float32 rounding on a permuted x, over one or two trailing axes, eps None
+    as float32's machine epsilon; NaN and infinities as F.rms_norm gives them; half
+    precision and autograd take F.rms_norm itself."""
+    from tdag.reify.torch import runtime
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 5, 8).permute(0, 2, 1, 3)
+    x[0, 1, 2, 3], x[1, 0, 0, 6] = float("nan"), float("inf")
+    shape = x.shape[x.dim() - count:]
+    weight = torch.randn(shape) if weighted else None
+    want = F.rms_norm(x.double(), shape, None if weight is None else weight.double(), eps)
+    got = runtime.rms_norm(x, count, weight, eps)
+    assert got.dtype == torch.float32 and got.shape == x.shape
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6, equal_nan=True)
+    half = x.half()
+    torch.testing.assert_close(runtime.rms_norm(half, count, None, eps),
+                               F.rms_norm(half, shape, None, eps), equal_nan=True)
+    leaf = x.nan_to_num(0.0, 0.0, 0.0).requires_grad_()
+    runtime.rms_norm(leaf, count, weight, eps).sum().backward()
+    other = leaf.detach().requires_grad_()
+    F.rms_norm(other, shape, weight, eps).sum().backward()
+    torch.testing.assert_close(leaf.grad, other.grad)
