@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from tdag.canonicalize.torch.capture import capture, decompose_unknown
 from tdag.canonicalize.torch.control import convert_control, has_control_flow
 from tdag.canonicalize.torch.converter import Converter, handled
-from tdag.canonicalize.torch.inplace import buffer_placeholders
+from tdag.canonicalize.torch.inplace import buffer_placeholders, inplace_safe
 from tdag.canonicalize.torch.names import dim_names, name_outputs
 from tdag.errors import (
                          CaptureError,
@@ -79,7 +79,7 @@ def exported(source, example_args=(), example_kwargs=None, dynamic_batch: bool =
     names of its dynamic dims (see ``convert``); torch's failures as tdag errors."""
     with _reraised(_capture_error):
         ep = capture(source, example_args, example_kwargs, dynamic_batch, dynamic_shapes)
-        ep = decompose_unknown(ep, convertible)
+        ep = functional_writes(decompose_unknown(ep, convertible))
     with converting():
         return ep, dim_names(ep, source, example_args, example_kwargs, dynamic_batch,
                              dynamic_shapes)
@@ -144,6 +144,22 @@ def program_of(graph: TDAG, state: dict, written: list[str], fields) -> Program:
     indices the table computed for multi-result ops), outputs named by ``fields``, the
     ``written`` state carried (``stateful_program``)."""
     return stateful_program(name_outputs(prune(graph), fields), state, written, fields=fields)
+
+
+def functional_writes(ep: ExportedProgram) -> ExportedProgram:
+    """``ep`` with its writes made functional where one goes through a view that is not the
+    whole tensor (``out[:, t] = h`` in a Python loop: RWKV's and RecurrentGemma's scans), which
+    the converter cannot keep as a rebind: torch's functionalization writes them as
+    select/slice scatters. ``ep`` itself where every write is kept, or where torch cannot
+    (the converter then names the writes)."""
+    writable = () if has_control_flow(ep) else buffer_placeholders(ep)
+    if all(inplace_safe(node, writable) for node in ep.graph.nodes
+           if node.op == "call_function"):
+        return ep
+    try:
+        return ep.run_decompositions({})
+    except Exception:  # noqa: BLE001  (torch raises many types here)
+        return ep
 
 
 def convertible(ep: ExportedProgram) -> Callable[[torch.fx.Node], bool]:

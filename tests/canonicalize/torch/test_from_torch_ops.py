@@ -195,3 +195,22 @@ def test_kv_cache_write_costs_the_cache_not_its_square():
 ], ids=["first", "second_joined", "bool", "third_i64"])
 def test_diff(fn):
     check(fn, torch.randn(5, 6) * 4)
+
+
+def test_batch_norm_of_batch_statistics_without_running_ones():
+    """F.batch_norm(training=True) with no running statistics updates nothing: a pure
+    normalisation, as BiT's weight-standardised convolution calls it in an eval-mode model;
+    a batch norm that would update its running statistics is refused, naming module.eval()."""
+    weight = torch.randn(8, 3, 3, 3)
+
+    def standardised_conv(x):
+        w = F.batch_norm(weight.reshape(1, 8, -1), None, None, training=True,
+                         eps=1e-8).reshape_as(weight)
+        return F.conv2d(x, w)
+    check(standardised_conv, torch.randn(2, 3, 9, 9))
+    scale, shift = torch.rand(3) + 0.5, torch.randn(3)
+    check(lambda x: F.batch_norm(x, None, None, scale, shift, training=True),
+          torch.randn(4, 3, 5))
+    training = torch.nn.BatchNorm2d(3).train()
+    with pytest.raises(tdag.UnsupportedOpError, match=r"running statistics.*module\.eval\(\)"):
+        from_torch(training, (torch.randn(2, 3, 4, 4),))

@@ -103,6 +103,28 @@ def test_writes_into_a_piece_of_a_fresh_tensor_and_into_a_conversion():
     assert not prog.state
 
 
+class Scan(torch.nn.Module):
+    """A Python-loop scan writing each step into a column of a fresh tensor (``out[:, t] =
+    h``, a copy_ into a select view: RWKV's and RecurrentGemma's CPU scans), and copies into
+    a row and a slice of another."""
+
+    def forward(self, x):
+        out, state = torch.zeros_like(x), torch.zeros_like(x[:, 0])
+        for t in range(x.shape[1]):
+            state = 0.5 * state + x[:, t]
+            out[:, t] = state
+        other = torch.zeros_like(x)
+        other[1] = x[0]
+        other[:, 1:3] = x[:, :2] * 2
+        return out, other
+
+
+def test_copies_into_views_of_a_fresh_tensor_are_functionalized():
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    prog = run_calls(Scan(), [(x,)])
+    assert not prog.state
+
+
 def test_an_input_written_in_place_is_refused():
     class WritesInput(torch.nn.Module):
         def forward(self, x):

@@ -110,9 +110,13 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
 @aten("batch_norm")
 def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
                cudnn_enabled=True):
-    if training or running_mean is None:
-        raise UnsupportedOpError("batch norm with batch statistics (training mode): call "
-                                 "module.eval()")
+    if running_mean is None and running_var is None:
+        # the batch's statistics with none to update: a pure normalisation over every axis
+        # but the channels (BiT's weight standardisation calls it on an eval-mode model)
+        return ops.batch_norm(x, None, None, weight, bias, eps, training=True)
+    if training:
+        raise UnsupportedOpError("batch norm updating its running statistics (training "
+                                 "mode): call module.eval()")
     return ops.batch_norm(x, running_mean, running_var, weight, bias, eps)
 
 
