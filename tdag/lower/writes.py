@@ -6,6 +6,7 @@ one torch.bincount.
     max(x < c) over every axis, x integer, c one number      -> min(x) < c
     tdag.ops.embedding_bag(w, i, o[, p]) (its slice)         -> embedding_bag(w, i, o[, p])
     tdag.ops.writes.bincount(x, minlength=m)                 -> bincount_sized(x)
+    concat(x[.., :t], v, x[.., t+n:]) along one axis         -> write_slice(x, v, t)
 
 The second is the check the bincount front end makes (no negative index): ``x < 0`` and an
 ``any`` are two passes and a bool tensor as large as x, the min one pass (for integers the
@@ -15,11 +16,16 @@ composition's landmarks (the scatter into the bags, its gather, the offsets' cou
 matches the kernel's decomposition of them (``matches_kernel``); a 2-D input's offsets (an
 arange) are folded with their count into constants, matched with the decomposition over
 offsets folded the same way (``_equal_bags``); it runs before bincount
-takes the bag count apart (``BAG_RULES``, the "ml" pass). The last matches torch.bincount's
+takes the bag count apart (``BAG_RULES``, the "ml" pass). The fourth matches torch.bincount's
 whole composition (its length max(x) + 1 behind a check for negative values, the zeros of
 that length, the count) against ``bincount_sized``'s decomposition, with the fresh size of
 the matched count and each non-negative constant on the way as minlength: torch.bincount
 makes the min and max passes itself, where the composition makes them again before it.
+
+The fifth is torch's ``slice_scatter`` (``out[:, t] = h`` in a Python-loop scan,
+functionalized): a concat copies the whole of x for each write, so T writes cost
+O(T^2 x width), where the torch module's ``write_slice`` copies the values alone into an x
+that nothing reads after it.
 """
 from __future__ import annotations
 
@@ -34,8 +40,8 @@ from tdag.ir.program import Program
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.ir.symbols import dims_equal, is_static
-from tdag.lower.kernels.writes import BincountSized, EmbeddingBag
+from tdag.ir.symbols import as_dim, dims_equal, is_static
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, WriteSlice
 from tdag.lower.match import bind_template, matches_kernel, scalar, simplified, trace_axes
 from tdag.ops import core
 from tdag.ops.builder import Builder
@@ -190,6 +196,31 @@ def _padding(ctx: Context, bag: str, index: str) -> list[int]:
             (value := scalar(ctx, n.inputs[1])) is not None]
 
 
+def write_slice_rule(node: Node, ctx: Context):
+    """concat(x[.., :t], v.., x[.., t+n:]) along one axis, the other runs x's own at their
+    own place -> write_slice(x, v.., t) (the pieces written, one run of them, concatenated)"""
+    axis, offset, base, written = node.spec.axis, 0, None, []
+    for k, piece in enumerate(node.inputs):
+        run = ctx.made(piece, Op.slice)
+        if run is not None and run.spec.axes == (axis,) and run.spec.steps == (1,) and \
+                dims_equal(run.spec.starts[0], offset) and base in (None, run.inputs[0]):
+            base = run.inputs[0]
+        else:
+            written.append((k, offset))
+        offset = as_dim(offset + ctx.type(piece).shape[axis])
+    if base is None or not written or not is_static(written[0][1]) or \
+            written[-1][0] - written[0][0] != len(written) - 1:
+        return NoMatch("not one run written into the rest of one tensor")
+    if ctx.type(base) != node.type:
+        return NoMatch("the runs' tensor is not of the concatenation's type")
+    values = [node.inputs[k] for k, _ in written]
+    if not is_static(sum(ctx.type(v).shape[axis] for v in values)):
+        return NoMatch("a run of symbolic length written")
+    emit = ctx.emitter(node)
+    values = values[0] if len(values) == 1 else emit(Op.concat, node.spec, *values)
+    return emit.finish(emit(Op.write_slice, WriteSlice(axis, int(written[0][1])), base, values))
+
+
 def _uncast(ctx: Context, name: str) -> str:
     """The integer tensor an index was widened from (``as_index``), else ``name``."""
     cast = ctx.made(name, Op.cast)
@@ -200,6 +231,7 @@ def _uncast(ctx: Context, name: str) -> str:
 RULES = (
     Rule(Op.scatter, bincount_rule),  # scatter[add](t, i, 1) -> bincount(t, i)
     Rule(Op.reduce, any_below_rule),  # any(x < c) -> min(x) < c
+    Rule(Op.concat, write_slice_rule),  # concat(x[:t], v, x[t+n:]) -> write_slice(x, v, t)
 )
 
 # before "sorting"'s bincount takes the count of the offsets (and any_below bincount's check) apart

@@ -38,7 +38,7 @@ from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
 from tdag.lower.kernels.sequence import Attention, Lstm
 from tdag.lower.kernels.sorting import Along, Arg, SearchSorted, TopK
 from tdag.lower.kernels.windows import Pool, Resize
-from tdag.lower.kernels.writes import BincountSized, EmbeddingBag
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, WriteSlice
 from tdag.ops.linalg.kernels import Ldl, Side, Triangle, TriangularSolve
 
 
@@ -249,6 +249,8 @@ CASES = [
     Case(Op.bincount_sized, BincountSized("u0"), ((20,),), dtypes={0: "int64"}),
     Case(Op.bincount_sized, BincountSized("u0", 5), (("n",),), dtypes={0: "int64"},
          id="minlength"),
+    Case(Op.write_slice, WriteSlice(1, 2), ((3, 6, 4), (3, 1, 4))),
+    Case(Op.write_slice, WriteSlice(0, 0), ((5, 2), (3, 2)), id="leading run"),
     Case(Op.grouped_mm, NoSpec(), ((7, 4), (3, 4, 5), (3,)), dtypes={2: "int32"}),
     Case(Op.searchsorted, SearchSorted(), ((9,), (3, 5))),
     Case(Op.searchsorted, SearchSorted(True), ((2, 9), (2, 4)), id="batched boundaries"),

@@ -444,6 +444,7 @@ def _kernel_programs():
                                    x), DType.f32), ops.logcumsumexp(x, 1)], -1),
         [S(("b", 6))]))
     tables.append(("top-p", _top_p, [S(("b", 6))]))
+    tables.append(("slice-write", _slice_write, [S(("b", 6, 3))]))
     tables.append(("spectrum", lambda x: ops.view_as_real(ops.full_spectrum(
         ops.fft(x, 1, kind="r2c"), 1, 8)), [S(("b", 8))]))
     tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))
@@ -454,6 +455,15 @@ def _kernel_programs():
     tables.append(("movement", lambda x: ops.reshape(ops.transpose(x, 1, 2), (-1, 40)) +
                    ops.unsqueeze(ops.sum(x, (1, 2)), 1), [S(("b", 5, 8))]))
     return {name: (fn, specs) for name, fn, specs in tables}
+
+
+def _slice_write(x):
+    """Two writes into a fresh tensor (out[:, 2] = -x[:, 2]; out[:, 4:6] = x[:, :2]),
+    functionalized as concatenations of its runs around the values."""
+    out = ops.exp(x)
+    out = ops.concat([ops.slice(out, 1, 0, 2), ops.neg(ops.slice(x, 1, 2, 3)),
+                      ops.slice(out, 1, 3, 6)], 1)
+    return ops.concat([ops.slice(out, 1, 0, 4), ops.slice(x, 1, 0, 2)], 1)
 
 
 KERNEL_PROGRAMS = _kernel_programs()

@@ -21,6 +21,7 @@ from tdag.lower.kernels.linalg import (  # noqa: F401  (generated)
 )
 from tdag.lower.kernels.optim import adamw_step, adamw_step_  # noqa: F401  (generated code)
 from tdag.lower.kernels.sorting import topk_positions  # noqa: F401  (generated code)
+from tdag.lower.kernels.writes import write_slice  # noqa: F401  (generated code)
 
 
 def fold(x: torch.Tensor, axis: int, step: int, dilation: int, length: int) -> torch.Tensor:

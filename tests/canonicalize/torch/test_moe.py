@@ -143,3 +143,32 @@ def test_aten_grouped_mm_refuses_other_forms():
     x, weight = torch.randn(2, 8, 16).bfloat16(), torch.randn(2, 16, 8).bfloat16()
     with pytest.raises(tdag.errors.UnsupportedOpError, match="only the routed form"):
         tdag.from_torch(module, (x, weight))
+
+
+def test_dbrx_experts_capture_as_grouped_matmuls():
+    """DBRX's experts loop over the experts a batch hits with no implementation switch:
+    capture runs them grouped over its own w1, v1 and w2, so one trace serves any routing
+    (ids routed otherwise than the example's), and the module keeps its own forward."""
+    torch.manual_seed(0)
+    config = transformers.DbrxConfig(
+        d_model=HIDDEN, n_heads=4, n_layers=2, max_seq_len=64, vocab_size=100,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000, clip_qkv=8.0),
+        ffn_config=dict(ffn_hidden_size=48, moe_num_experts=EXPERTS, moe_top_k=TOP_K),
+        use_cache=False)
+    model = transformers.DbrxForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (2, TOKENS // 2))
+    prog = tdag.from_torch(model, (ids,))
+    experts = model.transformer.blocks[0].ffn.experts
+    assert "forward" not in vars(experts)
+    low = tdag.lower.lower(prog)
+    assert [n.op for n in low.graph.nodes].count(tdag.Op.grouped_mm) == 3 * 2  # 2 layers
+    module = tdag.to_torch(prog)
+    for seed in range(3):
+        other = torch.randint(0, 100, (2, TOKENS // 2),
+                              generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            want = model(other).logits
+        torch.testing.assert_close(tdag.run(prog, other), want, rtol=0, atol=1e-5)
+        torch.testing.assert_close(module(other), want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(run_onnx(tdag.to_onnx(prog), ids), model(ids).logits.detach(),
+                               rtol=0, atol=1e-4)
