@@ -13,6 +13,8 @@ through every stage:
     onnx      ``tdag.to_onnx(prog)`` on onnxruntime's CPU provider against eager; onnx err
               as torch err
     cost      ``tdag.cost(prog)`` and ``tdag.memory(prog)`` run; flops: ``cost(prog).flops``
+              (with a + where sizes data decides appear in it, at zero: Switch's rows per
+              expert)
 
 A stage that fails is printed as its exception's type (a stage after a failed capture or
 build as ``-``), with a line below the row holding the first line of each message; an error
@@ -488,7 +490,7 @@ class Row:
     results: dict = field(default_factory=dict)  # stage -> "ok" or the exception
     torch_err: float | None = None
     onnx_err: float | None = None
-    flops: int | None = None
+    flops: object = None  # an int, or an expression in sizes data decides
     seconds: float = 0.0
 
 
@@ -539,7 +541,7 @@ def _check(name: str, spec: Spec, attn: str) -> Row:
         row.onnx_err = relative_error(onnx_output(made["prog"], args), want)
 
     def cost():
-        row.flops = int(tdag.cost(made["prog"]).flops)
+        row.flops = tdag.cost(made["prog"]).flops
         tdag.memory(made["prog"])
 
     run_stage(row, "capture", capture)
@@ -576,10 +578,20 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
+def _flops(flops) -> str:
+    """``flops``, or where sizes data decides appear in it (the rows each expert takes) its
+    value with those at zero and a +."""
+    if flops is None:
+        return "-"
+    if isinstance(flops, int) or flops.is_Integer:
+        return f"{int(flops):.2e}"
+    return f"{float(flops.subs({s: 0 for s in flops.free_symbols})):.2e}+"
+
+
 def line(row: Row) -> str:
     cells = (row.name, row.attn, "-" if row.nodes is None else str(row.nodes),
              *(_cell(row.results.get(s)) for s in STAGES), _error(row.torch_err),
-             _error(row.onnx_err), "-" if row.flops is None else f"{row.flops:.2e}",
+             _error(row.onnx_err), _flops(row.flops),
              f"{row.seconds:.1f}")
     return "".join(format(c, a) + " " for c, (_, a) in zip(cells, COLUMNS)).rstrip()
 

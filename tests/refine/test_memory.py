@@ -56,6 +56,26 @@ def test_symbolic_peak_is_a_formula_in_the_sizes():
     assert tdag.memory(_mlp(), b=8).peak == report.peak.subs(symbol("b"), 8) == 2048 * 8 + 262144
 
 
+def test_a_peak_in_many_sizes_data_decides():
+    """Eight sizes data decides (the rows each of eight experts takes): the peak compares
+    the events at the grid's diagonal and each size alone at either end (19 points, where
+    the whole grid's 3^8 made it minutes), and is still a Max of the candidates."""
+    from tdag.refine.memory.report import _probes  # noqa: PLC0415
+
+    def fn(x):
+        picked = [ops.masked_select(x, ops.gt(x, k / 8)) for k in range(8)]
+        return [ops.exp(p) for p in picked]
+
+    prog = tdag.trace(fn, tdag.TensorSpec((64,)))
+    assert len(list(_probes(8))) == 3 + 2 * 8 and len(list(_probes(4))) == 3 ** 4
+    peak = tdag.memory(prog).peak
+    assert len(peak.free_symbols) == 8  # in the counts, not a number made up for them
+    x = torch.linspace(0, 1, 64)
+    counts = {s: int((x > k / 8).sum()) for k, s in enumerate(sorted(
+        peak.free_symbols, key=lambda s: int(str(s).lstrip("nz"))))}
+    assert int(peak.subs(counts)) >= 64 * 4
+
+
 def test_a_view_is_free_and_a_reshape_of_a_permute_copies():
     def fn(x):
         view = ops.rearrange(x, "a b -> (a b)")            # a view of x

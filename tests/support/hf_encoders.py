@@ -12,14 +12,15 @@ import transformers as T
 
 
 class LastHidden(torch.nn.Module):
-    """A transformers model with one tensor out: its last hidden state."""
+    """A transformers model with one tensor out: its last hidden state (of its positional
+    inputs: ids or features, and an attention mask where given)."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
-    def forward(self, x):
-        return self.model(x).last_hidden_state
+    def forward(self, *inputs):
+        return self.model(*inputs).last_hidden_state
 
 
 def tokens(b):
@@ -38,15 +39,6 @@ def whisper_encoder():
     return T.WhisperModel(config).get_encoder(), lambda b: (torch.randn(b, 8, 32),)
 
 
-class _BertHidden(torch.nn.Module):
-    def __init__(self, bert):
-        super().__init__()
-        self.bert = bert
-
-    def forward(self, ids, mask):
-        return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
 def one_layer_bert_file(path) -> dict:
     """A one-layer BERT (hidden 32, 2 heads) exported by torch.onnx (legacy, opset 17) to
     ``path``, inputs ``input_ids`` and ``attention_mask``; its feeds (a batch of one, the
@@ -58,6 +50,6 @@ def one_layer_bert_file(path) -> dict:
     ids, mask = torch.randint(0, 64, (1, 8)), torch.tensor([[1] * 6 + [0] * 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_BertHidden(bert), (ids, mask), str(path), dynamo=False,
+        torch.onnx.export(LastHidden(bert), (ids, mask), str(path), dynamo=False,
                           opset_version=17, input_names=["input_ids", "attention_mask"])
     return {"input_ids": ids, "attention_mask": mask}

@@ -12,7 +12,12 @@ computing the same function. While capturing, an ``eager`` experts module runs a
 each token uses (top-k of n), and a sum back per token. The model itself is left as it was.
 
 DBRX's experts module (``DbrxExperts``) has the loop but no such switch: while capturing it
-runs the same grouped form, written over its own weights (``_dbrx_experts``).
+runs the same grouped form, written over its own weights (``_dbrx_experts``). Switch
+Transformers' experts are separate modules (no stacked weights to group): while capturing
+they loop over every expert, each taking the rows routed to it (``torch.where``, a size
+data decides), so each expert costs the tokens it runs; its router moves its classifier to
+the router's dtype on every call, which while capturing is the no-op it is in eager where
+the classifier has that dtype already.
 """
 from __future__ import annotations
 
@@ -63,32 +68,75 @@ def _dbrx_experts(self, hidden_states, top_k_index, top_k_weights):
     return summed.view(hidden_states.shape[0], -1, self.hidden_size)
 
 
-def _dbrx_modules(module: nn.Module) -> list:
-    """The DBRX experts modules of ``module`` (by class name: transformers need not be
-    imported), where the grouped form can run (transformers has its grouped matmul)."""
-    found = [m for m in module.modules() if type(m).__name__ == "DbrxExperts" and
-             hasattr(m, "mlp") and "forward" not in vars(m)]
-    if found:
+def _switch_experts(self, hidden_states, selected_experts, routing_weights):
+    """``SwitchTransformersExperts.forward`` with the loop over every expert rather than
+    over those the batch hits: an expert no token reaches multiplies no rows."""
+    out = torch.zeros_like(hidden_states)
+    mask = selected_experts.permute(2, 1, 0)
+    for e in range(self.num_experts):
+        slot, rows = torch.where(mask[e])
+        states = self[f"expert_{e}"](hidden_states[rows]) * routing_weights[rows, slot, None]
+        out.index_add_(0, rows, states.to(hidden_states.dtype))
+    return out
+
+
+def _to_unless_same_dtype(self, *args, **kwargs):
+    """``Module.to``, or the module itself where the call asks only for the dtype every
+    parameter has (no copy to make; torch.export cannot swap a parameter for itself)."""
+    dtype = args[0] if len(args) == 1 and not kwargs else kwargs.get("dtype") if \
+        set(kwargs) == {"dtype"} and not args else None
+    if isinstance(dtype, torch.dtype) and all(p.dtype == dtype for p in self.parameters()):
+        return self
+    return type(self).to(self, *args, **kwargs)
+
+
+_LOOPS = {"DbrxExperts": (_dbrx_experts, "mlp"),
+          "SwitchTransformersExperts": (_switch_experts, "num_experts")}
+
+
+def _looping_modules(module: nn.Module) -> list:
+    """(module, its traceable forward) for each experts module of ``module`` that loops
+    over the experts hit (by class name: transformers need not be imported)."""
+    found = []
+    for m in module.modules():
+        traceable, attribute = _LOOPS.get(type(m).__name__, (None, None))
+        if traceable is not None and hasattr(m, attribute) and "forward" not in vars(m):
+            found.append((m, traceable))
+    if any(f is _dbrx_experts for _, f in found):
         try:
             from transformers.integrations.moe import _grouped_mm  # noqa: F401, PLC0415
         except ImportError:
-            return []
+            found = [(m, f) for m, f in found if f is not _dbrx_experts]
     return found
+
+
+def _self_moving(module: nn.Module) -> list:
+    """The classifiers of Switch Transformers' routers (``self.classifier.to(dtype)`` in
+    forward)."""
+    return [m.classifier for m in module.modules()
+            if type(m).__name__ == "SwitchTransformersTop1Router" and
+            isinstance(getattr(m, "classifier", None), nn.Module) and
+            "to" not in vars(m.classifier)]
 
 
 @contextlib.contextmanager
 def experts_traceable(module: nn.Module) -> Iterator[None]:
-    """While capturing, transformers' eager experts dispatch as ``grouped_mm``, and DBRX's
-    run their grouped form."""
-    configs, dbrx = _eager_experts(module), _dbrx_modules(module)
+    """While capturing, transformers' eager experts dispatch as ``grouped_mm``, and the
+    experts modules that loop over the experts hit run their traceable forms."""
+    configs, loops, moving = _eager_experts(module), _looping_modules(module), \
+        _self_moving(module)
     for config in configs:
         config._experts_implementation = TRACEABLE
-    for m in dbrx:
-        m.forward = MethodType(_dbrx_experts, m)
+    for m, traceable in loops:
+        m.forward = MethodType(traceable, m)
+    for m in moving:
+        m.to = MethodType(_to_unless_same_dtype, m)
     try:
         yield
     finally:
         for config in configs:
             config._experts_implementation = "eager"
-        for m in dbrx:
+        for m, _ in loops:
             del m.forward
+        for m in moving:
+            del m.to

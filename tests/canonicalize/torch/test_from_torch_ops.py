@@ -214,3 +214,9 @@ def test_batch_norm_of_batch_statistics_without_running_ones():
     training = torch.nn.BatchNorm2d(3).train()
     with pytest.raises(tdag.UnsupportedOpError, match=r"running statistics.*module\.eval\(\)"):
         from_torch(training, (torch.randn(2, 3, 4, 4),))
+
+
+def test_where_of_a_condition_alone_is_its_positions():
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    check(lambda x: torch.where(x > 0), x)
+    check(lambda x: torch.where(x[0] > 0), x)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import transformers
 
 from support.guards import run_onnx
+from support.hf_encoders import LastHidden
 from support.torch_models import Fn
 
 import tdag
@@ -172,3 +173,35 @@ def test_dbrx_experts_capture_as_grouped_matmuls():
         torch.testing.assert_close(module(other), want, rtol=0, atol=1e-5)
     torch.testing.assert_close(run_onnx(tdag.to_onnx(prog), ids), model(ids).logits.detach(),
                                rtol=0, atol=1e-4)
+
+
+def test_switch_experts_capture_with_the_rows_each_expert_takes():
+    """Switch Transformers' experts are separate modules looping over the experts hit, and
+    its router moves its classifier to its dtype on every call: capture loops over every
+    expert on the rows routed to it (a size data decides), so one trace serves any routing,
+    tokens past an expert's capacity included; the cost is in those sizes."""
+    torch.manual_seed(0)
+    config = transformers.SwitchTransformersConfig(
+        vocab_size=100, d_model=HIDDEN, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+        num_experts=EXPERTS, expert_capacity=3, num_sparse_encoder_layers=1,
+        num_sparse_decoder_layers=1)
+    model = LastHidden(transformers.SwitchTransformersEncoderModel(config)).eval()
+    ids, mask = torch.randint(0, 100, (2, TOKENS // 2)), torch.ones(2, TOKENS // 2)
+    prog = tdag.from_torch(model, (ids, mask))
+    sparse = next(m for m in model.modules() if type(m).__name__ == "SwitchTransformersSparseMLP")
+    assert "forward" not in vars(sparse.experts) and "to" not in vars(sparse.router.classifier)
+    module = tdag.to_torch(prog)
+    for seed in range(3):
+        other = torch.randint(0, 100, (2, TOKENS // 2),
+                              generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            want = model(other, mask)
+        torch.testing.assert_close(tdag.run(prog, other, mask), want, rtol=0, atol=1e-5)
+        torch.testing.assert_close(module(other, mask), want, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        want = model(ids, mask)
+    torch.testing.assert_close(run_onnx(tdag.to_onnx(prog), ids, mask), want, rtol=0,
+                               atol=1e-4)
+    experts = tdag.cost(prog).flops.free_symbols
+    assert len(experts) == EXPERTS  # one sparse layer: a row count per expert
+    assert tdag.memory(prog).peak.free_symbols <= experts

@@ -339,7 +339,10 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
 
 
 @aten("where")
-def where(cond, x, y):
+def where(cond, x=None, y=None):
+    if x is None and y is None:  # torch.where(cond): nonzero's columns, one per axis
+        found = ops.nonzero(cond)
+        return [ops.select(found, 1, k) for k in range(cond.ndim)]
     return ops.where(cond, scalar(x), scalar(y))
 
 
