@@ -95,6 +95,8 @@ class Op(enum.Enum):
     sigmoid = "sigmoid"
     relu = "relu"
     clamp = "clamp"
+    maximum = "maximum"  # of two tensors, nan propagating: torch.maximum, ONNX Max
+    minimum = "minimum"
     hardswish = "hardswish"
     reshape = "reshape"
     expand = "expand"

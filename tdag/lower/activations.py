@@ -1,4 +1,6 @@
-"""Elementwise chains -> the framework's fused activations (sigmoid, silu, gelu, relu).
+"""Elementwise chains -> the framework's fused activations (sigmoid, silu, gelu, relu), a
+clamp, and torch.maximum / torch.minimum of two tensors (the composition's compare, nan
+test, or and select: four passes and two bool tensors where the kernel makes one pass).
 
 Constants are matched by value (a broadcast scalar const), operands of add and multiply in
 either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
@@ -195,13 +197,7 @@ def relu_rule(node: Node, ctx: Context):
 def _bound(ctx: Context, cond: str, x: str):
     """``cond`` is ``x > s or isnan(x)`` (as maximum and minimum write it, so that nan
     passes through as in torch.clamp): ``(kind, s)``."""
-    node = ctx.producer(cond)
-    if node is None or node.op is not Op.where or not is_scalar(ctx, node.inputs[1], 1.0):
-        return None
-    nan = ctx.made(node.inputs[2], Op.compare)
-    if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
-        return None
-    node = ctx.producer(node.inputs[0])
+    node = _or_nan(ctx, cond, x)
     if node is None or node.op is not Op.compare or node.inputs[0] != x:
         return None
     value = scalar(ctx, node.inputs[1])
@@ -232,6 +228,37 @@ def clamp_rule(node: Node, ctx: Context):
     return NoMatch("not a bound")
 
 
+def extremum_rule(node: Node, ctx: Context):
+    """where(a > b or isnan(a), a, b) -> maximum(a, b); < -> minimum (an integer's without
+    the isnan), a and b two tensors of the result's type (a number bound is a clamp)"""
+    cond, a, b = node.inputs
+    if not ctx.type(a) == ctx.type(b) == node.type or scalar(ctx, b) is not None:
+        return NoMatch("not two tensors of one type")
+    test = ctx.producer(cond)
+    if node.type.dtype.is_float:
+        test = _or_nan(ctx, cond, a)
+    if test is None or test.op is not Op.compare or test.inputs != (a, b):
+        return NoMatch("not a compare of the two operands")
+    op = {CompareKind.gt: Op.maximum, CompareKind.ge: Op.maximum,
+          CompareKind.lt: Op.minimum, CompareKind.le: Op.minimum}.get(test.spec.kind)
+    if op is None:
+        return NoMatch("not an order")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(op, NoSpec(), a, b))
+
+
+def _or_nan(ctx: Context, cond: str, x: str):
+    """The compare ``c`` where ``cond`` is ``c or isnan(x)`` (as ops.maximum writes it:
+    where(c, True, x != x)), else None."""
+    node = ctx.producer(cond)
+    if node is None or node.op is not Op.where or not is_scalar(ctx, node.inputs[1], 1.0):
+        return None
+    nan = ctx.made(node.inputs[2], Op.compare)
+    if nan is None or nan.spec.kind is not CompareKind.ne or nan.inputs != (x, x):
+        return None
+    return ctx.producer(node.inputs[0])
+
+
 def hardswish_rule(node: Node, ctx: Context):
     """x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)"""
     if not node.type.dtype.is_float:
@@ -257,6 +284,7 @@ RULES = (
     Rule(Op.where, relu_rule),          # where(x < 0, 0, x) -> relu(x)
     Rule(Op.clamp, clamp_rule),         # clamp(clamp(x, lo), hi=hi) -> clamp(x, lo, hi)
     Rule(Op.where, clamp_rule),         # where(x > lo or isnan(x), x, lo) -> clamp(x, lo)
+    Rule(Op.where, extremum_rule),      # where(a > b or isnan(a), a, b) -> maximum(a, b)
     Rule(Op.multiply, hardswish_rule),  # x * clamp(x + 3, 0, 6) * (1/6) -> hardswish(x)
     Rule(Op.divide, hardswish_rule),    # x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)
 )

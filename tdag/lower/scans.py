@@ -16,6 +16,7 @@ from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
 from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
 from tdag.ir.types import DType
+from tdag.lower.activations import extremum_rule
 from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
 from tdag.lower.match import kernel_template, matches_kernel, scalar
 from tdag.lower.sorting import ancestors, positions_along
@@ -99,7 +100,7 @@ def logcumsumexp_rule(node: Node, ctx: Context):
     if not node.type.dtype.is_float:
         return NoMatch("not a float result")
     readers = ctx.readers(node.name)
-    if node.op is Op.where and len(readers) == 1 and readers[0].op is Op.cast:
+    if node.op in (Op.where, Op.maximum) and len(readers) == 1 and readers[0].op is Op.cast:
         return NoMatch("its cast back is the composition's last node")
     for scan in ancestors(ctx, node.name, 4):
         if scan.op is not Op.scan or scan.spec.combine != "add":
@@ -116,14 +117,17 @@ def logcumsumexp_rule(node: Node, ctx: Context):
 @lru_cache(maxsize=64)
 def _lcse_template(op: Op, spec, types) -> TDAG:
     """The decomposition as the rule meets it: its running max already values_rule's
-    cum_extreme (the sweep reaches that scan before the composition's last node)."""
+    cum_extreme (the sweep reaches that scan before the composition's last node), its
+    maximum of two tensors the "activations" pass's kernel."""
     graph = kernel_template(op, spec, types)
-    return rewrite(graph, RuleSet((Rule(Op.scan, values_rule),)))[0]
+    return rewrite(graph, RuleSet((Rule(Op.scan, values_rule),
+                                   Rule(Op.where, extremum_rule))))[0]
 
 
 RULES = (
     Rule(Op.cast, logcumsumexp_rule),   # cast(m + log(cumsum(exp(x - m)))) -> logcumsumexp
-    Rule(Op.where, logcumsumexp_rule),  # (f64: its final maximum)
+    Rule(Op.where, logcumsumexp_rule),    # (f64: its final maximum, as a select
+    Rule(Op.maximum, logcumsumexp_rule),  # or as the "activations" pass's kernel)
     Rule(Op.scan, indices_rule),  # scan[max](cast(x == cummax(x)) * pos) -> cummax indices
     Rule(Op.scan, values_rule),   # scan[max](x) -> cummax values
 )

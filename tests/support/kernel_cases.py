@@ -123,6 +123,8 @@ CASES = [
     Case(Op.sigmoid, NoSpec(), ((3, 4),)),
     Case(Op.relu, NoSpec(), ((3, 4),)),
     Case(Op.clamp, Clamp(-1.0, 2.0), ((3, 4),)),
+    Case(Op.maximum, NoSpec(), ((3, 4), (3, 4))),
+    Case(Op.minimum, NoSpec(), (("b", 4), ("b", 4))),
     Case(Op.clamp, Clamp(None, 1.5), ((3, 4),)),
     Case(Op.clamp, Clamp(-0.5, None), ((3, 4),)),
     Case(Op.hardswish, NoSpec(), ((3, 4),)),

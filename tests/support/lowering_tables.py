@@ -445,6 +445,8 @@ def _kernel_programs():
         [S(("b", 6))]))
     tables.append(("top-p", _top_p, [S(("b", 6))]))
     tables.append(("slice-write", _slice_write, [S(("b", 6, 3))]))
+    tables.append(("extrema", lambda x: ops.minimum(ops.maximum(x, ops.exp(x) - 1.5),
+                                                    ops.sin(x)), [S(("b", 6))]))
     tables.append(("spectrum", lambda x: ops.view_as_real(ops.full_spectrum(
         ops.fft(x, 1, kind="r2c"), 1, 8)), [S(("b", 8))]))
     tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))

@@ -240,6 +240,45 @@ primitive(Op.clamp, Clamp, 1, lambda s, ins: ins[0], _clamp_eval, per_element(2)
           decompose=lambda s, x: ops.clamp(x, s.lo, s.hi))
 
 
+# -- maximum / minimum of two tensors ---------------------------------------------------------
+
+
+def _extremum_shape(op: str):
+    def rule(spec, ins):
+        a, b = ins
+        if a != b:
+            raise ShapeError(f"{op}: two tensors of one type, got {a} and {b}")
+        return a
+    return rule
+
+
+def _extremum_torch(fn: str):
+    def emit(node, a, code):
+        fresh = f"torch.{fn}({a[0]}, {a[1]})"
+        k = inplace.written_operand(node, a, code)
+        return fresh if k is None else inplace.in_place(fresh, f"torch.{fn}({a[0]}, {a[1]}, "
+                                                               f"out={a[k]})")
+    return emit
+
+
+def _extremum(op: Op, fn: str, onnx: str, compose) -> None:
+    """``op``: torch's ``fn`` of two tensors (nan where either is nan; on a tie the first,
+    where the composition takes the second: the two differ only in a zero's sign)."""
+    primitive(op, NoSpec, 2, _extremum_shape(fn), lambda s, xs, r: getattr(torch, fn)(*xs),
+              per_element(1),
+              f"where(a {'>' if fn == 'maximum' else '<'} b or isnan(a), a, b) is four "
+              "elementwise passes and two bool tensors",
+              traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+              torch=_extremum_torch(fn), onnx=lambda node, ins, g, cx: g.node(onnx, ins),
+              in_place=inplace.overwritten_operand,
+              jax=lambda node, a, cx: getattr(cx.jnp, fn)(*a),  # nan propagating too
+              decompose=lambda s, a, b: compose(a, b))
+
+
+_extremum(Op.maximum, "maximum", "Max", ops.maximum)
+_extremum(Op.minimum, "minimum", "Min", ops.minimum)
+
+
 def _hardswish_torch(node, a, code):
     return inplace.unary(node, a, code, f"F.hardswish({a[0]})", "F.hardswish({x}, inplace=True)")
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import tdag
 from tdag.canonicalize import from_torch
 
+from support.guards import run_onnx
 from support.torch_models import Fn
 
 
@@ -220,3 +221,21 @@ def test_where_of_a_condition_alone_is_its_positions():
     x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
     check(lambda x: torch.where(x > 0), x)
     check(lambda x: torch.where(x[0] > 0), x)
+
+
+@pytest.mark.parametrize("fn", [torch.maximum, torch.minimum])
+def test_maximum_and_minimum_of_two_tensors_are_one_call_propagating_nan(fn):
+    """The composition (compare, nan test, or, select) lowers back to torch's one call and
+    ONNX's Max / Min, nan from either side propagating as in torch."""
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    a[0, 0, 0] = b[0, 1, 1] = b[1, 2, 3] = a[1, 2, 3] = float("nan")
+    prog = from_torch(Fn(lambda x, y: fn(x, y) * 2).eval(), (a, b))
+    low = tdag.lower.lower(prog)
+    assert [n.op for n in low.graph.nodes if n.op in (tdag.Op.maximum, tdag.Op.minimum,
+                                                           tdag.Op.where)] == \
+        [getattr(tdag.Op, fn.__name__)]
+    want = fn(a, b) * 2
+    torch.testing.assert_close(tdag.to_torch(prog)(a, b), want, equal_nan=True)
+    onnx_model = tdag.to_onnx(prog)
+    assert {"Max", "Min"} & {n.op_type for n in onnx_model.graph.node}
+    torch.testing.assert_close(run_onnx(onnx_model, a, b), want, equal_nan=True)
