@@ -12,10 +12,12 @@ import math
 
 from tdag.deinops.elementwise import CompareKind
 from tdag.lower.kernels.activations import Clamp, Gelu
+from tdag.ir.carriers import CARRIER
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
+from tdag.ir.types import DType
 from tdag.lower.match import close, is_scalar, scalar
 
 
@@ -232,6 +234,8 @@ def extremum_rule(node: Node, ctx: Context):
     """where(a > b or isnan(a), a, b) -> maximum(a, b); < -> minimum (an integer's without
     the isnan), a and b two tensors of the result's type (a number bound is a clamp)"""
     cond, a, b = node.inputs
+    if node.type.dtype in CARRIER or node.type.dtype is DType.bool:
+        return NoMatch("a type torch carries in another (uint64: on int64 an order differs)")
     if not ctx.type(a) == ctx.type(b) == node.type or scalar(ctx, b) is not None:
         return NoMatch("not two tensors of one type")
     test = ctx.producer(cond)
