@@ -550,7 +550,7 @@ def test_batch_norms_fold_into_their_convolutions_packs():
     model, x = _NormedConvs().eval(), torch.randn(2, 3, 32, 32)
     prog = tdag.from_torch(model, (x,))
     module = tdag.to_torch(prog)
-    assert module.code.count("norm=(") == 5 and "F.batch_norm" not in module.code
+    assert module.code.count("norm=(") == 5 and "batch_norm(" not in module.code
     with torch.inference_mode():
         assert_close(module(x), model(x), "folded")
         assert_close(module(x), model(x), "from the packs")
@@ -589,6 +589,49 @@ def test_batch_norm_written_over_a_result_equals_f_batch_norm():
                      want)
 
 
+def test_an_onnx_files_batch_norm_runs_and_differentiates_with_autograd_on():
+    """An ONNX file's running statistics are initializers, so its module's parameters:
+    torch's batch norm refuses to run where autograd would differentiate them. The module
+    runs with autograd on (the convolution's norm unfolded, as the lowered kernel and the
+    unlowered program compute it), onnxruntime's values, and the gradients of the same
+    normalisation written out in float64 for every input and weight, statistics included."""
+    from onnx import TensorProto, helper, numpy_helper
+    from support.guards import run_onnx
+    gen = torch.Generator().manual_seed(0)
+    weights = {"w": torch.randn(8, 3, 3, 3, generator=gen), "gamma": torch.randn(8, generator=gen),
+               "beta": torch.randn(8, generator=gen), "mean": torch.randn(8, generator=gen),
+               "var": torch.rand(8, generator=gen) + 0.5}
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"],
+                          epsilon=1e-3),
+         helper.make_node("Relu", ["n"], ["y"])], "conv_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 8, 8])],
+        [numpy_helper.from_array(t.numpy(), name) for name, t in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = torch.randn(2, 3, 8, 8, generator=gen)
+
+    def reference(x, w, gamma, beta, mean, var):
+        scale = (gamma * torch.rsqrt(var + 1e-3)).view(-1, 1, 1)
+        c = nn.functional.conv2d(x, w, padding=1)
+        return torch.relu((c - mean.view(-1, 1, 1)) * scale + beta.view(-1, 1, 1))
+
+    leaves = [t.double().requires_grad_() for t in (x, *weights.values())]
+    reference(*leaves).sum().backward()
+    for lower in (True, False):
+        module = tdag.to_torch(tdag.from_onnx(model), lower=lower)
+        xg = x.clone().requires_grad_()
+        got = module(xg)
+        assert_close(got.detach(), run_onnx(model, x), f"lower={lower}")
+        got.sum().backward()
+        params = dict(module.named_parameters())
+        for name, leaf in zip(("x", *weights), leaves):
+            grad = xg.grad if name == "x" else params[name].grad
+            torch.testing.assert_close(grad.double(), leaf.grad, rtol=1e-4, atol=1e-4,
+                                       msg=lambda m, n=name: f"d/d{n}, lower={lower}: {m}")
+
+
 def test_an_activation_after_a_folded_norm_runs_inside_the_call():
     """Conv -> batch norm -> SiLU (EfficientNet's and YOLO's block) and a 1x1 conv -> norm ->
     hardswish: one call each, the norm folded into the pack and the activation inside it;
@@ -609,7 +652,7 @@ def test_an_activation_after_a_folded_norm_runs_inside_the_call():
     code = module.code
     assert "('swish', [], ''), norm=(" in code and "('hardswish', [], ''), norm=(" in code
     assert code.count("norm=(") == 3 and "F.silu" not in code and "hardswish(" not in code
-    assert "F.batch_norm" not in code and "relu" in code
+    assert "batch_norm(" not in code and "relu" in code
     with torch.inference_mode():
         assert_close(module(x), model(x), "conv, norm, activation")
     assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01

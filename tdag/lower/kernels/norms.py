@@ -275,6 +275,23 @@ def batch_norm_affine(mean, var, weight, bias, eps: float):
     return scale, shift
 
 
+def eval_batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                    weight: torch.Tensor | None, bias: torch.Tensor | None,
+                    eps: float) -> torch.Tensor:
+    """``F.batch_norm`` in eval mode. An imported file's running statistics are weights,
+    hence a module's parameters, and torch's kernel refuses to run where autograd would
+    differentiate them ("not differentiable with respect to argument 'running_mean'"):
+    there, the same normalisation as the per-channel affine it is, in ``x``'s dtype."""
+    if not (torch.is_grad_enabled() and (mean.requires_grad or var.requires_grad)):
+        return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
+    scale = torch.rsqrt(var + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -mean * scale + (bias if bias is not None else 0.0)
+    channel = (-1,) + (1,) * (x.dim() - 2)
+    return x * scale.reshape(channel) + shift.reshape(channel)
+
+
 def _batch_norm_shape(spec: BatchNorm, ins):
     return per_channel_shape("batch_norm", ins)
 
@@ -282,13 +299,13 @@ def _batch_norm_shape(spec: BatchNorm, ins):
 def _batch_norm_eval(spec: BatchNorm, xs, resolve):
     w = xs[3] if len(xs) > 3 else None
     b = xs[4] if len(xs) > 4 else None
-    return F.batch_norm(xs[0], xs[1], xs[2], w, b, False, 0.0, spec.eps)
+    return eval_batch_norm(xs[0], xs[1], xs[2], w, b, spec.eps)
 
 
 def _batch_norm_torch(node, a, code):
     w = a[3] if len(a) > 3 else "None"
     b = a[4] if len(a) > 4 else "None"
-    return f"F.batch_norm({a[0]}, {a[1]}, {a[2]}, {w}, {b}, False, 0.0, {node.spec.eps!r})"
+    return f"_rt.eval_batch_norm({a[0]}, {a[1]}, {a[2]}, {w}, {b}, {node.spec.eps!r})"
 
 
 def _batch_norm_onnx(node, ins, g, cx):

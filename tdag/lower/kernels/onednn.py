@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from tdag.lower.kernels.activations import gelu_tanh
-from tdag.lower.kernels.norms import batch_norm_affine
+from tdag.lower.kernels.norms import batch_norm_affine, eval_batch_norm
 
 _AVAILABLE = torch.backends.mkldnn.is_available()
 NO_POST = ("none", [], "")  # (oneDNN's post-op name, its scalars, its algorithm)
@@ -149,7 +149,7 @@ def batch_norm(y: torch.Tensor, norm: tuple | None, inplace: bool = False,
     if norm is None:
         return y
     if not inplace:
-        return F.batch_norm(y, *norm[:4], False, 0.0, norm[4])
+        return eval_batch_norm(y, *norm)
     scale, shift = batch_norm_affine(*norm)
     shape = [1] * y.dim()
     shape[axis] = -1

@@ -13,7 +13,7 @@ from tdag.ir.interpreter import bind
 from tdag.lower.kernels.backward import rms_norm_backward  # noqa: F401  (generated)
 from tdag.lower.kernels.activations import gelu_tanh  # noqa: F401  (generated code)
 from tdag.lower.kernels.experts import grouped_mm  # noqa: F401  (generated code)
-from tdag.lower.kernels.norms import rms_norm  # noqa: F401  (generated code)
+from tdag.lower.kernels.norms import eval_batch_norm, rms_norm  # noqa: F401  (generated)
 from tdag.lower.kernels.onednn import conv1d, conv1x1, conv2d, linear  # noqa: F401  (generated)
 from tdag.lower.kernels.sequence import rotary  # noqa: F401  (generated code)
 from tdag.lower.kernels.linalg import (  # noqa: F401  (generated)
