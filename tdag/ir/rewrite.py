@@ -123,6 +123,7 @@ class Context:
         self._readers: dict[str, list[Node]] | None = None
         self._names: FreshNames | None = None
         self._kinds: set[tuple] | None = None  # (op, spec, dtype) of every node, on first ask
+        self._ops: set[Op] | None = None  # the ops of those kinds
 
     def producer(self, name: str) -> Node | None:
         """The node computing ``name``; None for inputs and weights."""
@@ -160,9 +161,26 @@ class Context:
         """Whether every ``(op, spec, dtype)`` of ``kinds`` is some node's of the graph as
         rewritten so far (nodes since replaced still count): a cheap necessary condition for
         a template of such nodes to match anywhere, so a rule skips its search where it fails."""
+        return kinds <= self._known_kinds()
+
+    def has_ops(self, ops: frozenset) -> bool:
+        """Whether every op of ``ops`` is some node's of the graph as rewritten so far: as
+        ``has_kinds``, for a check that need not know the specs and dtypes."""
+        if self._ops is None:
+            self._ops = {kind[0] for kind in self._known_kinds()}
+        return ops <= self._ops
+
+    def _known_kinds(self) -> set[tuple]:
         if self._kinds is None:
             self._kinds = {node_kind(n) for n in self.producers.values()}
-        return kinds <= self._kinds
+        return self._kinds
+
+    def saw(self, node: Node) -> None:
+        """``node`` is in the graph now: its kind counts for ``has_kinds`` and ``has_ops``."""
+        if self._kinds is not None:
+            self._kinds.add(node_kind(node))
+        if self._ops is not None:
+            self._ops.add(node.op)
 
     def fresh(self, hint: str) -> str:
         """A new name ``<hint>_l<n>``, one counter for the sweep."""
@@ -183,8 +201,7 @@ class Context:
         """``node`` is new: a rewrite made it."""
         self.types[node.name] = node.type
         self.producers[node.name] = node
-        if self._kinds is not None:
-            self._kinds.add(node_kind(node))
+        self.saw(node)
         if self._uses is None:
             self._new.append(node)
         else:
@@ -329,8 +346,7 @@ def _replaced(node: Node, result: Replace, rule: Rule, ctx: Context, out: list[N
         ctx.record(new)
         out.append(new)
     ctx.producers[last.name] = last  # the rules of the next round may look at it
-    if ctx._kinds is not None:
-        ctx._kinds.add(node_kind(last))
+    ctx.saw(last)
     return last
 
 
