@@ -204,3 +204,40 @@ def test_clamped_pad_equals_clamp_then_pad(layout, pads):
     assert got.is_contiguous(memory_format=layout) == want.is_contiguous(memory_format=layout)
     relu = runtime.clamped_pad(x[0], [1, 2], -3.0, 0.0)  # a 3-d one, a ReLU
     assert torch.equal(relu.nan_to_num(), F.pad(torch.relu(x[0]), [1, 2], value=-3.0).nan_to_num())
+
+
+class _QuantizedPools(nn.Module):
+    """A quantized model's int8 max pools after a conv: on an input's codes and on the conv's
+    result quantized, both in the module's channels-last layout (the input is copied so for
+    the conv); ``conv=False``: on the codes of an (N, C, H, W) input, the module's own."""
+
+    def __init__(self, conv: bool = True):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1) if conv else None
+
+    def forward(self, x):
+        codes = torch.round(x * 20).clamp(-128, 127).to(torch.int8)
+        pooled = F.max_pool2d(codes, 3, 2, 1)
+        if self.conv is None:
+            return pooled
+        y = torch.round(self.conv(x) * 20).clamp(-128, 127).to(torch.int8)
+        return pooled, F.max_pool2d(y, 3, 2, 1).to(torch.float32) / 20
+
+
+@pytest.mark.parametrize("conv", [True, False], ids=["channels-last", "n-c-h-w"])
+def test_an_8_bit_max_pool_runs_on_n_c_h_w(conv):
+    """torch's channels-last max pooling refuses int8 and uint8 (a quantized ResNet's pool
+    failed in the module); those pool on (N, C, H, W), a value held channels-last copied
+    there and back: eager's values, and tdag.memory still MemTracker's peak."""
+    x = torch.randn(2, 3, 16, 16)
+    prog, module = _module(_QuantizedPools(conv), (x,))
+    pools = [line for line in module.code.splitlines() if "F.max_pool2d(" in line]
+    assert len(pools) == 1 + conv and all(("channels_last" in p) == conv for p in pools)
+    model = _QuantizedPools(conv)
+    model.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        for got, want in zip(*(torch.utils._pytree.tree_leaves(r)
+                               for r in (module(x), model.eval()(x)))):
+            assert got.dtype == want.dtype
+            assert_close(got, want)
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01

@@ -83,6 +83,10 @@ def _covers_all(s, in_shape) -> bool:
 # torch's CPU max pooling is several times faster channels-last than on (N, C, *S) (the
 # copies there and back included); the values and indices are the same
 CHANNELS_LAST = {2: "channels_last", 3: "channels_last_3d"}
+# ... but refuses 8-bit integers so (a quantized model's pools; torch 2.13: "Expected
+# input_depth * input_height * input_width <= numeric_limits<integer_t>::max()"): those pool
+# on (N, C, *S), a value the module holds channels-last copied there and back
+EIGHT_BIT = frozenset({DType.i8, DType.u8})
 
 
 def _max_pool_torch(node, a, code):
@@ -90,12 +94,20 @@ def _max_pool_torch(node, a, code):
     if global_pool(node, code.shape_of(node.inputs[0])):  # what adaptive pooling to 1 runs
         return f"{a[0]}.amax({tuple_expr(range(2, node.type.rank))}, keepdim=True)"
     layout = CHANNELS_LAST.get(len(s.kernel))
-    if code.channels_last(node.inputs[0]):  # the module's layout already (reify/torch/layout)
-        layout = None
+    held = code.channels_last(node.inputs[0])  # the module's layout (reify/torch/layout)
+    if node.type.dtype in EIGHT_BIT:
+        pooled = _max_pool_call(s, f"{a[0]}.contiguous()" if held else a[0])
+        return f"{pooled}.contiguous(memory_format=torch.{layout})" if held else pooled
+    if held:
+        return _max_pool_call(s, a[0])
     x = a[0] if layout is None else f"{a[0]}.contiguous(memory_format=torch.{layout})"
-    pooled = (f"F.max_pool{NDIM[len(s.kernel)]}({x}, {tuple_expr(s.kernel)}, "
-              f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.dilation)})")
+    pooled = _max_pool_call(s, x)
     return pooled if layout is None else f"{pooled}.contiguous()"
+
+
+def _max_pool_call(s, x: str) -> str:
+    return (f"F.max_pool{NDIM[len(s.kernel)]}({x}, {tuple_expr(s.kernel)}, "
+            f"{tuple_expr(s.stride)}, {tuple_expr(s.padding)}, {tuple_expr(s.dilation)})")
 
 
 def _max_pool_workspace(spec, ins, out: TensorType, contiguous) -> Dim:
@@ -103,10 +115,15 @@ def _max_pool_workspace(spec, ins, out: TensorType, contiguous) -> Dim:
     max_pool2d_with_indices) beside the pooled result and, for a (N, C, *S) input, its
     channels-last copy, which the copy back to (N, C, *S) replaces once the input's copy is
     freed (``_max_pool_torch``); an input that is not (N, C, *S) is the module's channels-last
-    layout, pooled as it is. None for a global pool (an amax)."""
+    layout, pooled as it is (an 8-bit one copied to (N, C, *S) and its result back). None for
+    a global pool (an amax)."""
     if _covers_all(spec, ins[0].shape) or len(spec.kernel) not in CHANNELS_LAST:
         return 0
-    copy = ins[0].numel * ins[0].dtype.itemsize if contiguous[0] else 0
+    copy = ins[0].numel * ins[0].dtype.itemsize
+    if ins[0].dtype in EIGHT_BIT:
+        copy = 0 if contiguous[0] else copy + out.numel * out.dtype.itemsize
+    elif not contiguous[0]:
+        copy = 0
     return as_dim(copy + out.numel * 8)
 
 
