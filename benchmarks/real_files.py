@@ -1,6 +1,7 @@
 """Issue 20's real-file corpus, file by file: does tdag import it, does it compute what
-onnxruntime computes on the original (through tdag.run and through the file tdag.to_onnx
-writes), and how fast does the re-emitted file run next to the original on onnxruntime.
+onnxruntime computes on the original (through tdag.run, the file tdag.to_onnx writes and the
+module tdag.to_torch makes), and how fast does the re-emitted file run next to the original on
+onnxruntime.
 
 The corpus (tests/support/real_files.py) is built into a temporary folder from tiny random
 models by the real tools: torch.onnx (legacy with dynamic axes, dynamo; decoders with their KV
@@ -83,8 +84,8 @@ def error(got, expected) -> float:
 
 
 def check(file: File, threads: int = 1, runtime: str | None = None) -> dict:
-    """Import ``file``, run it through tdag.run and to_onnx (for ``runtime``) against
-    onnxruntime on the original: the table's row (times not yet measured)."""
+    """Import ``file``, run it through tdag.run, to_onnx (for ``runtime``) and to_torch
+    against onnxruntime on the original: the table's row (times not yet measured)."""
     row = {"file": file.name, "tool": file.tool, "quantized": file.quantized}
     if file.failed:
         row["import_error"] = f"the tool failed: {file.failed}"
@@ -109,6 +110,11 @@ def check(file: File, threads: int = 1, runtime: str | None = None) -> dict:
     emitted = session(tdag.to_onnx(prog, runtime=runtime), threads, level)
     row["onnx_error"] = max(error(arrays(emitted.run(None, f)), ref)
                             for f, ref in zip(file.feeds, expected))
+    module = tdag.to_torch(prog)
+    with torch.no_grad():
+        row["torch_error"] = max(
+            error(_outputs(module(*[torch.from_numpy(f[n]) for n in names])), ref)
+            for f, ref in zip(file.feeds, expected))
     row["sessions"] = (original, emitted)
     return row
 
@@ -136,7 +142,7 @@ def verdict(row: dict) -> str:
         return "no import"
     if row["quantized"]:
         return "quantized"
-    worst = max(row["run_error"], row["onnx_error"])
+    worst = max(row["run_error"], row["onnx_error"], row["torch_error"])
     return "ok" if worst <= FLOAT_BOUND else "WRONG"
 
 
@@ -147,14 +153,15 @@ def geomean(values) -> float:
 
 def table(rows: list[dict]) -> str:
     head = f"{'file':42} {'tool':24} {'status':9} {'run err':>9} {'onnx err':>9} " \
-           f"{'orig us':>9} {'tdag us':>9} {'ratio':>6}"
+           f"{'torch err':>9} {'orig us':>9} {'tdag us':>9} {'ratio':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         if "import_error" in r:
             lines.append(f"{r['file']:42} {r['tool']:24} {verdict(r):9} {r['import_error']}")
             continue
         lines.append(f"{r['file']:42} {r['tool']:24} {verdict(r):9} {r['run_error']:9.1e} "
-                     f"{r['onnx_error']:9.1e} {r['original_us']:9.0f} {r['emitted_us']:9.0f} "
+                     f"{r['onnx_error']:9.1e} {r['torch_error']:9.1e} {r['original_us']:9.0f} "
+                     f"{r['emitted_us']:9.0f} "
                      f"{r['ratio']:6.2f}")
     for what, keep in (("float", False), ("quantized", True)):
         ratios = [r["ratio"] for r in rows if "ratio" in r and r["quantized"] == keep]

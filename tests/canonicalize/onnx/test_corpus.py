@@ -1,15 +1,18 @@
 """The float part of issue 20's real-file corpus (tests/support/real_files.py), checked as
-benchmarks/real_files.py measures it: each file imports, and tdag.run and the file
-tdag.to_onnx writes compute what onnxruntime computes on the original, within 1e-4 of the
-output's scale, on every feed (decoders at two past lengths). The files: a GPT-2 step with
-its KV cache (torch.onnx, legacy exporter) and onnxslim's rewrite of it, a BERT and
-onnxslim's, onnxruntime's session-optimised (FusedMatMul, BiasGelu) and transformers-optimised
-(Attention, EmbedLayerNormalization, SkipLayerNormalization) ones, a ResNet and its session-
-optimised one (FusedConv), and scikit-learn models through skl2onnx (ZipMap written back).
-The quantized files and the timing are the benchmark's."""
+benchmarks/real_files.py measures it: each file imports, and tdag.run, the file tdag.to_onnx
+writes and the module tdag.to_torch makes compute what onnxruntime computes on the original,
+within 1e-4 of the output's scale, on every feed (decoders at two past lengths). The files:
+a GPT-2 step with its KV cache (torch.onnx, legacy exporter) and onnxslim's rewrite of it, a
+BERT and onnxslim's, onnxruntime's session-optimised (FusedMatMul, BiasGelu) and
+transformers-optimised (Attention, EmbedLayerNormalization, SkipLayerNormalization) ones, a
+ResNet and its session-optimised one (FusedConv), and scikit-learn models through skl2onnx
+(ZipMap written back). The quantized files are compared with onnxruntime and timed by the
+benchmark; here the statically quantized ResNets' modules compute what tdag.run computes.
+"""
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("onnxslim")
 pytest.importorskip("skl2onnx")
@@ -17,6 +20,9 @@ pytest.importorskip("transformers")
 
 from real_files import FLOAT_BOUND, check  # noqa: E402  (benchmarks/, on the path)
 from support import real_files as corpus  # noqa: E402
+
+import tdag  # noqa: E402
+from support.guards import assert_close  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +48,16 @@ def test_a_real_file_imports_and_matches_onnxruntime(files, name):
     assert "import_error" not in row, row["import_error"]
     assert row["run_error"] <= FLOAT_BOUND, ("tdag.run", row["run_error"])
     assert row["onnx_error"] <= FLOAT_BOUND, ("tdag.to_onnx", row["onnx_error"])
+    assert row["torch_error"] <= FLOAT_BOUND, ("tdag.to_torch", row["torch_error"])
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_statically_quantized_resnets_module_computes_what_run_computes(files, fmt):
+    """onnxruntime's quantize_static: QDQ pairs around float ops, or QLinearConv,
+    QLinearAdd and an int8 MaxPool (which torch's channels-last pooling refuses)."""
+    file = corpus.static_quantized(files["resnet"], fmt)
+    assert not file.failed, file.failed
+    prog = tdag.from_onnx(str(file.path))
+    args = [torch.from_numpy(a) for a in file.feeds[0].values()]
+    with torch.no_grad():
+        assert_close(tdag.to_torch(prog)(*args), tdag.run(prog, *args), fmt)
