@@ -103,6 +103,7 @@ class _Builder:
         self.root = nn.Module()
         self.consts: dict[tuple, str] = {}
         self.registered: dict[str, Weight] = {}
+        self.paths: dict[str, str] = {}  # weight name -> its dotted path in the module
         self.channels_last = channels_last_weights(prog)
 
     def build(self) -> nn.Module:
@@ -155,16 +156,17 @@ class _Builder:
                 self.consts[key] = attr
             return f"self._buffers[{self.consts[key]!r}]"  # ours: no attribute lookup
         self.register(name, weight)
-        return _attr_path(name)
+        return _attr_path(self.paths[name])
 
     def state_expr(self, name: str) -> str:
-        return _attr_path(name)
+        return _attr_path(self.paths[name])
 
     def register(self, name: str, weight: Weight, state: bool = False) -> None:
         if name in self.registered:
             return
         self.registered[name] = weight
-        owner, leaf = _owner(self.root, name)
+        self.paths[name] = _free_path(name, set(self.paths.values()))
+        owner, leaf = _owner(self.root, self.paths[name])
         value = self.value(name, weight)
         if weight.kind is TensorKind.parameter and not state:
             trainable = value.is_floating_point()
@@ -202,6 +204,17 @@ def _owner(root: nn.Module, dotted: str) -> tuple[nn.Module, str]:
     return owner, leaf
 
 
+def _free_path(dotted: str, used: set[str]) -> str:
+    """``dotted`` with a ``_`` after each part that names an attribute of the module (an ONNX
+    initializer called ``half``, ``float`` or ``code``: ``nn.Module`` refuses to register
+    those, and ``module.half`` would be the method), and after the leaf while another
+    weight's path is the same."""
+    path = ".".join(part + "_" * (part in _TAKEN) for part in dotted.split("."))
+    while path in used:
+        path += "_"
+    return path
+
+
 def _attr_path(dotted: str) -> str:
     """``self.a.b.w`` as the generated code reads it: each submodule straight from its
     parent's ``_modules`` (``nn.Module.__getattr__`` costs about a microsecond a step, per
@@ -215,6 +228,7 @@ def _attr_path(dotted: str) -> str:
 
 
 _MODULE_ATTRS = set(dir(nn.Module))
+_TAKEN = frozenset(dir(TdagModule)) | {"code"}  # nn.Module's and the reified module's own
 
 
 def _ident(name: str) -> str:

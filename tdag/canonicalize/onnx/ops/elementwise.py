@@ -127,8 +127,23 @@ def _div(ctx, a, b):
 
 @register("Pow")
 def _pow(ctx, a, b):
+    """An exponent the file holds as one float (GELU's cube, an RMS norm's square: a Constant
+    node that onnxslim or the dynamo exporter made an initializer) is that number, as in
+    ``x ** 3``: not a weight the torch module makes a parameter, whose gradient x^3 log(x)
+    is NaN wherever x is negative."""
     a = ctx.tensor(a)
-    return ops.cast(ops.pow(a, ctx.tensor(b)), a.dtype)  # ONNX keeps the base's type
+    exponent = _float_scalar(ctx, b)
+    out = ops.pow(a, exponent if exponent is not None else ctx.tensor(b))
+    return ops.cast(out, a.dtype)  # ONNX keeps the base's type
+
+
+def _float_scalar(ctx, value) -> float | None:
+    """The number a one-element float initializer holds; None for anything else."""
+    weight = None if isinstance(value, Known) else ctx.builder.weights.get(value.name)
+    if weight is None or weight.value is None or weight.value.numel() != 1 or \
+            not weight.value.is_floating_point():
+        return None
+    return float(weight.value.reshape(()).item())
 
 
 @register("Mod")
