@@ -10,6 +10,9 @@ through every stage:
     torch     ``tdag.to_torch(prog)(*args)`` against eager; torch err: max |difference| over
               max |eager|
     state     ``to_torch(prog).load_state_dict(model.state_dict())``, strict
+    grad      the module's parameter gradients against eager's (autograd on both, the first
+              output weighted at random); grad err: max |difference| over the largest
+              eager gradient of any parameter
     onnx      ``tdag.to_onnx(prog)`` on onnxruntime's CPU provider against eager; onnx err
               as torch err
     cost      ``tdag.cost(prog)`` and ``tdag.memory(prog)`` run; flops: ``cost(prog).flops``
@@ -54,7 +57,7 @@ import tdag  # noqa: E402
 
 BATCH, SEQ, VOCAB = 2, 12, 128
 TOLERANCE = 1e-4
-STAGES = ("capture", "torch", "state", "onnx", "cost")
+STAGES = ("capture", "torch", "state", "grad", "onnx", "cost")
 FRAMES = 6  # of each traceback --traceback prints
 
 
@@ -471,6 +474,39 @@ def relative_error(got, want: torch.Tensor) -> float:
     return float((got.double() - want.double()).abs().max() / want.double().abs().max())
 
 
+def gradient_error(model: torch.nn.Module, module: torch.nn.Module, args) -> float:
+    """max |module's - eager's gradient| over every parameter, relative to the largest eager
+    gradient of any (one scale for all: a key projection's bias has the gradient zero but
+    for rounding), for one random weighting of the first output. A tied weight counts
+    under whichever of its names the module keeps; one the module lacks is an inf."""
+    weights, threads = None, torch.get_num_threads()
+    for m in (model, module):
+        m.zero_grad(set_to_none=True)
+        # eager's reference on one thread: on two, torch's own backward gives MobileNet-v2's
+        # 1x1 conv weights gradients 1.2% of the largest off a float64 run (one thread, and
+        # the module on one or two, within 1.1e-6 of it)
+        torch.set_num_threads(1 if m is model else threads)
+        try:
+            out = torch.utils._pytree.tree_leaves(m(*args))[0]
+            if weights is None:
+                weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            (out.double() * weights).sum().backward()
+        finally:
+            torch.set_num_threads(threads)
+    eager = dict(model.named_parameters(remove_duplicate=False))
+    grads = [p.grad for p in eager.values() if p.grad is not None]
+    scale = max((float(g.abs().max()) for g in grads), default=0.0) or 1.0
+    ours = dict(module.named_parameters())
+    worst = 0.0
+    for param in {id(p): p for p in eager.values() if p.grad is not None}.values():
+        names = [n for n, p in eager.items() if p is param and n in ours]
+        got = ours[names[0]].grad if names else None
+        if got is None:
+            return float("inf") if param.grad.abs().max() > 0 else worst
+        worst = max(worst, float((got - param.grad).abs().max()) / scale)
+    return worst
+
+
 def onnx_output(prog, args) -> np.ndarray:
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -489,6 +525,7 @@ class Row:
     nodes: int | None = None
     results: dict = field(default_factory=dict)  # stage -> "ok" or the exception
     torch_err: float | None = None
+    grad_err: float | None = None
     onnx_err: float | None = None
     flops: object = None  # an int, or an expression in sizes data decides
     seconds: float = 0.0
@@ -537,6 +574,9 @@ def _check(name: str, spec: Spec, attn: str) -> Row:
         with torch.no_grad():
             row.torch_err = relative_error(made["module"](*args), want)
 
+    def gradients():
+        row.grad_err = gradient_error(model, made["module"], args)
+
     def onnx():
         row.onnx_err = relative_error(onnx_output(made["prog"], args), want)
 
@@ -549,6 +589,7 @@ def _check(name: str, spec: Spec, attn: str) -> Row:
         run_stage(row, "torch", reified)
         if "module" in made:
             run_stage(row, "state", lambda: made["module"].load_state_dict(model.state_dict()))
+            run_stage(row, "grad", gradients)
         run_stage(row, "onnx", onnx)
         run_stage(row, "cost", cost)
     row.seconds = time.perf_counter() - start
@@ -558,7 +599,8 @@ def _check(name: str, spec: Spec, attn: str) -> Row:
 # -- the table ---------------------------------------------------------------------------------
 
 COLUMNS = (("model", "<18"), ("attn", "<5"), ("nodes", ">5"), *((s, ">18") for s in STAGES),
-           ("torch err", ">10"), ("onnx err", ">10"), ("flops", ">10"), ("s", ">6"))
+           ("torch err", ">10"), ("grad err", ">10"), ("onnx err", ">10"), ("flops", ">10"),
+           ("s", ">6"))
 
 
 def _cell(result) -> str:
@@ -591,7 +633,7 @@ def _flops(flops) -> str:
 def line(row: Row) -> str:
     cells = (row.name, row.attn, "-" if row.nodes is None else str(row.nodes),
              *(_cell(row.results.get(s)) for s in STAGES), _error(row.torch_err),
-             _error(row.onnx_err), _flops(row.flops),
+             _error(row.grad_err), _error(row.onnx_err), _flops(row.flops),
              f"{row.seconds:.1f}")
     return "".join(format(c, a) + " " for c, (_, a) in zip(cells, COLUMNS)).rstrip()
 
@@ -611,7 +653,8 @@ def failures(row: Row, tracebacks: bool) -> list[str]:
 
 def passed(row: Row) -> bool:
     return (all(row.results.get(s) == "ok" for s in STAGES)
-            and row.torch_err <= TOLERANCE and row.onnx_err <= TOLERANCE)
+            and row.torch_err <= TOLERANCE and row.grad_err <= TOLERANCE
+            and row.onnx_err <= TOLERANCE)
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """``benchmarks/hf_zoo.py``'s checks as tests: a Hugging Face architecture built from a tiny
-config with random weights through from_torch, to_torch (values, and the source's state dict
-loaded strict), to_onnx on onnxruntime (values) and the cost and memory reports. By default
-the architectures an earlier tdag refused (RWKV's and RecurrentGemma's scans write into
-columns of a fresh tensor; BiT standardises its conv weights with a batch-statistics batch
-norm) and one of each other family; ``-m slow`` runs all of them (about five minutes)."""
+config with random weights through from_torch, to_torch (values, the source's state dict
+loaded strict, and every parameter's gradient against eager's), to_onnx on onnxruntime
+(values) and the cost and memory reports. By default the architectures an earlier tdag
+refused (RWKV's and RecurrentGemma's scans write into columns of a fresh tensor; BiT
+standardises its conv weights with a batch-statistics batch norm) and one of each other
+family; ``-m slow`` runs all of them (about five minutes)."""
 from __future__ import annotations
 
 import pytest
