@@ -281,15 +281,12 @@ def eval_batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
     """``F.batch_norm`` in eval mode. An imported file's running statistics are weights,
     hence a module's parameters, and torch's kernel refuses to run where autograd would
     differentiate them ("not differentiable with respect to argument 'running_mean'"):
-    there, the same normalisation as the per-channel affine it is, in ``x``'s dtype."""
+    there, the same normalisation as the per-channel affine it is (``batch_norm_affine``)."""
     if not (torch.is_grad_enabled() and (mean.requires_grad or var.requires_grad)):
         return F.batch_norm(x, mean, var, weight, bias, False, 0.0, eps)
-    scale = torch.rsqrt(var + eps)
-    if weight is not None:
-        scale = scale * weight
-    shift = -mean * scale + (bias if bias is not None else 0.0)
+    scale, shift = batch_norm_affine(mean, var, weight, bias, eps)
     channel = (-1,) + (1,) * (x.dim() - 2)
-    return x * scale.reshape(channel) + shift.reshape(channel)
+    return x * scale.to(x.dtype).reshape(channel) + shift.to(x.dtype).reshape(channel)
 
 
 def _batch_norm_shape(spec: BatchNorm, ins):

@@ -104,6 +104,7 @@ class _Builder:
         self.consts: dict[tuple, str] = {}
         self.registered: dict[str, Weight] = {}
         self.paths: dict[str, str] = {}  # weight name -> its dotted path in the module
+        self.used_paths: set[str] = set()
         self.channels_last = channels_last_weights(prog)
 
     def build(self) -> nn.Module:
@@ -165,7 +166,8 @@ class _Builder:
         if name in self.registered:
             return
         self.registered[name] = weight
-        self.paths[name] = _free_path(name, set(self.paths.values()))
+        self.paths[name] = _free_path(name, self.used_paths)
+        self.used_paths.add(self.paths[name])
         owner, leaf = _owner(self.root, self.paths[name])
         value = self.value(name, weight)
         if weight.kind is TensorKind.parameter and not state:
