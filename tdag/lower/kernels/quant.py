@@ -178,7 +178,13 @@ def _dequantize_torch(node, a, code):
 
 
 def _dequantize_onnx(node, ins, g, cx):
-    return g.node("DequantizeLinear", ins, **_axis_attrs(node.spec.axis))
+    axis = node.spec.axis
+    if len(ins) == 2 and cx.ctx.op(node.inputs[0]) is Op.matmul_integer and \
+            axis in (None, node.type.rank - 1):
+        # MatMulInteger -> Cast -> Mul is the form onnxruntime fuses into MatMulIntegerToFloat
+        # (and, after DynamicQuantizeLinear, DynamicQuantizeMatMul); the same f32 arithmetic
+        return g.node("Mul", [g.cast(ins[0], DType.f32), ins[1]])
+    return g.node("DequantizeLinear", ins, **_axis_attrs(axis))
 
 
 def _dequantize_jax(node, a, cx):

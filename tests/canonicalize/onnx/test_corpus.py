@@ -51,6 +51,15 @@ def test_a_real_file_imports_and_matches_onnxruntime(files, name):
     assert row["torch_error"] <= FLOAT_BOUND, ("tdag.to_torch", row["torch_error"])
 
 
+def test_an_onnxruntime_only_file_re_emits_as_standard_onnx_too(files):
+    """The benchmark sets a file holding com.microsoft ops (onnxruntime's transformers
+    optimizer's) beside to_onnx's file for onnxruntime; the standard file computes the same."""
+    name = "bert+ort-transformers"
+    assert check(files[name])["emit"] == "ort"
+    row = check(files[name], runtime="standard")
+    assert row["emit"] == "std" and row["onnx_error"] <= FLOAT_BOUND, row["onnx_error"]
+
+
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
 def test_a_statically_quantized_resnets_module_computes_what_run_computes(files, fmt):
     """onnxruntime's quantize_static: QDQ pairs around float ops, or QLinearConv,
