@@ -98,6 +98,7 @@ class Op(enum.Enum):
     maximum = "maximum"  # of two tensors, nan propagating: torch.maximum, ONNX Max
     minimum = "minimum"
     hardswish = "hardswish"
+    abs = "abs"  # |x| of a float or signed integer: torch.abs, ONNX Abs
     reshape = "reshape"
     expand = "expand"
     concat = "concat"

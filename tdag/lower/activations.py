@@ -1,6 +1,7 @@
 """Elementwise chains -> the framework's fused activations (sigmoid, silu, gelu, relu), a
 clamp, and torch.maximum / torch.minimum of two tensors (the composition's compare, nan
-test, or and select: four passes and two bool tensors where the kernel makes one pass).
+test, or and select: four passes and two bool tensors where the kernel makes one pass), and
+|x| (``tdag.ops.abs``'s x * sign(x), a float's zero made +0.0: torch.abs, ONNX Abs).
 
 Constants are matched by value (a broadcast scalar const), operands of add and multiply in
 either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
@@ -278,6 +279,36 @@ def hardswish_rule(node: Node, ctx: Context):
     return NoMatch("not a hardswish")
 
 
+def abs_rule(node: Node, ctx: Context):
+    """where(x == 0, 0, x * sign(x)) -> abs(x) (a float's: |-0.0| is 0.0);
+    x * sign(x) -> abs(x) (a signed integer's)"""
+    dtype = node.type.dtype
+    if node.op is Op.where:
+        cond, zero, product = node.inputs
+        test = ctx.made(cond, Op.compare)
+        if not dtype.is_float or test is None or test.spec.kind is not CompareKind.eq or \
+                not is_scalar(ctx, test.inputs[1], 0.0) or not is_scalar(ctx, zero, 0.0):
+            return NoMatch("not where(x == 0, 0, ...)")
+        x = _times_own_sign(ctx, product)
+        return _unary(node, ctx, Op.abs, x) if x == test.inputs[0] else NoMatch("not |x|")
+    if dtype.is_float or dtype.is_unsigned or dtype is DType.bool or dtype.is_complex:
+        return NoMatch("x * sign(x) is |x| for a signed integer only (a float's -0.0 stays)")
+    x = _times_own_sign(ctx, node.name)
+    return _unary(node, ctx, Op.abs, x) if x is not None else NoMatch("not x * sign(x)")
+
+
+def _times_own_sign(ctx: Context, name: str) -> str | None:
+    """``x * sign(x)`` (either order) -> x."""
+    node = ctx.made(name, Op.multiply)
+    if node is None:
+        return None
+    for x, s in (node.inputs, reversed(node.inputs)):
+        sign = ctx.made(s, Op.sign)
+        if sign is not None and sign.inputs[0] == x:
+            return x
+    return None
+
+
 RULES = (
     Rule(Op.reciprocal, sigmoid_rule),  # reciprocal(1 + exp(-x)) -> sigmoid(x)
     Rule(Op.divide, sigmoid_rule),      # 1 / (1 + exp(-x)) -> sigmoid(x)
@@ -291,4 +322,6 @@ RULES = (
     Rule(Op.where, extremum_rule),      # where(a > b or isnan(a), a, b) -> maximum(a, b)
     Rule(Op.multiply, hardswish_rule),  # x * clamp(x + 3, 0, 6) * (1/6) -> hardswish(x)
     Rule(Op.divide, hardswish_rule),    # x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)
+    Rule(Op.where, abs_rule),           # where(x == 0, 0, x * sign(x)) -> abs(x)
+    Rule(Op.multiply, abs_rule),        # x * sign(x) -> abs(x), a signed integer's
 )

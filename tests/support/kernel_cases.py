@@ -128,6 +128,7 @@ CASES = [
     Case(Op.clamp, Clamp(None, 1.5), ((3, 4),)),
     Case(Op.clamp, Clamp(-0.5, None), ((3, 4),)),
     Case(Op.hardswish, NoSpec(), ((3, 4),)),
+    Case(Op.abs, NoSpec(), ((3, 4),)),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
     Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),

@@ -177,6 +177,7 @@ NN = {
     "relu6": (lambda x: ops.relu6(x), Op.clamp),
     "clamp": (lambda x: ops.clamp(x, -0.5, 2.0), Op.clamp),
     "hardswish": (lambda x: ops.hardswish(x), Op.hardswish),
+    "abs": (lambda x: ops.abs(x), Op.abs),
 }
 
 

@@ -293,3 +293,28 @@ primitive(Op.hardswish, NoSpec, 1, _float_unary("hardswish"),
           traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
           torch=_hardswish_torch, onnx=_hardswish_onnx, in_place=inplace.overwritten_operand,
           jax=lambda node, a, cx: cx.nn.hard_swish(a[0]), decompose=lambda s, x: ops.hardswish(x))
+
+
+# -- absolute value ---------------------------------------------------------------------------
+
+_ABS_TYPES = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64,
+                        DType.i8, DType.i16, DType.i32, DType.i64})
+
+
+def _abs_shape(spec, ins):
+    if ins[0].dtype not in _ABS_TYPES:  # an unsigned x is its own; a complex one's a hypot
+        raise ShapeError(f"abs: a real float or signed integer tensor, got {ins[0]}")
+    return ins[0]
+
+
+def _abs_torch(node, a, code):
+    return inplace.unary(node, a, code, f"torch.abs({a[0]})", "torch.abs_({x})")
+
+
+primitive(Op.abs, NoSpec, 1, _abs_shape, lambda s, xs, r: torch.abs(xs[0]), per_element(1),
+          "where(x == 0, 0, x * sign(x)) is four passes and a bool tensor (ONNX: six, its "
+          "Sign wrapped for nan)",
+          traits=Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE, batch=Aligned(),
+          torch=_abs_torch, onnx=lambda node, ins, g, cx: g.node("Abs", ins),
+          in_place=inplace.overwritten_operand, jax=lambda node, a, cx: cx.jnp.abs(a[0]),
+          decompose=lambda s, x: ops.abs(x))

@@ -191,13 +191,27 @@ def _tree_onnx(node, ins, g, cx):
     masks = tables[6 + s.missing:]
     attrs = _forest_attrs(s, (features, thresholds, true, false, roots, tracks, masks), leaves)
     values = np.asarray(attrs.pop("nodes_values"), thresholds.dtype)
+    x, rows = ins[0], _unwidened(node.inputs[0], cx)
+    if rows is not None and np.array_equal(values.astype(np.float32), values):
+        # f32 rows the importer widened, against thresholds f32 holds: compared in f32 alike,
+        # without the Cast's pass
+        x, values = rows, values.astype(np.float32)
     if values.dtype == np.float64:  # ai.onnx.ml 3: double thresholds as a tensor
         attrs["nodes_values_as_tensor"] = onnx.numpy_helper.from_array(values)
     else:
         attrs["nodes_values"] = values.tolist()
-    return g.node("TreeEnsembleRegressor", [ins[0]], domain="ai.onnx.ml",
+    return g.node("TreeEnsembleRegressor", [x], domain="ai.onnx.ml",
                   n_targets=int(leaves.shape[1]), aggregate_function="SUM",
                   post_transform="NONE", **attrs)
+
+
+def _unwidened(name: str, cx) -> str | None:
+    """The ONNX value of the f32 rows that ``name`` widens to f64 (as the importer reads a
+    float forest), else None."""
+    cast = cx.ctx.made(name, Op.cast)
+    if cast is None or cx.type(cast.inputs[0]).dtype is not DType.f32:
+        return None
+    return cx.env.get(cast.inputs[0])
 
 
 primitive(Op.tree_sum, TreeSum, range(7, 16), _tree_shape, _tree_eval, _tree_cost,
