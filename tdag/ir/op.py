@@ -99,6 +99,12 @@ class Op(enum.Enum):
     minimum = "minimum"
     hardswish = "hardswish"
     abs = "abs"  # |x| of a float or signed integer: torch.abs, ONNX Abs
+    leaky_relu = "leaky_relu"  # the activations torch.nn.functional runs in one pass
+    elu = "elu"
+    hardsigmoid = "hardsigmoid"
+    softplus = "softplus"
+    mish = "mish"
+    rounding = "rounding"  # a float to an integral value: floor, ceil or half to even
     reshape = "reshape"
     expand = "expand"
     concat = "concat"

@@ -1,7 +1,8 @@
 """Elementwise chains -> the framework's fused activations (sigmoid, silu, gelu, relu), a
 clamp, and torch.maximum / torch.minimum of two tensors (the composition's compare, nan
-test, or and select: four passes and two bool tensors where the kernel makes one pass), and
-|x| (``tdag.ops.abs``'s x * sign(x), a float's zero made +0.0: torch.abs, ONNX Abs).
+test, or and select: four passes and two bool tensors where the kernel makes one pass),
+|x| (``tdag.ops.abs``'s x * sign(x), a float's zero made +0.0: torch.abs, ONNX Abs), and
+torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish.
 
 Constants are matched by value (a broadcast scalar const), operands of add and multiply in
 either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.lower.kernels.activations import Clamp, Gelu
+from tdag.lower.kernels.activations import Clamp, Elu, Gelu, LeakyRelu, Rounding, Softplus
 from tdag.ir.carriers import CARRIER
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -279,6 +280,173 @@ def hardswish_rule(node: Node, ctx: Context):
     return NoMatch("not a hardswish")
 
 
+def _times_scalar(ctx: Context, name: str) -> tuple[str, float]:
+    """``name`` as ``(y, k)`` with name = y * k (a multiply by a number, either side, or a
+    divide by one), else ``(name, 1.0)``; one level only: y may itself be a product."""
+    node = ctx.producer(name)
+    if node is not None and node.op is Op.multiply:
+        for y, k in (node.inputs, reversed(node.inputs)):
+            value = scalar(ctx, k)
+            if value is not None:
+                return y, value
+    if node is not None and node.op is Op.divide and node.spec.mode.value == "true":
+        value = scalar(ctx, node.inputs[1])
+        if value:
+            return node.inputs[0], 1.0 / value
+    return name, 1.0
+
+
+def _positive_test(ctx: Context, cond: str) -> str | None:
+    """``cond`` is ``x > 0`` -> x."""
+    test = ctx.made(cond, Op.compare)
+    if test is None or test.spec.kind is not CompareKind.gt or \
+            not is_scalar(ctx, test.inputs[1], 0.0):
+        return None
+    return test.inputs[0]
+
+
+def leaky_elu_rule(node: Node, ctx: Context):
+    """where(x > 0, x, x * slope) -> leaky_relu(x, slope);
+    where(x > 0, x, (exp(x) - 1) [* alpha]) -> elu(x, alpha)  (both keep nan: x > 0 is
+    false there and the other side is nan)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    cond, x, other = node.inputs
+    if _positive_test(ctx, cond) != x:
+        return NoMatch("not where(x > 0, x, ...)")
+    y, coef = _times_scalar(ctx, other)
+    if y == x and other != x:
+        return _unary(node, ctx, Op.leaky_relu, x, LeakyRelu(coef))
+    exp = ctx.made(_minus_scalar_op(ctx, y, Op.add, -1.0) or "", Op.exp)
+    if exp is not None and exp.inputs[0] == x:
+        return _unary(node, ctx, Op.elu, x, Elu(coef))
+    return NoMatch("not x * slope or alpha (exp(x) - 1)")
+
+
+def hardsigmoid_rule(node: Node, ctx: Context):
+    """clamp(x + 3, 0, 6) / 6 -> hardsigmoid(x)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    y, coef = _times_scalar(ctx, node.name)
+    c = ctx.made(y, Op.clamp) if close(coef, 1 / 6) else None
+    if c is None or c.spec.lo != 0.0 or c.spec.hi != 6.0:
+        return NoMatch("not a sixth of clamp(..., 0, 6)")
+    x = _minus_scalar_op(ctx, c.inputs[0], Op.add, 3.0)
+    return _unary(node, ctx, Op.hardsigmoid, x) if x is not None else NoMatch("not x + 3")
+
+
+def softplus_rule(node: Node, ctx: Context):
+    """where(beta x > threshold, x, log(exp(beta x) + 1) [/ beta]) -> softplus(x, beta,
+    threshold)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    cond, x, soft = node.inputs
+    test = ctx.made(cond, Op.compare)
+    threshold = scalar(ctx, test.inputs[1]) if test is not None else None
+    if threshold is None or test.spec.kind is not CompareKind.gt:
+        return NoMatch("not where(beta x > threshold, ...)")
+    y, beta = _times_scalar(ctx, test.inputs[0])
+    if y != x or beta <= 0:
+        return NoMatch("the test is not on beta x")
+    logged, k = _times_scalar(ctx, soft)
+    log = ctx.made(logged, Op.log) if close(k * beta, 1.0) else None
+    e = _minus_scalar_op(ctx, log.inputs[0], Op.add, 1.0) if log is not None else None
+    exp = ctx.made(e, Op.exp) if e is not None else None
+    if exp is None or exp.inputs[0] != test.inputs[0]:
+        return NoMatch("not log(exp(beta x) + 1) / beta")
+    return _unary(node, ctx, Op.softplus, x, Softplus(beta, threshold))
+
+
+def mish_rule(node: Node, ctx: Context):
+    """x * tanh(softplus(x)) -> mish(x)  (torch's softplus: beta 1, threshold 20)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    for x, t in (node.inputs, reversed(node.inputs)):
+        tanh = ctx.made(t, Op.tanh)
+        soft = ctx.made(tanh.inputs[0], Op.softplus) if tanh is not None else None
+        if soft is not None and soft.inputs[0] == x and soft.spec == Softplus():
+            return _unary(node, ctx, Op.mish, x)
+    return NoMatch("not x * tanh(softplus(x))")
+
+
+def _rounded(ctx: Context, name: str, mode: str) -> str | None:
+    """``name`` is the rounding kernel in ``mode`` -> its operand."""
+    node = ctx.made(name, Op.rounding)
+    return node.inputs[0] if node is not None and node.spec.mode == mode else None
+
+
+def rounding_rule(node: Node, ctx: Context):
+    """where(x < trunc(x), trunc(x) - 1, trunc(x)) -> floor(x);  -floor(-x) -> ceil(x);
+    where(x - floor(x) > 0.5 or (== 0.5 and floor(x) odd), floor(x) + 1, floor(x)) ->
+    round(x) (half to even)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    if node.op is Op.neg:
+        inner = _rounded(ctx, node.inputs[0], "floor")
+        x = _negated(ctx, inner) if inner is not None else None
+        return _unary(node, ctx, Op.rounding, x, Rounding("ceil")) if x is not None else \
+            NoMatch("not -floor(-x)")
+    cond, up, low = node.inputs
+    t = ctx.made(low, Op.divide)
+    if t is not None and t.spec.mode.value == "trunc" and is_scalar(ctx, t.inputs[1], 1.0):
+        test = ctx.made(cond, Op.compare)
+        x = t.inputs[0]
+        if test is not None and test.spec.kind is CompareKind.lt and test.inputs == (x, low) \
+                and _minus_scalar_op(ctx, up, Op.add, -1.0) == low:
+            return _unary(node, ctx, Op.rounding, x, Rounding("floor"))
+        return NoMatch("not trunc(x) corrected down")
+    x = _rounded(ctx, low, "floor")
+    if x is None or _minus_scalar_op(ctx, up, Op.add, 1.0) != low or \
+            not _rounds_half_to_even(ctx, cond, x, low):
+        return NoMatch("not floor(x) + 1 where its fraction rounds up")
+    return _unary(node, ctx, Op.rounding, x, Rounding("half_even"))
+
+
+def _rounds_half_to_even(ctx: Context, cond: str, x: str, low: str) -> bool:
+    """``cond`` is (x - low > 0.5) or (x - low == 0.5 and low % 2 == 1), as ops.round
+    writes it (or as where(a, True, b), and as where(a, b, False))."""
+    either = ctx.made(cond, Op.where)
+    if either is None or not is_scalar(ctx, either.inputs[1], 1.0):
+        return False
+    above, tie = ctx.made(either.inputs[0], Op.compare), ctx.producer(either.inputs[2])
+    if above is None or above.spec.kind is not CompareKind.gt or \
+            not is_scalar(ctx, above.inputs[1], 0.5) or tie is None:
+        return False
+    if tie.op is Op.multiply:  # a bool and
+        both = tie.inputs
+    elif tie.op is Op.where and is_scalar(ctx, tie.inputs[2], 0.0):
+        both = tie.inputs[:2]
+    else:
+        return False
+    frac = above.inputs[0]
+    half, odd = (ctx.made(b, Op.compare) for b in both)
+    if half is not None and half.inputs[0] != frac:
+        half, odd = odd, half
+    if half is None or odd is None or half.inputs[0] != frac or \
+            half.spec.kind is not CompareKind.eq or odd.spec.kind is not CompareKind.eq or \
+            not is_scalar(ctx, half.inputs[1], 0.5) or not is_scalar(ctx, odd.inputs[1], 1.0):
+        return False
+    rem = ctx.made(odd.inputs[0], Op.divide)
+    return rem is not None and rem.spec.mode.value == "remainder" and \
+        rem.inputs[0] == low and is_scalar(ctx, rem.inputs[1], 2.0) and \
+        _difference(ctx, frac) == (x, low)
+
+
+def _beside(ctx: Context, name: str, op: Op, inner: Op, same: bool = False) -> tuple | None:
+    """``name = op(a, inner(b))`` in either order -> (a, b); with ``same``, only a == b."""
+    node = ctx.made(name, op)
+    for a, b in (node.inputs, reversed(node.inputs)) if node is not None else ():
+        made = ctx.made(b, inner)
+        if made is not None and (not same or made.inputs[0] == a):
+            return a, made.inputs[0]
+    return None
+
+
+def _difference(ctx: Context, name: str) -> tuple | None:
+    """``name`` is a - b (as sub writes it: a + neg(b), either order) -> (a, b)."""
+    return _beside(ctx, name, Op.add, Op.neg)
+
+
 def abs_rule(node: Node, ctx: Context):
     """where(x == 0, 0, x * sign(x)) -> abs(x) (a float's: |-0.0| is 0.0);
     x * sign(x) -> abs(x) (a signed integer's)"""
@@ -299,14 +467,8 @@ def abs_rule(node: Node, ctx: Context):
 
 def _times_own_sign(ctx: Context, name: str) -> str | None:
     """``x * sign(x)`` (either order) -> x."""
-    node = ctx.made(name, Op.multiply)
-    if node is None:
-        return None
-    for x, s in (node.inputs, reversed(node.inputs)):
-        sign = ctx.made(s, Op.sign)
-        if sign is not None and sign.inputs[0] == x:
-            return x
-    return None
+    found = _beside(ctx, name, Op.multiply, Op.sign, same=True)
+    return found[0] if found is not None else None
 
 
 RULES = (
@@ -322,6 +484,13 @@ RULES = (
     Rule(Op.where, extremum_rule),      # where(a > b or isnan(a), a, b) -> maximum(a, b)
     Rule(Op.multiply, hardswish_rule),  # x * clamp(x + 3, 0, 6) * (1/6) -> hardswish(x)
     Rule(Op.divide, hardswish_rule),    # x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)
+    Rule(Op.where, leaky_elu_rule),     # where(x > 0, x, x * slope) -> leaky_relu(x, slope)
+    Rule(Op.divide, hardsigmoid_rule),  # clamp(x + 3, 0, 6) / 6 -> hardsigmoid(x)
+    Rule(Op.multiply, hardsigmoid_rule),  # clamp(x + 3, 0, 6) * (1/6) -> hardsigmoid(x)
+    Rule(Op.where, softplus_rule),      # where(x > 20, x, log(exp(x) + 1)) -> softplus(x)
+    Rule(Op.multiply, mish_rule),       # x * tanh(softplus(x)) -> mish(x)
+    Rule(Op.where, rounding_rule),      # where(x < trunc(x), trunc(x) - 1, trunc(x)) -> floor
+    Rule(Op.neg, rounding_rule),        # -floor(-x) -> ceil(x)
     Rule(Op.where, abs_rule),           # where(x == 0, 0, x * sign(x)) -> abs(x)
     Rule(Op.multiply, abs_rule),        # x * sign(x) -> abs(x), a signed integer's
 )

@@ -17,7 +17,8 @@ from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.deinops.fft import FftNorm
 from tdag.ir.types import DType
-from tdag.lower.kernels.activations import Clamp, Gelu, Softmax
+from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, Rounding, Softmax,
+                                            Softplus)
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.fft import FftOfReal
@@ -129,6 +130,14 @@ CASES = [
     Case(Op.clamp, Clamp(-0.5, None), ((3, 4),)),
     Case(Op.hardswish, NoSpec(), ((3, 4),)),
     Case(Op.abs, NoSpec(), ((3, 4),)),
+    Case(Op.leaky_relu, LeakyRelu(0.2), ((3, 4),)),
+    Case(Op.elu, Elu(0.5), (("b", 4),)),
+    Case(Op.hardsigmoid, NoSpec(), ((3, 4),)),
+    Case(Op.softplus, Softplus(2.0, 3.0), ((3, 4),)),
+    Case(Op.mish, NoSpec(), ((3, 4),)),
+    Case(Op.rounding, Rounding("floor"), ((3, 4),)),
+    Case(Op.rounding, Rounding("ceil"), (("b", 4),)),
+    Case(Op.rounding, Rounding("half_even"), ((3, 4),)),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
     Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),

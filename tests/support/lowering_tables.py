@@ -178,6 +178,16 @@ NN = {
     "clamp": (lambda x: ops.clamp(x, -0.5, 2.0), Op.clamp),
     "hardswish": (lambda x: ops.hardswish(x), Op.hardswish),
     "abs": (lambda x: ops.abs(x), Op.abs),
+    "leaky-relu": (lambda x: ops.leaky_relu(x, 0.2), Op.leaky_relu),
+    "elu": (lambda x: ops.elu(x), Op.elu),
+    "elu-alpha": (lambda x: ops.elu(x, 0.5), Op.elu),
+    "hardsigmoid": (lambda x: ops.hardsigmoid(x), Op.hardsigmoid),
+    "softplus": (lambda x: ops.softplus(x), Op.softplus),
+    "softplus-beta": (lambda x: ops.softplus(x, 2.0, 5.0), Op.softplus),
+    "mish": (lambda x: ops.mish(x), Op.mish),
+    "floor": (lambda x: ops.floor(x), Op.rounding),
+    "ceil": (lambda x: ops.ceil(x), Op.rounding),
+    "round": (lambda x: ops.round(x), Op.rounding),
 }
 
 

@@ -318,3 +318,141 @@ primitive(Op.abs, NoSpec, 1, _abs_shape, lambda s, xs, r: torch.abs(xs[0]), per_
           torch=_abs_torch, onnx=lambda node, ins, g, cx: g.node("Abs", ins),
           in_place=inplace.overwritten_operand, jax=lambda node, a, cx: cx.jnp.abs(a[0]),
           decompose=lambda s, x: ops.abs(x))
+
+
+# -- torch.nn.functional's other one-pass activations -----------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LeakyRelu:
+    slope: float
+
+
+@dataclass(frozen=True, slots=True)
+class Elu:
+    alpha: float
+
+
+@dataclass(frozen=True, slots=True)
+class Softplus:
+    """log(1 + exp(beta x)) / beta, or x where beta x > threshold (torch's)."""
+
+    beta: float = 1.0
+    threshold: float = 20.0
+
+
+def _f_call(fn: str, args=lambda spec: "", in_place: bool = True):
+    """The torch code of ``F.<fn>(x<args>)``, with ``inplace=True`` where its operand dies."""
+    def emit(node, a, code):
+        fresh = f"F.{fn}({a[0]}{args(node.spec)})"
+        if not in_place:
+            return fresh
+        return inplace.unary(node, a, code, fresh,
+                             f"F.{fn}({{x}}{args(node.spec)}, inplace=True)")
+    return emit
+
+
+_ONE_PASS = Trait.KERNEL | Trait.ELEMENTWISE | Trait.POINTWISE
+
+
+primitive(Op.leaky_relu, LeakyRelu, 1, _float_unary("leaky_relu"),
+          lambda s, xs, r: F.leaky_relu(xs[0], s.slope), per_element(2),
+          "where(x > 0, x, x * slope) is three passes and a bool tensor",
+          traits=_ONE_PASS, batch=Aligned(),
+          torch=_f_call("leaky_relu", lambda s: f", {s.slope!r}"),
+          onnx=lambda node, ins, g, cx: g.node("LeakyRelu", ins, alpha=node.spec.slope),
+          jax=lambda node, a, cx: cx.nn.leaky_relu(a[0], node.spec.slope),
+          in_place=inplace.overwritten_operand,
+          decompose=lambda s, x: ops.leaky_relu(x, s.slope))
+
+primitive(Op.elu, Elu, 1, _float_unary("elu"), lambda s, xs, r: F.elu(xs[0], s.alpha),
+          per_element(4), "where(x > 0, x, alpha (exp(x) - 1)) is four or five passes and a "
+          "bool tensor (and exp(x) - 1 loses digits by 0 that torch's expm1 keeps)",
+          traits=_ONE_PASS, batch=Aligned(), torch=_f_call("elu", lambda s: f", {s.alpha!r}"),
+          onnx=lambda node, ins, g, cx: g.node("Elu", ins, alpha=node.spec.alpha),
+          jax=lambda node, a, cx: cx.nn.elu(a[0], node.spec.alpha),
+          in_place=inplace.overwritten_operand, decompose=lambda s, x: ops.elu(x, s.alpha))
+
+primitive(Op.hardsigmoid, NoSpec, 1, _float_unary("hardsigmoid"),
+          lambda s, xs, r: F.hardsigmoid(xs[0]), per_element(3),
+          "clamp(x + 3, 0, 6) / 6 is three passes", traits=_ONE_PASS, batch=Aligned(),
+          torch=_f_call("hardsigmoid"),
+          onnx=lambda node, ins, g, cx: g.node("HardSigmoid", ins, alpha=1 / 6, beta=0.5),
+          jax=lambda node, a, cx: cx.nn.hard_sigmoid(a[0]),
+          in_place=inplace.overwritten_operand, decompose=lambda s, x: ops.hardsigmoid(x))
+
+# ONNX's Softplus is log(1 + exp(x)) throughout: past a threshold of 20 that differs from x
+# by under exp(-20) = 2e-9, below float32's step there, so it stands for torch's
+_ONNX_SOFTPLUS_THRESHOLD = 20.0
+
+
+def _softplus_onnx(node, ins, g, cx):
+    s, dtype, x = node.spec, node.type.dtype, ins[0]
+    scaled = x if s.beta == 1 else g.node("Mul", [x, g.const(s.beta, dtype)])
+    soft = g.node("Softplus", [scaled])
+    soft = soft if s.beta == 1 else g.node("Div", [soft, g.const(s.beta, dtype)])
+    if s.threshold >= _ONNX_SOFTPLUS_THRESHOLD:
+        return soft
+    over = g.node("Greater", [scaled, g.const(s.threshold, dtype)])
+    return g.node("Where", [over, x, soft])
+
+
+def _softplus_jax(node, a, cx):
+    s, x = node.spec, a[0]
+    scaled = x * s.beta
+    return cx.jnp.where(scaled > s.threshold, x, cx.nn.softplus(scaled) / s.beta)
+
+
+primitive(Op.softplus, Softplus, 1, _float_unary("softplus"),
+          lambda s, xs, r: F.softplus(xs[0], s.beta, s.threshold), per_element(4),
+          "where(beta x > threshold, x, log(exp(beta x) + 1) / beta) is five to seven passes "
+          "and a bool tensor", traits=_ONE_PASS, batch=Aligned(),
+          torch=_f_call("softplus", lambda s: f", {s.beta!r}, {s.threshold!r}", in_place=False),
+          onnx=_softplus_onnx, jax=_softplus_jax,
+          decompose=lambda s, x: ops.softplus(x, s.beta, s.threshold))
+
+
+def _mish_jax(node, a, cx):
+    x = a[0]
+    return x * cx.jnp.tanh(cx.jnp.where(x > 20.0, x, cx.nn.softplus(x)))
+
+
+primitive(Op.mish, NoSpec, 1, _float_unary("mish"), lambda s, xs, r: F.mish(xs[0]),
+          per_element(6), "x tanh(softplus(x)) is seven passes and a bool tensor",
+          traits=_ONE_PASS, batch=Aligned(), torch=_f_call("mish"),
+          onnx=lambda node, ins, g, cx: g.node("Mish", ins), jax=_mish_jax,
+          in_place=inplace.overwritten_operand, decompose=lambda s, x: ops.mish(x))
+
+
+# -- rounding to an integral value ------------------------------------------------------------
+
+ROUNDINGS = {"floor": ("floor", "Floor"), "ceil": ("ceil", "Ceil"),
+             "half_even": ("round", "Round")}  # mode: (torch's and jnp's name, ONNX's op)
+
+
+@dataclass(frozen=True, slots=True)
+class Rounding:
+    """floor, ceil or half_even (torch.round, ONNX Round, jnp.round)."""
+
+    mode: str
+
+
+def _rounding_shape(spec: Rounding, ins):
+    if spec.mode not in ROUNDINGS:
+        raise ShapeError(f"rounding: mode one of {sorted(ROUNDINGS)}, got {spec.mode!r}")
+    return _float_unary("rounding")(spec, ins)
+
+
+def _rounding_torch(node, a, code):
+    fn = ROUNDINGS[node.spec.mode][0]
+    return inplace.unary(node, a, code, f"torch.{fn}({a[0]})", f"torch.{fn}_({{x}})")
+
+
+primitive(Op.rounding, Rounding, 1, _rounding_shape,
+          lambda s, xs, r: getattr(torch, ROUNDINGS[s.mode][0])(xs[0]), per_element(1),
+          "trunc and a corrected step is four passes (floor), six (ceil), fourteen (half to "
+          "even)", traits=_ONE_PASS, batch=Aligned(), torch=_rounding_torch,
+          onnx=lambda node, ins, g, cx: g.node(ROUNDINGS[node.spec.mode][1], ins),
+          jax=lambda node, a, cx: getattr(cx.jnp, ROUNDINGS[node.spec.mode][0])(a[0]),
+          in_place=inplace.overwritten_operand,
+          decompose=lambda s, x: {"floor": ops.floor, "ceil": ops.ceil,
+                                  "half_even": ops.round}[s.mode](x))

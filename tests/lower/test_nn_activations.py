@@ -1,0 +1,106 @@
+"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish, and torch.floor,
+ceil and round lower to one kernel each (tdag.ops writes them as three to fourteen
+elementwise passes and bool tensors): the
+reified module calls the torch function, the ONNX file holds the op of that name (LeakyRelu,
+Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round), jax its jax function. Rounding is
+checked bit for bit (-0.0 and halves to even included). Checked against torch eager on
+random values and on nan, +-inf, -0.0, values by 0 and past softplus's threshold, through
+tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6 relative,
+onnxruntime's own formulas 1e-5)."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tdag
+import tdag.lower
+from tdag.ir.op import Op
+
+ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), Op.leaky_relu, "LeakyRelu"),
+    "leaky_relu-default": (F.leaky_relu, Op.leaky_relu, "LeakyRelu"),
+    "elu": (F.elu, Op.elu, "Elu"),
+    "elu-alpha": (lambda x: F.elu(x, 0.3), Op.elu, "Elu"),
+    "hardsigmoid": (F.hardsigmoid, Op.hardsigmoid, "HardSigmoid"),
+    "softplus": (F.softplus, Op.softplus, "Softplus"),
+    "softplus-beta": (lambda x: F.softplus(x, 2.0, 3.0), Op.softplus, "Softplus"),
+    "mish": (F.mish, Op.mish, "Mish"),
+    "floor": (torch.floor, Op.rounding, "Floor"),
+    "ceil": (torch.ceil, Op.rounding, "Ceil"),
+    "round": (torch.round, Op.rounding, "Round"),
+}
+EXACT = {"floor", "ceil", "round"}
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _values() -> torch.Tensor:
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1e-7, -1e-7,
+                            -3.0, 3.0, 2.9, 19.9, 20.1, 25.0, -25.0, 1e30, -1e30, 0.5, 1.5,
+                            2.5, -0.5, -1.5, -2.5, 2.0 ** 23 + 1, -(2.0 ** 22) - 0.5, 0.49999997,
+                            -0.49999997, 7.5, -7.5, 1.0000001, -1.0000001, 4.0, -4.0])
+    return torch.cat([special, torch.randn(48, generator=torch.Generator().manual_seed(0)) * 4])
+
+
+def _close(got, want: torch.Tensor, rtol: float, what: str) -> None:
+    got = torch.as_tensor(np.asarray(got))
+    if rtol == 0:  # bit for bit: -0.0 and nan's place included
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (what, got, want)
+        return
+    torch.testing.assert_close(got, want, rtol=rtol, atol=rtol, equal_nan=True, msg=what)
+
+
+@pytest.fixture(scope="module", params=sorted(ACTIVATIONS))
+def case(request):
+    fn, op, onnx_op = ACTIVATIONS[request.param]
+    x = _values().reshape(4, -1)
+    return tdag.from_torch(Fn(fn), (x,)), fn, op, onnx_op, x, request.param in EXACT
+
+
+def test_one_kernel_and_torchs_values(case):
+    prog, fn, op, _, x, exact = case
+    low = tdag.lower.lower(prog)
+    assert [n.op for n in low.graph.nodes] == [op], low
+    want = fn(x)
+    _close(tdag.run(low, x), want, 0 if exact else 1e-6, "tdag.run")
+    module = tdag.to_torch(prog)
+    calls = [line for line in module.code.split("def forward")[0].splitlines()[1:]
+             if line.strip() and not line.strip().startswith(("del ", "return"))]
+    assert len(calls) == 1 and ("F." in calls[0] or "torch." in calls[0]), module.code
+    _close(module(x), want, 0, "to_torch")  # the same function
+
+
+def test_the_onnx_op_on_onnxruntime(case):
+    prog, fn, _, onnx_op, x, exact = case
+    model = tdag.to_onnx(prog)
+    assert onnx_op in [n.op_type for n in model.graph.node], model.graph.node
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _close(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], fn(x),
+           0 if exact else 1e-5, "onnxruntime")
+
+
+def test_jax(case):
+    pytest.importorskip("jax")
+    prog, fn, _, _, x, exact = case
+    _close(tdag.to_jax(prog)(x.numpy()), fn(x), 0 if exact else 1e-5, "jax")
+
+
+def test_in_place_when_the_operand_dies():
+    """Under no_grad the module writes over a dying operand (inplace=True), as torch's own
+    activations modules may; with autograd on it makes a new tensor and differentiates."""
+    module = tdag.to_torch(tdag.from_torch(Fn(lambda x: F.leaky_relu(x * 2, 0.1)),
+                                           (torch.randn(3, 4),)))
+    assert "inplace=True" in module.code, module.code
+    x = torch.randn(3, 4, requires_grad=True)
+    module(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.where(x > 0, 2.0, 0.2).detach())
