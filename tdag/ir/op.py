@@ -105,6 +105,9 @@ class Op(enum.Enum):
     softplus = "softplus"
     mish = "mish"
     rounding = "rounding"  # a float to an integral value: floor, ceil or half to even
+    log1p = "log1p"  # log(1 + x) and exp(x) - 1 without cancellation by 0, one pass
+    expm1 = "expm1"
+    logsumexp = "logsumexp"  # log(sum(exp(x))) over axes, its max shifted out, one pass
     reshape = "reshape"
     expand = "expand"
     concat = "concat"

@@ -20,7 +20,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.types import DType
-from tdag.lower.match import close, is_scalar, scalar
+from tdag.lower.match import close, is_scalar, matches_kernel, scalar
 
 
 def _minus_scalar_op(ctx: Context, name: str, op: Op, value: float) -> str | None:
@@ -447,6 +447,21 @@ def _difference(ctx: Context, name: str) -> tuple | None:
     return _beside(ctx, name, Op.add, Op.neg)
 
 
+def precise_rule(node: Node, ctx: Context):
+    """where(u - 1 == 0, x, ...) as ops.log1p or ops.expm1 writes it -> log1p(x), expm1(x)
+    (checked node for node against the kernel's decomposition)"""
+    cond, x, rest = node.inputs
+    test = ctx.made(cond, Op.compare)
+    if not node.type.dtype.is_float or test is None or test.spec.kind is not CompareKind.eq \
+            or not is_scalar(ctx, test.inputs[1], 0.0) or ctx.made(rest, Op.where) is None \
+            or ctx.type(x) != node.type:
+        return NoMatch("not where(u - 1 == 0, x, where(...))")
+    for op in (Op.log1p, Op.expm1):
+        if matches_kernel(ctx, node, op, NoSpec(), (x,)):
+            return _unary(node, ctx, op, x)
+    return NoMatch("neither log1p's nor expm1's composition")
+
+
 def abs_rule(node: Node, ctx: Context):
     """where(x == 0, 0, x * sign(x)) -> abs(x) (a float's: |-0.0| is 0.0);
     x * sign(x) -> abs(x) (a signed integer's)"""
@@ -491,6 +506,7 @@ RULES = (
     Rule(Op.multiply, mish_rule),       # x * tanh(softplus(x)) -> mish(x)
     Rule(Op.where, rounding_rule),      # where(x < trunc(x), trunc(x) - 1, trunc(x)) -> floor
     Rule(Op.neg, rounding_rule),        # -floor(-x) -> ceil(x)
+    Rule(Op.where, precise_rule),       # Kahan's log(u) x / (u - 1), u = 1 + x -> log1p(x)
     Rule(Op.where, abs_rule),           # where(x == 0, 0, x * sign(x)) -> abs(x)
     Rule(Op.multiply, abs_rule),        # x * sign(x) -> abs(x), a signed integer's
 )

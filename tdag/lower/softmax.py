@@ -3,15 +3,21 @@
     e = exp(x - bcast(max(x, a)))       (the shift is optional: softmax(s) without it)
     e / bcast(sum(e, a))          -> softmax(x, a)      (or e * reciprocal(...))
     s - bcast(log(sum(exp(s), a))) -> log_softmax(x, a) with s = x - bcast(max(x, a))
+    log(sum(exp(x - m), a)) + m   -> logsumexp(x, a)    m = max(x, a), an infinite m made 0
 """
 from __future__ import annotations
 
-from tdag.lower.kernels.activations import Softmax
+from functools import lru_cache
+
+from tdag.lower.activations import abs_rule
+from tdag.lower.kernels.activations import LogSumExp, Softmax
 from tdag.deinops.reduce import ReduceKind
-from tdag.ir.graph import Node
+from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
-from tdag.ir.rewrite import Context, NoMatch, Rule
-from tdag.lower.match import linear_coefficient, maps_reduced, trace_chain
+from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
+from tdag.lower.match import (kernel_template, linear_coefficient, maps_reduced, matches_kernel,
+                              trace_chain)
+from tdag.refine.dataflow import prune
 
 
 def _reduced(ctx: Context, name: str, kind: ReduceKind, of: str | None = None):
@@ -95,8 +101,56 @@ def log_softmax_rule(node: Node, ctx: Context):
     return NoMatch("not a log-softmax")
 
 
+# the activations pass runs first: logsumexp's |max| is the abs kernel when this pass meets it
+_ABS = RuleSet((Rule(Op.where, abs_rule),))
+
+
+@lru_cache(maxsize=64)
+def _logsumexp_template(op: Op, spec, types: tuple) -> TDAG:
+    graph, _ = rewrite(kernel_template(op, spec, types), _ABS)
+    return prune(graph)
+
+
+def logsumexp_rule(node: Node, ctx: Context):
+    """log(sum(exp(x - m), axes)) + m, m = max(x, axes) with an infinite max made 0 ->
+    logsumexp(x, axes) (kept dims or not; checked node for node against the kernel's
+    decomposition)"""
+    keepdim = node.op is Op.add
+    add = node if keepdim else ctx.made(node.inputs[0], Op.add)
+    if not node.type.dtype.is_float or add is None:
+        return NoMatch("not log(...) + m")
+    for logged, m in (add.inputs, reversed(add.inputs)):
+        top = ctx.made(m, Op.where)
+        shown = ctx.producer(top.inputs[2]) if top is not None else None
+        while shown is not None and shown.op in (Op.reshape, Op.unsqueeze):
+            shown = ctx.producer(shown.inputs[0])
+        if ctx.made(logged, Op.log) is None or shown is None or shown.op is not Op.reduce or \
+                shown.spec.kind is not ReduceKind.max:
+            continue
+        spec = LogSumExp(tuple(sorted(shown.spec.axes)), keepdim)
+        if keepdim and _squeezed(ctx, node, spec.axes):
+            return NoMatch("the squeeze after it takes the kernel, its dims dropped")
+        if matches_kernel(ctx, node, Op.logsumexp, spec, (shown.inputs[0],),
+                          _logsumexp_template):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.logsumexp, spec, shown.inputs[0]))
+    return NoMatch("not a logsumexp")
+
+
+def _squeezed(ctx: Context, node: Node, axes: tuple) -> bool:
+    """Whether ``node``'s one reader drops its unit ``axes`` (a squeeze or such a reshape)."""
+    readers = ctx.readers(node.name)
+    if len(readers) != 1 or readers[0].op not in (Op.squeeze, Op.reshape):
+        return False
+    kept = tuple(d for i, d in enumerate(node.type.shape) if i not in axes)
+    return readers[0].type.shape == kept
+
+
 RULES = (
     Rule(Op.divide, softmax_rule),     # exp(s) / bcast(sum(exp(s), a)) -> softmax(s, a)
     Rule(Op.multiply, softmax_rule),   # exp(s) * bcast(1 / sum(exp(s), a)) -> softmax(s, a)
     Rule(Op.add, log_softmax_rule),    # s - bcast(log(sum(exp(s), a))) -> log_softmax(s, a)
+    Rule(Op.add, logsumexp_rule),      # log(sum(exp(x - m), a)) + m -> logsumexp(x, a)
+    Rule(Op.squeeze, logsumexp_rule),  # its dims dropped -> logsumexp(x, a)
+    Rule(Op.reshape, logsumexp_rule),  # (squeeze as the movement pass writes it) -> the same
 )

@@ -53,6 +53,7 @@ from tdag.ops.nn.pool import (
 from tdag.ops.optim import adamw_update
 from tdag.ops.promotion import broadcast_shapes, result_dtype
 from tdag.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp, scan
+from tdag.ops.special.series import expm1, log1p
 from tdag.ops.sorting import (
     argsort, searchsorted, sort, topk, unique, unique_all, unique_consecutive, unique_slices,
 )
@@ -73,12 +74,12 @@ __all__ = [
     "conv", "conv_transpose", "cos", "cosh", "cummax", "cummin", "cumprod", "cumsum",
     "dim_tensor", "div", "dropout",
     "einops_reduce", "einsum", "elu", "embedding", "embedding_bag", "eq", "erf", "erfinv",
-    "exp", "expand",
+    "exp", "expand", "expm1",
     "flat_nonzero", "flatten", "floor", "floor_divide", "fmod", "fold", "full", "gather", "ge",
     "gelu", "group", "group_norm", "grouped_matmul", "gt", "hardsigmoid", "hardswish",
     "hardtanh", "hypot", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
-    "linear", "local_response_norm", "log", "log_softmax", "logcumsumexp", "logical_and",
+    "linear", "local_response_norm", "log", "log1p", "log_softmax", "logcumsumexp", "logical_and",
     "logical_not",
     "logical_or", "logsumexp", "lt", "mask_index", "masked_select", "matmul", "max_pool",
     "maximum", "mean", "minimum", "mish", "movedim", "mul", "multiply", "ne", "neg", "nonzero",

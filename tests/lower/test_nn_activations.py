@@ -1,13 +1,16 @@
-"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish, and torch.floor,
-ceil and round lower to one kernel each (tdag.ops writes them as three to fourteen
-elementwise passes and bool tensors): the
+"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish, torch.floor,
+ceil and round, and torch.log1p and expm1 lower to one kernel each (tdag.ops writes them as
+three to fourteen elementwise passes and bool tensors): the
 reified module calls the torch function, the ONNX file holds the op of that name (LeakyRelu,
-Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round), jax its jax function. Rounding is
+Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round; log1p and expm1 its composition,
+ONNX having neither), jax its jax function. Rounding is
 checked bit for bit (-0.0 and halves to even included). Checked against torch eager on
 random values and on nan, +-inf, -0.0, values by 0 and past softplus's threshold, through
 tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6 relative,
 onnxruntime's own formulas 1e-5)."""
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import onnxruntime as ort
@@ -31,6 +34,8 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "floor": (torch.floor, Op.rounding, "Floor"),
     "ceil": (torch.ceil, Op.rounding, "Ceil"),
     "round": (torch.round, Op.rounding, "Round"),
+    "log1p": (torch.log1p, Op.log1p, "Log"),
+    "expm1": (torch.expm1, Op.expm1, "Exp"),
 }
 EXACT = {"floor", "ceil", "round"}
 
@@ -104,3 +109,25 @@ def test_in_place_when_the_operand_dies():
     x = torch.randn(3, 4, requires_grad=True)
     module(x).sum().backward()
     torch.testing.assert_close(x.grad, torch.where(x > 0, 2.0, 0.2).detach())
+
+
+@pytest.mark.parametrize("axes,keepdim", [(-1, False), (1, True), ((0, 2), False)])
+def test_logsumexp_is_one_kernel_with_torchs_infinities(axes, keepdim):
+    """torch.logsumexp, ONNX ReduceLogSumExp, jax.nn.logsumexp: a row holding +inf gives +inf,
+    an all -inf row -inf, a nan row nan (the composition's max shift masks an infinite max)."""
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(1)) * 30
+    x[0, 1, :], x[1, 2, 3], x[2, 0, 1] = -float("inf"), float("inf"), float("nan")
+    fn = lambda t: torch.logsumexp(t, axes, keepdim)  # noqa: E731
+    prog = tdag.from_torch(Fn(fn), (x,))
+    low = tdag.lower.lower(prog)
+    assert [n.op for n in low.graph.nodes] == [Op.logsumexp], low
+    want = fn(x)
+    _close(tdag.to_torch(prog)(x), want, 0, "to_torch")
+    _close(tdag.run(prog, x), want, 1e-6, "the composition")
+    model = tdag.to_onnx(prog)
+    assert [n.op_type for n in model.graph.node] == ["ReduceLogSumExp"], model.graph.node
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _close(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, 1e-5,
+           "onnxruntime")
+    if importlib.util.find_spec("jax"):
+        _close(tdag.to_jax(prog)(x.numpy()), want, 1e-5, "jax")

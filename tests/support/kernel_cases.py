@@ -17,8 +17,8 @@ from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.deinops.fft import FftNorm
 from tdag.ir.types import DType
-from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, Rounding, Softmax,
-                                            Softplus)
+from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, LogSumExp, Rounding,
+                                            Softmax, Softplus)
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.fft import FftOfReal
@@ -138,6 +138,10 @@ CASES = [
     Case(Op.rounding, Rounding("floor"), ((3, 4),)),
     Case(Op.rounding, Rounding("ceil"), (("b", 4),)),
     Case(Op.rounding, Rounding("half_even"), ((3, 4),)),
+    Case(Op.log1p, NoSpec(), ((3, 4),), positive=(0,)),
+    Case(Op.expm1, NoSpec(), (("b", 4),)),
+    Case(Op.logsumexp, LogSumExp((1,)), ((3, 4),)),
+    Case(Op.logsumexp, LogSumExp((0, 2), True), ((2, 3, 4),)),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
     Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),

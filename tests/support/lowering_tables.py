@@ -188,6 +188,11 @@ NN = {
     "floor": (lambda x: ops.floor(x), Op.rounding),
     "ceil": (lambda x: ops.ceil(x), Op.rounding),
     "round": (lambda x: ops.round(x), Op.rounding),
+    "log1p": (lambda x: ops.log1p(x), Op.log1p),
+    "expm1": (lambda x: ops.expm1(x), Op.expm1),
+    "logsumexp": (lambda x: ops.logsumexp(x, -1), Op.logsumexp),
+    "logsumexp-keepdim": (lambda x: ops.logsumexp(x, 1, keepdim=True), Op.logsumexp),
+    "logsumexp-2-axes": (lambda x: ops.logsumexp(x, (1, 2)), Op.logsumexp),
 }
 
 

@@ -10,13 +10,13 @@ import torch.nn.functional as F
 from tdag import ops
 from tdag.deinops import inplace
 from tdag.deinops.codegen import literal
-from tdag.lower.kernels.common import float_input, per_element
-from tdag.deinops.primitive import NoSpec, primitive
+from tdag.lower.kernels.common import decomposed_onnx, float_input, per_element
+from tdag.deinops.primitive import NoSpec, primitive, traffic
 from tdag.errors import ShapeError
-from tdag.ir.batching import Aligned, AxisRule, same_axis
+from tdag.ir.batching import Aligned, AxisRule, Refuse, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.types import DType
+from tdag.ir.types import DType, TensorType
 
 # -- softmax ----------------------------------------------------------------------------------
 
@@ -65,6 +65,44 @@ primitive(Op.log_softmax, Softmax, 1, _softmax_shape,
           onnx=_log_softmax_onnx,
           jax=lambda node, a, cx: cx.nn.log_softmax(a[0], axis=node.spec.axis),
           decompose=lambda s, x: ops.log_softmax(x, s.axis))
+
+
+
+@dataclass(frozen=True, slots=True)
+class LogSumExp:
+    axes: tuple
+    keepdim: bool = False
+
+
+def _logsumexp_shape(spec: LogSumExp, ins):
+    (x,) = ins
+    float_input("logsumexp", x)
+    if not spec.axes or len(set(spec.axes)) != len(spec.axes) or \
+            not all(0 <= a < x.rank for a in spec.axes):
+        raise ShapeError(f"logsumexp: axes {spec.axes} invalid for {x}")
+    shape = [1 if i in spec.axes else d for i, d in enumerate(x.shape)] if spec.keepdim else \
+        [d for i, d in enumerate(x.shape) if i not in spec.axes]
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _logsumexp_onnx(node, ins, g, cx):
+    # onnxruntime's ReduceLogSumExp shifts by the max and keeps +-inf rows as torch does
+    return g.node("ReduceLogSumExp", [ins[0], g.const(list(node.spec.axes))],
+                  keepdims=int(node.spec.keepdim))
+
+
+primitive(Op.logsumexp, LogSumExp, 1, _logsumexp_shape,
+          lambda s, xs, r: torch.logsumexp(xs[0], s.axes, s.keepdim),
+          lambda s, ins, out: traffic(ins, out, 4 * ins[0].numel),
+          "max, an inf test, subtract, exp, sum, log and add are seven passes over memory; "
+          "logsumexp makes one", traits=Trait.KERNEL,
+          batch=Refuse("reduces over fixed axes: strip the batch before lowering"),
+          torch=lambda node, a, code: f"torch.logsumexp({a[0]}, {node.spec.axes!r}, "
+                                      f"{node.spec.keepdim})",
+          onnx=_logsumexp_onnx,
+          jax=lambda node, a, cx: cx.nn.logsumexp(a[0], axis=node.spec.axes,
+                                                   keepdims=node.spec.keepdim),
+          decompose=lambda s, x: ops.logsumexp(x, s.axes, s.keepdim))
 
 
 # -- activations ------------------------------------------------------------------------------
@@ -456,3 +494,22 @@ primitive(Op.rounding, Rounding, 1, _rounding_shape,
           in_place=inplace.overwritten_operand,
           decompose=lambda s, x: {"floor": ops.floor, "ceil": ops.ceil,
                                   "half_even": ops.round}[s.mode](x))
+
+
+# -- log(1 + x) and exp(x) - 1 ----------------------------------------------------------------
+
+def _precise(op: Op, fn: str) -> None:
+    """``op``: torch's and jnp's ``fn``; ONNX has no such op, so the file holds the
+    composition (Kahan's, accurate by 0)."""
+    primitive(op, NoSpec, 1, _float_unary(fn), lambda s, xs, r: getattr(torch, fn)(xs[0]),
+              per_element(6), f"Kahan's {fn} is nine to eleven passes and three bool tensors",
+              traits=_ONE_PASS, batch=Aligned(),
+              torch=lambda node, a, code: inplace.unary(node, a, code, f"torch.{fn}({a[0]})",
+                                                        f"torch.{fn}_({{x}})"),
+              onnx=decomposed_onnx, jax=lambda node, a, cx: getattr(cx.jnp, fn)(a[0]),
+              in_place=inplace.overwritten_operand,
+              decompose=lambda s, x: getattr(ops, fn)(x))
+
+
+_precise(Op.log1p, "log1p")
+_precise(Op.expm1, "expm1")

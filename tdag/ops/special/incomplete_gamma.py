@@ -21,8 +21,8 @@ from tdag.ops import core, creation
 from tdag.ops.scans import cumprod
 from tdag.ops.promotion import broadcast_shapes
 from tdag.ops.special.gamma import lgamma, lgamma_near_one_two
-from tdag.ops.special.normal import erfc, log1p
-from tdag.ops.special.series import expm1, filled, horner, refuse_where
+from tdag.ops.special.normal import erfc
+from tdag.ops.special.series import expm1, filled, horner, log1p, refuse_where
 from tdag.ops.tensor import Tensor
 
 SERIES_TERMS = 240

@@ -8,7 +8,7 @@ import math
 
 from tdag.ops import core
 from tdag.ops.special import tables as T
-from tdag.ops.special.series import horner
+from tdag.ops.special.series import horner, log1p
 from tdag.ops.tensor import Tensor
 
 _ISPI = 0.56418958354775628694807945156  # 1 / sqrt(pi)
@@ -42,15 +42,6 @@ def erfcx(x: Tensor) -> Tensor:
     negative = core.where(core.lt(x, -26.7), float("inf"), negative)
     value = core.where(core.ge(x, 0.0), positive, negative)
     return core.where(core.isnan(x), x, value)
-
-
-def log1p(u: Tensor) -> Tensor:
-    """log(1 + u) without cancellation (Kahan): log(w) u / (w - 1), w = 1 + u."""
-    w = core.add(u, 1.0)
-    wm1 = core.sub(w, 1.0)
-    return core.where(core.eq(wm1, 0.0), u, core.mul(core.log(w),
-                                                     core.div(u, core.where(core.eq(wm1, 0.0),
-                                                                            1.0, wm1))))
 
 
 def erfc(x: Tensor) -> Tensor:

@@ -25,6 +25,17 @@ def expm1(x: Tensor) -> Tensor:
     return core.where(core.eq(um1, 0.0), x, value)
 
 
+def log1p(x: Tensor) -> Tensor:
+    """log(1 + x) without cancellation near 0 (Kahan): log(u) x / (u - 1), u = 1 + x; the
+    unused sides kept finite (x / 0 where u is 1, inf / inf where x is inf), so that no nan
+    reaches a gradient through where()."""
+    u = core.add(x, 1.0)
+    um1 = core.sub(u, 1.0)
+    exact = core.eq(um1, 0.0)
+    fixed = core.mul(core.log(u), core.div(x, core.where(exact, 1.0, um1)))
+    return core.where(exact, x, core.where(core.eq(u, float("inf")), u, fixed))
+
+
 def horner(x: Tensor, coefficients) -> Tensor:
     """sum_i c_i x^(len-1-i): Cephes' polevl, highest power first."""
     result = filled(x, 0.0)

@@ -132,12 +132,12 @@ def _exp2(ctx, x):
 
 @op("log1p")
 def _log1p(ctx, x):
-    return ops.log(ops.add(x, 1.0))
+    return ops.log1p(x)  # log(x + 1) loses every digit of x below float's step at 1
 
 
 @op("expm1")
 def _expm1(ctx, x):
-    return ops.sub(ops.exp(x), 1.0)
+    return ops.expm1(x)
 
 
 @op("round")

@@ -131,21 +131,12 @@ def exp2(x):
 
 @aten("expm1")
 def expm1(x):
-    """exp(x) - 1 without cancellation near 0 (Kahan): (u - 1) * x / log(u), u = exp(x)."""
-    u = ops.exp(x)
-    um1 = ops.sub(u, 1.0)
-    fixed = ops.mul(um1, ops.div(x, ops.log(u)))
-    return ops.where(ops.eq(um1, 0.0), x, ops.where(ops.eq(u, float("inf")), u,
-                                                    ops.where(ops.eq(um1, -1.0), um1, fixed)))
+    return ops.expm1(x)
 
 
 @aten("log1p")
 def log1p(x):
-    """log(1 + x) without cancellation near 0 (Kahan): log(u) * x / (u - 1), u = 1 + x."""
-    u = ops.add(x, 1.0)
-    um1 = ops.sub(u, 1.0)
-    fixed = ops.mul(ops.log(u), ops.div(x, um1))
-    return ops.where(ops.eq(um1, 0.0), x, ops.where(ops.eq(u, float("inf")), u, fixed))
+    return ops.log1p(x)
 
 
 @aten("log2")
