@@ -330,6 +330,28 @@ class _Branches(nn.Module):
                 nn.functional.gelu(shared) + shared + nn.functional.silu(self.d(x)))
 
 
+def test_a_leaky_relu_runs_inside_its_convolution_or_product_keeping_nan():
+    """YOLO's and GANs' conv + LeakyReLU: the slope is oneDNN's leaky_relu post-op inside
+    the packed 3x3 and 1x1 convolutions (x > 0 ? x : slope x, so a NaN stays NaN as in
+    torch); values as eager's, a NaN pixel included, and tdag.memory within 1%."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.LeakyReLU(0.1),
+                          nn.Conv2d(16, 32, 1), nn.LeakyReLU(0.2), nn.Flatten(),
+                          nn.Linear(32 * 16 * 16, 64), nn.LeakyReLU()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    prog = tdag.from_torch(model, (x,))
+    module = tdag.to_torch(prog)
+    for post in ("('leaky_relu', [0.1", "('leaky_relu', [0.2"):
+        assert post in module.code, module.code
+    # the 2-row product runs F.linear (not worth a pack), its activation in place after it
+    assert module.code.count("F.leaky_relu(") == 2, module.code
+    x[1, 0, 3, 3] = float("nan")
+    with torch.inference_mode():
+        assert_close(module(x), model(x), "leaky relu inside")
+        assert module(x)[1].isnan().all() and not module(x)[0].isnan().any()
+    assert abs(tdag.memory(prog).peak / measured_peak(module, (x,)) - 1) <= 0.01
+
+
 def test_convolutions_run_packed_with_their_activations_and_memory_matches():
     """A CNN's 2-d convolutions: ``_rt.conv2d`` on weights packed once, a hardswish, SiLU
     or GELU inside the call, a 1x1 convolution as a product of the channels-last rows; the

@@ -115,12 +115,13 @@ def packable(name: str, ctx) -> bool:
 
 
 def onednn_activation(node) -> tuple[tuple] | None:
-    """The post-op (oneDNN's name, scalars, algorithm) of a SiLU, GELU or hardswish node,
-    which the torch code applies inside the oneDNN call it reads (``onednn_product``): one
-    pass over the result fewer, and an activation reading oneDNN's result on its own ran
-    slower than on F.linear's; BERT, ViT, ConvNeXt and Whisper's modules run 2-4% faster
-    fused. Not a ReLU or a clamp: oneDNN's relu and clip post-ops are max/min, which turn a
-    NaN into 0 where torch's keep it. The three fused keep NaN and infinities as torch does,
+    """The post-op (oneDNN's name, scalars, algorithm) of a SiLU, GELU, hardswish or leaky
+    ReLU node, which the torch code applies inside the oneDNN call it reads
+    (``onednn_product``): one pass over the result fewer, and an activation reading oneDNN's
+    result on its own ran slower than on F.linear's; BERT, ViT, ConvNeXt and Whisper's
+    modules run 2-4% faster fused. Not a ReLU or a clamp: oneDNN's relu and clip post-ops are
+    max/min, which turn a NaN into 0 where torch's keep it. The four fused keep NaN and
+    infinities as torch does,
     but past |x| > 1e38, where torch's GELU and hardswish overflow to inf or nan and
     oneDNN's give the finite value."""
     if node.op is Op.silu:  # oneDNN's name for x * sigmoid(x)
@@ -129,6 +130,8 @@ def onednn_activation(node) -> tuple[tuple] | None:
         return (("gelu", [], node.spec.approximate),)
     if node.op is Op.hardswish:
         return (("hardswish", [], ""),)
+    if node.op is Op.leaky_relu:  # x > 0 ? x : slope x, NaN kept (YOLO's, GANs' convs)
+        return (("leaky_relu", [node.spec.slope], ""),)
     return None
 
 

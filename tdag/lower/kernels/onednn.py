@@ -311,9 +311,11 @@ def _channels_last(x: torch.Tensor) -> bool:
 def activation(y: torch.Tensor, post: tuple, inplace: bool = False) -> torch.Tensor:
     """The post-op ``post`` as torch's own op, where oneDNN's call is not taken; ``inplace``
     writes it over ``y`` (a fresh result autograd does not record)."""
-    name, _, algorithm = post
+    name, scalars, algorithm = post
     if name == "none":
         return y
+    if name == "leaky_relu":
+        return F.leaky_relu(y, scalars[0], inplace=inplace)
     if name == "swish":
         return F.silu(y, inplace=inplace)
     if name == "hardswish":
