@@ -108,6 +108,7 @@ class Op(enum.Enum):
     log1p = "log1p"  # log(1 + x) and exp(x) - 1 without cancellation by 0, one pass
     expm1 = "expm1"
     logsumexp = "logsumexp"  # log(sum(exp(x))) over axes, its max shifted out, one pass
+    var = "var"  # the variance over axes, less ``correction`` in the count: torch.var
     reshape = "reshape"
     expand = "expand"
     concat = "concat"

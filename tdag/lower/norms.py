@@ -12,7 +12,7 @@ folded in by ``AFFINE_RULES`` (run with the other fusions).
 """
 from __future__ import annotations
 
-from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -23,6 +23,7 @@ from tdag.lower.match import (
     is_scalar,
     linear_coefficient,
     maps_reduced,
+    matches_kernel,
     trace_axes,
     trace_chain,
 )
@@ -268,4 +269,35 @@ def _channel_affine(node: Node, ctx: Context):
 AFFINE_RULES = (
     Rule(Op.multiply, affine_rule),  # norm(x) * bcast(w) -> norm(x, w)
     Rule(Op.add, affine_rule),       # norm(x, w) + bcast(b) -> norm(x, w, b)
+)
+
+
+def variance_rule(node: Node, ctx: Context):
+    """sum((x - mean(x))^2, a) / (n - correction) -> var(x, a, correction)  (kept dims or
+    not; checked node for node against the kernel's decomposition; after the norms, whose
+    rules read the composition)"""
+    top = ctx.producer(node.inputs[0])
+    keepdim = top is not None and top.op is Op.unsqueeze
+    total = ctx.producer(top.inputs[0]) if keepdim else top
+    if not node.type.dtype.is_float or node.spec.mode.value != "true" or total is None or \
+            total.op is not Op.reduce or total.spec.kind is not ReduceKind.sum:
+        return NoMatch("not a sum over a count")
+    square = ctx.made(total.inputs[0], Op.multiply)
+    centered = ctx.made(square.inputs[0], Op.add) if square is not None and \
+        square.inputs[0] == square.inputs[1] else None
+    if centered is None:
+        return NoMatch("not a sum of squares of x - mean")
+    axes = tuple(sorted(total.spec.axes))
+    for x in dict.fromkeys(centered.inputs):
+        for correction in (1, 0):
+            spec = Variance(axes, correction, keepdim)
+            if ctx.type(x).dtype is node.type.dtype and \
+                    matches_kernel(ctx, node, Op.var, spec, (x,)):
+                emit = ctx.emitter(node)
+                return emit.finish(emit(Op.var, spec, x))
+    return NoMatch("not var's composition (correction 0 or 1)")
+
+
+VARIANCE_RULES = (
+    Rule(Op.divide, variance_rule),  # sum((x - mean)^2, a) / (n - c) -> var(x, a, c)
 )

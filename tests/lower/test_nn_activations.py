@@ -153,3 +153,31 @@ def test_log1p_and_expm1_keep_their_digits_by_zero_in_onnx(fn):
     assert ((got.double() - want).abs()[finite] <= 4 * ulp[finite]).all(), \
         x[finite][((got.double() - want).abs()[finite] > 4 * ulp[finite])]
     assert torch.equal(got[~finite], want[~finite].float())
+
+
+@pytest.mark.parametrize("axes,correction,keepdim", [(-1, 1, False), ((1, 2), 0, True)])
+def test_var_is_one_torch_var(axes, correction, keepdim):
+    """torch.var's one pass (std: var, then its square root); ONNX has no variance op, so
+    the file holds the composition; a nan or inf in a row makes it nan everywhere."""
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(2)) * 10 + 3
+    x[0, 1, 2], x[1, 0, 0] = float("nan"), float("inf")
+    fn = lambda t: torch.var(t, axes, correction=correction, keepdim=keepdim)  # noqa: E731
+    prog = tdag.from_torch(Fn(fn), (x,))
+    assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [Op.var]
+    want = fn(x)
+    _close(tdag.to_torch(prog)(x), want, 0, "to_torch")
+    _close(tdag.run(prog, x), want, 1e-5, "the composition")
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    _close(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, 1e-5,
+           "onnxruntime")
+    if importlib.util.find_spec("jax"):
+        _close(tdag.to_jax(prog)(x.numpy()), want, 1e-5, "jax")
+
+
+def test_a_hand_written_layer_norm_over_var_stays_a_layer_norm():
+    """The variance rule runs after the norms' rules, which read var's composition."""
+    fn = lambda t: (t - t.mean(-1, keepdim=True)) / torch.sqrt(  # noqa: E731
+        t.var(-1, keepdim=True, unbiased=False) + 1e-5)
+    prog = tdag.from_torch(Fn(fn), (torch.randn(2, 3, 8),))
+    assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [Op.layer_norm]

@@ -25,7 +25,7 @@ from tdag.lower.kernels.fft import FftOfReal
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
-from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance
 from tdag.lower.kernels.optim import AdamWUpdate
 from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
@@ -142,6 +142,8 @@ CASES = [
     Case(Op.expm1, NoSpec(), (("b", 4),)),
     Case(Op.logsumexp, LogSumExp((1,)), ((3, 4),)),
     Case(Op.logsumexp, LogSumExp((0, 2), True), ((2, 3, 4),)),
+    Case(Op.var, Variance((1,)), ((3, 4),)),
+    Case(Op.var, Variance((0, 2), 0, True), ((2, 3, 4),)),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
     Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),

@@ -193,6 +193,8 @@ NN = {
     "logsumexp": (lambda x: ops.logsumexp(x, -1), Op.logsumexp),
     "logsumexp-keepdim": (lambda x: ops.logsumexp(x, 1, keepdim=True), Op.logsumexp),
     "logsumexp-2-axes": (lambda x: ops.logsumexp(x, (1, 2)), Op.logsumexp),
+    "var": (lambda x: ops.var(x, -1), Op.var),
+    "var-biased-keepdim": (lambda x: ops.var(x, (1, 2), keepdim=True, correction=0), Op.var),
 }
 
 

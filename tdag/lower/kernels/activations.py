@@ -10,13 +10,13 @@ import torch.nn.functional as F
 from tdag import ops
 from tdag.deinops import inplace
 from tdag.deinops.codegen import literal
-from tdag.lower.kernels.common import float_input, per_element
+from tdag.lower.kernels.common import float_input, per_element, reduced_type
 from tdag.deinops.primitive import NoSpec, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.batching import Aligned, AxisRule, Refuse, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
-from tdag.ir.types import DType, TensorType
+from tdag.ir.types import DType
 
 # -- softmax ----------------------------------------------------------------------------------
 
@@ -74,24 +74,14 @@ class LogSumExp:
     keepdim: bool = False
 
 
-def _logsumexp_shape(spec: LogSumExp, ins):
-    (x,) = ins
-    float_input("logsumexp", x)
-    if not spec.axes or len(set(spec.axes)) != len(spec.axes) or \
-            not all(0 <= a < x.rank for a in spec.axes):
-        raise ShapeError(f"logsumexp: axes {spec.axes} invalid for {x}")
-    shape = [1 if i in spec.axes else d for i, d in enumerate(x.shape)] if spec.keepdim else \
-        [d for i, d in enumerate(x.shape) if i not in spec.axes]
-    return TensorType(tuple(shape), x.dtype)
-
-
 def _logsumexp_onnx(node, ins, g, cx):
     # onnxruntime's ReduceLogSumExp shifts by the max and keeps +-inf rows as torch does
     return g.node("ReduceLogSumExp", [ins[0], g.const(list(node.spec.axes))],
                   keepdims=int(node.spec.keepdim))
 
 
-primitive(Op.logsumexp, LogSumExp, 1, _logsumexp_shape,
+primitive(Op.logsumexp, LogSumExp, 1,
+          lambda s, ins: reduced_type("logsumexp", ins[0], s.axes, s.keepdim),
           lambda s, xs, r: torch.logsumexp(xs[0], s.axes, s.keepdim),
           lambda s, ins, out: traffic(ins, out, 4 * ins[0].numel),
           "max, an inf test, subtract, exp, sum, log and add are seven passes over memory; "

@@ -36,6 +36,16 @@ def float_input(op: str, x: TensorType) -> None:
         raise ShapeError(f"{op}: needs a float input, got {x}")
 
 
+def reduced_type(op: str, x: TensorType, axes: tuple, keepdim: bool) -> TensorType:
+    """A float reduction's result type over ``axes`` of ``x`` (kept as 1s or dropped)."""
+    float_input(op, x)
+    if not axes or len(set(axes)) != len(axes) or not all(0 <= a < x.rank for a in axes):
+        raise ShapeError(f"{op}: axes {axes} invalid for {x}")
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdim else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return TensorType(tuple(shape), x.dtype)
+
+
 def per_element(flops_per_element: int):
     def cost(spec, ins, out: TensorType) -> Cost:
         return traffic(ins, out, flops_per_element * ins[0].numel)

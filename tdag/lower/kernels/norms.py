@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from tdag import ops
-from tdag.lower.kernels.common import float_input, per_element, same_shape
+from tdag.lower.kernels.common import (decomposed_onnx, float_input, per_element, reduced_type,
+                                      same_shape)
 from tdag.deinops.primitive import primitive
 from tdag.errors import ShapeError
 from tdag.ir.batching import Refuse
@@ -327,3 +328,28 @@ primitive(Op.batch_norm, BatchNorm, range(3, 6), _batch_norm_shape, _batch_norm_
           jax=_batch_norm_jax,
           decompose=lambda s, x, mean, var, *affine: ops.batch_norm(x, mean, var, *affine,
                                                                      eps=s.eps))
+
+
+# -- variance ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Variance:
+    """sum((x - mean)^2) / (n - correction) over ``axes`` (torch.var's one Welford pass)."""
+
+    axes: tuple
+    correction: int = 1
+    keepdim: bool = False
+
+
+primitive(Op.var, Variance, 1, lambda s, ins: reduced_type("var", ins[0], s.axes, s.keepdim),
+          lambda s, xs, r: torch.var(xs[0], s.axes, correction=s.correction, keepdim=s.keepdim),
+          per_element(4), "sum, divide, subtract, square, sum and divide are four passes over "
+          "the tensor; torch.var is one", traits=Trait.KERNEL,
+          batch=Refuse("reduces over fixed axes: strip the batch before lowering"),
+          torch=lambda node, a, code: f"torch.var({a[0]}, {node.spec.axes!r}, correction="
+                                      f"{node.spec.correction}, keepdim={node.spec.keepdim})",
+          onnx=decomposed_onnx,  # ONNX has no variance op
+          jax=lambda node, a, cx: cx.jnp.var(a[0], axis=node.spec.axes,
+                                              ddof=node.spec.correction,
+                                              keepdims=node.spec.keepdim),
+          decompose=lambda s, x: ops.var(x, s.axes, s.keepdim, s.correction))
