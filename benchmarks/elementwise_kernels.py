@@ -5,7 +5,7 @@ unlowered (the composition, ``to_torch(prog, lower=False)``), each / torch eager
 ONNX file tdag writes on onnxruntime / torch.onnx.export's file (dynamo), side by side in one
 process, one thread, on an activation of a real CNN's size ([16, 64, 56, 56], 3.2M floats).
 torch.onnx writes log1p as Log(1 + x) and expm1 as Exp(x) - 1, which lose every digit by 0
-(log1p(1e-8) is 0); tdag's file keeps Kahan's composition, ten nodes.
+(log1p(1e-8) is 0); tdag's file writes Kahan's log1p (ten nodes) and tanh(x/2) (e^x + 1).
 
     python benchmarks/elementwise_kernels.py [--shape 16 64 56 56] [--rounds 15]
 """

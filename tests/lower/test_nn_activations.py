@@ -2,9 +2,9 @@
 ceil and round, and torch.log1p and expm1 lower to one kernel each (tdag.ops writes them as
 three to fourteen elementwise passes and bool tensors): the
 reified module calls the torch function, the ONNX file holds the op of that name (LeakyRelu,
-Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round; ONNX has no log1p or expm1: an
-atanh or tanh form by 0, accurate where the exporter's Log(1 + x) loses every digit), jax its
-jax function. Rounding is
+Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round; ONNX has no log1p or expm1: Kahan's
+composition and tanh(x/2) (e^x + 1), accurate where the exporter's Log(1 + x) loses every
+digit), jax its jax function. Rounding is
 checked bit for bit (-0.0 and halves to even included). Checked against torch eager on
 random values and on nan, +-inf, -0.0, values by 0 and past softplus's threshold, through
 tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6 relative,
@@ -35,7 +35,7 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "floor": (torch.floor, Op.rounding, "Floor"),
     "ceil": (torch.ceil, Op.rounding, "Ceil"),
     "round": (torch.round, Op.rounding, "Round"),
-    "log1p": (torch.log1p, Op.log1p, "Atanh"),
+    "log1p": (torch.log1p, Op.log1p, "Log"),
     "expm1": (torch.expm1, Op.expm1, "Tanh"),
 }
 EXACT = {"floor", "ceil", "round"}

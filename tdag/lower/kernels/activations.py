@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tdag import ops
 from tdag.deinops import inplace
 from tdag.deinops.codegen import literal
-from tdag.lower.kernels.common import float_input, per_element, reduced_type
+from tdag.lower.kernels.common import decomposed_onnx, float_input, per_element, reduced_type
 from tdag.deinops.primitive import NoSpec, primitive, traffic
 from tdag.errors import ShapeError
 from tdag.ir.batching import Aligned, AxisRule, Refuse, same_axis
@@ -488,35 +488,20 @@ primitive(Op.rounding, Rounding, 1, _rounding_shape,
 
 # -- log(1 + x) and exp(x) - 1 ----------------------------------------------------------------
 
-def _near_zero(g, x: str, dtype: DType, near: str, far: str) -> str:
-    """``near`` where |x| < 1/2, else ``far`` (nan takes ``far``). onnxruntime's Where makes
-    a selected -0.0 +0.0 (as its Tanh does), so no form keeps that sign there."""
-    return g.node("Where", [g.node("Less", [g.node("Abs", [x]), g.const(0.5, dtype)]), near, far])
-
-
-def _log1p_onnx(node, ins, g, cx):
-    """ONNX has no Log1p: 2 atanh(x / (2 + x)) by 0 (atanh keeps the digits log(1 + x) loses),
-    log(1 + x) from |x| = 1/2 on; three ulp, where Kahan's composition is ten nodes with a
-    Log and a Div over the whole tensor (2.5x slower on onnxruntime)."""
-    x, dtype = ins[0], node.type.dtype
-    ratio = g.node("Div", [x, g.node("Add", [x, g.const(2.0, dtype)])])
-    near = g.node("Mul", [g.node("Atanh", [ratio]), g.const(2.0, dtype)])
-    return _near_zero(g, x, dtype, near, g.node("Log", [g.node("Add", [x, g.const(1.0, dtype)])]))
-
-
 def _expm1_onnx(node, ins, g, cx):
-    """ONNX has no Expm1: 2t / (1 - t), t = tanh(x / 2), by 0; exp(x) - 1 from |x| = 1/2 on
-    (at most 2.5x its exp's error there); three ulp."""
+    """ONNX has no Expm1: tanh(x/2) (e^x + 1), which is e^x - 1 with no difference taken
+    (tanh keeps its digits by 0, e^x + 1 adds positives): five nodes and no Where, whose
+    pass costs onnxruntime twenty times an Exp's; -inf gives -1, +inf and overflow inf."""
     x, dtype = ins[0], node.type.dtype
-    t = g.node("Tanh", [g.node("Mul", [x, g.const(0.5, dtype)])])
-    near = g.node("Div", [g.node("Add", [t, t]), g.node("Sub", [g.const(1.0, dtype), t])])
-    return _near_zero(g, x, dtype, near, g.node("Sub", [g.node("Exp", [x]),
-                                                          g.const(1.0, dtype)]))
+    half = g.node("Tanh", [g.node("Mul", [x, g.const(0.5, dtype)])])
+    return g.node("Mul", [half, g.node("Add", [g.node("Exp", [x]), g.const(1.0, dtype)])])
 
 
 def _precise(op: Op, fn: str, onnx) -> None:
     """``op``: torch's and jnp's ``fn``; ``onnx`` writes it accurately without a Log1p or
-    Expm1 op (torch.onnx.export writes Log(1 + x) and Exp(x) - 1: log1p(1e-8) is 0)."""
+    Expm1 op (torch.onnx.export writes Log(1 + x) and Exp(x) - 1: log1p(1e-8) is 0). log1p
+    stays Kahan's composition there: its other forms need atanh (onnxruntime's is scalar,
+    fifty times its Log) or a Where for u = 0 and inf."""
     primitive(op, NoSpec, 1, _float_unary(fn), lambda s, xs, r: getattr(torch, fn)(xs[0]),
               per_element(6), f"Kahan's {fn} is nine to eleven passes and three bool tensors",
               traits=_ONE_PASS, batch=Aligned(),
@@ -527,5 +512,5 @@ def _precise(op: Op, fn: str, onnx) -> None:
               decompose=lambda s, x: getattr(ops, fn)(x))
 
 
-_precise(Op.log1p, "log1p", _log1p_onnx)
+_precise(Op.log1p, "log1p", decomposed_onnx)
 _precise(Op.expm1, "expm1", _expm1_onnx)
