@@ -65,6 +65,8 @@ def _sigmoid_of(ctx: Context, name: str) -> str | None:
 
 
 def _unary(node: Node, ctx: Context, op: Op, x: str, spec=None):
+    if ctx.type(x) != node.type:  # a constant broadcast wider than x (clamp(x + 3) / 6[M, N])
+        return NoMatch(f"{x} is not of the result's type {node.type}")
     emit = ctx.emitter(node)
     return emit.finish(emit(op, spec if spec is not None else NoSpec(), x))
 

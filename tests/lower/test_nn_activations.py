@@ -181,3 +181,15 @@ def test_a_hand_written_layer_norm_over_var_stays_a_layer_norm():
         t.var(-1, keepdim=True, unbiased=False) + 1e-5)
     prog = tdag.from_torch(Fn(fn), (torch.randn(2, 3, 8),))
     assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [Op.layer_norm]
+
+
+def test_a_constant_wider_than_x_leaves_the_composition():
+    """clamp(x + 3, 0, 6) / 6 with the 6 broadcast to [4, 5] over x [5] is not hardsigmoid(x)
+    (its result is [4, 5]): no kernel, the same values."""
+    from tdag import ops
+    prog = tdag.trace(lambda x: ops.div(ops.clamp(ops.add(x, 3.0), 0.0, 6.0),
+                                        ops.const(torch.full((4, 5), 6.0))), tdag.TensorSpec((5,)))
+    low = tdag.lower.lower(prog)
+    assert Op.hardsigmoid not in {n.op for n in low.graph.nodes}
+    x = torch.randn(5)
+    torch.testing.assert_close(tdag.to_torch(prog)(x), F.hardsigmoid(x).expand(4, 5))
