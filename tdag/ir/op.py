@@ -104,6 +104,7 @@ class Op(enum.Enum):
     hardsigmoid = "hardsigmoid"
     softplus = "softplus"
     mish = "mish"
+    logsigmoid = "logsigmoid"
     rounding = "rounding"  # a float to an integral value: floor, ceil or half to even
     log1p = "log1p"  # log(1 + x) and exp(x) - 1 without cancellation by 0, one pass
     expm1 = "expm1"

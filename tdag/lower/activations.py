@@ -2,7 +2,7 @@
 clamp, and torch.maximum / torch.minimum of two tensors (the composition's compare, nan
 test, or and select: four passes and two bool tensors where the kernel makes one pass),
 |x| (``tdag.ops.abs``'s x * sign(x), a float's zero made +0.0: torch.abs, ONNX Abs), and
-torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish.
+torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus, mish and logsigmoid.
 
 Constants are matched by value (a broadcast scalar const), operands of add and multiply in
 either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
@@ -464,6 +464,43 @@ def precise_rule(node: Node, ctx: Context):
     return NoMatch("neither log1p's nor expm1's composition")
 
 
+def logsigmoid_rule(node: Node, ctx: Context):
+    """min(x, 0) - log1p(exp(-|x|)) -> logsigmoid(x)  (its abs and log1p kernels already;
+    the min as where(x > 0 or 0 < x, 0, x), torch.export's where(c, True, False) around the
+    test seen through)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    for low, tail in (node.inputs, reversed(node.inputs)):
+        log = ctx.made(_negated(ctx, tail) or "", Op.log1p)
+        exp = ctx.made(log.inputs[0], Op.exp) if log is not None else None
+        magnitude = ctx.made(_negated(ctx, exp.inputs[0]) or "", Op.abs) if exp else None
+        if magnitude is not None and _min_zero(ctx, low) == magnitude.inputs[0]:
+            return _unary(node, ctx, Op.logsigmoid, magnitude.inputs[0])
+    return NoMatch("not min(x, 0) - log1p(exp(-|x|))")
+
+
+def _min_zero(ctx: Context, name: str) -> str | None:
+    """``where(x > 0, 0, x)`` (or ``0 < x``, or that test as where(c, True, False)) -> x."""
+    node = ctx.made(name, Op.where)
+    if node is None or not is_scalar(ctx, node.inputs[1], 0.0):
+        return None
+    x, cond = node.inputs[2], node.inputs[0]
+    wrapped = ctx.made(cond, Op.where)
+    if wrapped is not None and is_scalar(ctx, wrapped.inputs[1], 1.0) and \
+            is_scalar(ctx, wrapped.inputs[2], 0.0):
+        cond = wrapped.inputs[0]
+    test = ctx.made(cond, Op.compare)
+    if test is None:
+        return None
+    if test.spec.kind is CompareKind.gt and test.inputs[0] == x and \
+            is_scalar(ctx, test.inputs[1], 0.0):
+        return x
+    if test.spec.kind is CompareKind.lt and test.inputs[1] == x and \
+            is_scalar(ctx, test.inputs[0], 0.0):
+        return x
+    return None
+
+
 def abs_rule(node: Node, ctx: Context):
     """where(x == 0, 0, x * sign(x)) -> abs(x) (a float's: |-0.0| is 0.0);
     x * sign(x) -> abs(x) (a signed integer's)"""
@@ -510,5 +547,6 @@ RULES = (
     Rule(Op.neg, rounding_rule),        # -floor(-x) -> ceil(x)
     Rule(Op.where, precise_rule),       # Kahan's log(u) x / (u - 1), u = 1 + x -> log1p(x)
     Rule(Op.where, abs_rule),           # where(x == 0, 0, x * sign(x)) -> abs(x)
+    Rule(Op.add, logsigmoid_rule),      # min(x, 0) - log1p(exp(-|x|)) -> logsigmoid(x)
     Rule(Op.multiply, abs_rule),        # x * sign(x) -> abs(x), a signed integer's
 )

@@ -43,7 +43,7 @@ from tdag.ops.nn.conv import (
 from tdag.ops.nn.functional import (
     batch_norm, dropout, elu, embedding, embedding_bag, gelu, group_norm, hardsigmoid,
     hardswish, hardtanh, instance_norm, layer_norm, leaky_relu, local_response_norm,
-    log_softmax, logsumexp, mish,
+    log_softmax, logsigmoid, logsumexp, mish,
     relu, relu6, rms_norm, safe_softmax, scaled_dot_product_attention, sigmoid, silu, softmax,
     softplus,
 )
@@ -79,9 +79,9 @@ __all__ = [
     "gelu", "group", "group_norm", "grouped_matmul", "gt", "hardsigmoid", "hardswish",
     "hardtanh", "hypot", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu",
-    "linear", "local_response_norm", "log", "log1p", "log_softmax", "logcumsumexp", "logical_and",
-    "logical_not",
-    "logical_or", "logsumexp", "lt", "mask_index", "masked_select", "matmul", "max_pool",
+    "linear", "local_response_norm", "log", "log1p", "log_softmax", "logcumsumexp",
+    "logical_and", "logical_not", "logical_or", "logsigmoid", "logsumexp", "lt", "mask_index",
+    "masked_select", "matmul", "max_pool",
     "maximum", "mean", "minimum", "mish", "movedim", "mul", "multiply", "ne", "neg", "nonzero",
     "ones", "pad", "param", "permute", "pow", "prod", "rearrange", "reciprocal", "reduce",
     "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave", "reshape",

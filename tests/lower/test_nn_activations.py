@@ -1,11 +1,11 @@
-"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus and mish, torch.floor,
-ceil and round, and torch.log1p and expm1 lower to one kernel each (tdag.ops writes them as
-three to fourteen elementwise passes and bool tensors): the
-reified module calls the torch function, the ONNX file holds the op of that name (LeakyRelu,
-Elu, HardSigmoid, Softplus, Mish, Floor, Ceil, Round; ONNX has no log1p or expm1: Kahan's
-composition and tanh(x/2) (e^x + 1), accurate where the exporter's Log(1 + x) loses every
-digit), jax its jax function. Rounding is
-checked bit for bit (-0.0 and halves to even included). Checked against torch eager on
+"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus, mish and logsigmoid,
+torch.floor, ceil and round, and torch.log1p and expm1 lower to one kernel each (tdag.ops
+writes them as three to fourteen elementwise passes and bool tensors): the reified module
+calls the torch function, the ONNX file holds the op of that name (LeakyRelu, Elu,
+HardSigmoid, Softplus, Mish, Floor, Ceil, Round; logsigmoid its composition; ONNX has no
+log1p or expm1: Kahan's composition and tanh(x/2) (e^x + 1), accurate where the exporter's
+Log(1 + x) loses every digit), jax its jax function. Rounding is checked bit for bit (-0.0
+and halves to even included). Checked against torch eager on
 random values and on nan, +-inf, -0.0, values by 0 and past softplus's threshold, through
 tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6 relative,
 onnxruntime's own formulas 1e-5)."""
@@ -32,6 +32,7 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "softplus": (F.softplus, Op.softplus, "Softplus"),
     "softplus-beta": (lambda x: F.softplus(x, 2.0, 3.0), Op.softplus, "Softplus"),
     "mish": (F.mish, Op.mish, "Mish"),
+    "logsigmoid": (F.logsigmoid, Op.logsigmoid, "Exp"),  # ONNX has none: the composition
     "floor": (torch.floor, Op.rounding, "Floor"),
     "ceil": (torch.ceil, Op.rounding, "Ceil"),
     "round": (torch.round, Op.rounding, "Round"),

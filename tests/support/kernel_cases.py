@@ -135,6 +135,7 @@ CASES = [
     Case(Op.hardsigmoid, NoSpec(), ((3, 4),)),
     Case(Op.softplus, Softplus(2.0, 3.0), ((3, 4),)),
     Case(Op.mish, NoSpec(), ((3, 4),)),
+    Case(Op.logsigmoid, NoSpec(), ((3, 4),)),
     Case(Op.rounding, Rounding("floor"), ((3, 4),)),
     Case(Op.rounding, Rounding("ceil"), (("b", 4),)),
     Case(Op.rounding, Rounding("half_even"), ((3, 4),)),

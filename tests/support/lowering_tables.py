@@ -185,6 +185,7 @@ NN = {
     "softplus": (lambda x: ops.softplus(x), Op.softplus),
     "softplus-beta": (lambda x: ops.softplus(x, 2.0, 5.0), Op.softplus),
     "mish": (lambda x: ops.mish(x), Op.mish),
+    "logsigmoid": (lambda x: ops.logsigmoid(x), Op.logsigmoid),
     "floor": (lambda x: ops.floor(x), Op.rounding),
     "ceil": (lambda x: ops.ceil(x), Op.rounding),
     "round": (lambda x: ops.round(x), Op.rounding),

@@ -451,6 +451,15 @@ primitive(Op.mish, NoSpec, 1, _float_unary("mish"), lambda s, xs, r: F.mish(xs[0
           in_place=inplace.overwritten_operand, decompose=lambda s, x: ops.mish(x))
 
 
+primitive(Op.logsigmoid, NoSpec, 1, _float_unary("logsigmoid"),
+          lambda s, xs, r: F.logsigmoid(xs[0]), per_element(6),
+          "min(x, 0) - log1p(exp(-|x|)) is seven passes and a bool tensor", traits=_ONE_PASS,
+          batch=Aligned(), torch=lambda node, a, code: f"F.logsigmoid({a[0]})",
+          onnx=decomposed_onnx,  # ONNX has none; -Softplus(-x) loses its digits past x = 17
+          jax=lambda node, a, cx: cx.nn.log_sigmoid(a[0]),
+          decompose=lambda s, x: ops.logsigmoid(x))
+
+
 # -- rounding to an integral value ------------------------------------------------------------
 
 ROUNDINGS = {"floor": ("floor", "Floor"), "ceil": ("ceil", "Ceil"),

@@ -22,6 +22,7 @@ from tdag.ops.nn.pool import (
     max_pool,
 )
 from tdag.ops.nn.util import as_float, channel_view
+from tdag.ops.special.series import log1p
 from tdag.errors import ShapeError, UnsupportedOpError
 from tdag.ir.symbols import as_dim, dims_equal, is_static
 from tdag.ir.types import DType
@@ -100,6 +101,14 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     scaled = core.mul(x, beta)
     soft = core.log(core.add(core.exp(scaled), 1.0))
     return core.where(core.gt(scaled, threshold), x, soft if beta == 1 else core.div(soft, beta))
+
+
+def logsigmoid(x: Tensor) -> Tensor:
+    """``torch.nn.functional.logsigmoid`` = min(x, 0) - log1p(exp(-|x|)), as torch computes
+    it (no overflow either side; nan stays nan)."""
+    x = as_float(x)
+    return core.sub(core.where(core.gt(x, 0.0), 0.0, x),
+                    log1p(core.exp(core.neg(core.abs(x)))))
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
