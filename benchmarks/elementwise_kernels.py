@@ -24,9 +24,12 @@ import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import tdag  # noqa: E402
+
+from support.torch_models import Fn  # noqa: E402
 
 FUNCTIONS = {
     "abs": torch.abs,
@@ -42,15 +45,6 @@ FUNCTIONS = {
     "expm1": torch.expm1,
     "logsumexp": lambda x: torch.logsumexp(x, 1),
 }
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def round_ratios(fns: dict, rounds: int) -> dict:

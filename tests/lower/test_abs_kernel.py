@@ -15,6 +15,8 @@ import tdag.lower
 from tdag import ops
 from tdag.ir.op import Op
 
+from support.torch_models import Fn
+
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 INTS = [torch.int8, torch.int16, torch.int32, torch.int64]
 
@@ -28,11 +30,6 @@ def _values(dtype) -> torch.Tensor:
         info = torch.iinfo(dtype)
         special = [0, 1, -1, info.max, info.min, info.min + 1, -7]
     return torch.tensor(special, dtype=dtype).repeat(3, 1)
-
-
-class Abs(torch.nn.Module):
-    def forward(self, x):
-        return x.abs()
 
 
 def _same(got, want: torch.Tensor, what: str) -> None:
@@ -49,7 +46,7 @@ def _same(got, want: torch.Tensor, what: str) -> None:
 @pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
 def test_abs_is_one_kernel_exactly_torchs(dtype):
     x = _values(dtype)
-    prog = tdag.from_torch(Abs(), (x,))
+    prog = tdag.from_torch(Fn(torch.abs), (x,))
     low = tdag.lower.lower(prog)
     assert [n.op for n in low.graph.nodes] == [Op.abs], low
     want = torch.abs(x)
@@ -63,7 +60,7 @@ def test_abs_is_one_kernel_exactly_torchs(dtype):
                          ids=str)
 def test_abs_is_onnx_abs_on_onnxruntime(dtype):
     x = _values(dtype)
-    model = tdag.to_onnx(tdag.from_torch(Abs(), (x,)))
+    model = tdag.to_onnx(tdag.from_torch(Fn(torch.abs), (x,)))
     carried = ["Cast", "Abs", "Cast"] if dtype is torch.int16 else ["Abs"]  # int32 carries it
     assert [n.op_type for n in model.graph.node] == carried, model.graph.node
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -74,7 +71,7 @@ def test_abs_is_onnx_abs_on_onnxruntime(dtype):
 def test_abs_on_jax():
     pytest.importorskip("jax")
     x = _values(torch.float32)
-    fn = tdag.to_jax(tdag.from_torch(Abs(), (x,)))
+    fn = tdag.to_jax(tdag.from_torch(Fn(torch.abs), (x,)))
     _same(torch.from_numpy(__import__("numpy").asarray(fn(x.numpy()))), torch.abs(x), "jax")
 
 
@@ -86,6 +83,6 @@ def test_a_floats_x_times_sign_is_not_abs():
 
 def test_abs_differentiates_as_torch_does():
     x = torch.tensor([-2.0, -0.0, 0.0, 3.0], requires_grad=True)
-    module = tdag.to_torch(tdag.from_torch(Abs(), (x.detach(),)))
+    module = tdag.to_torch(tdag.from_torch(Fn(torch.abs), (x.detach(),)))
     module(x).sum().backward()
     assert x.grad.tolist() == [-1.0, 0.0, 0.0, 1.0]

@@ -23,6 +23,8 @@ import tdag
 import tdag.lower
 from tdag.ir.op import Op
 
+from support.torch_models import Fn
+
 ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), Op.leaky_relu, "LeakyRelu"),
     "leaky_relu-default": (F.leaky_relu, Op.leaky_relu, "LeakyRelu"),
@@ -40,15 +42,6 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "expm1": (torch.expm1, Op.expm1, "Tanh"),
 }
 EXACT = {"floor", "ceil", "round"}
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def _values() -> torch.Tensor:
