@@ -2,7 +2,8 @@
 clamp, and torch.maximum / torch.minimum of two tensors (the composition's compare, nan
 test, or and select: four passes and two bool tensors where the kernel makes one pass),
 |x| (``tdag.ops.abs``'s x * sign(x), a float's zero made +0.0: torch.abs, ONNX Abs), and
-torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus, mish and logsigmoid.
+torch.nn.functional's leaky_relu, elu (selu, celu), hardsigmoid, softplus, mish, logsigmoid,
+hardshrink and softshrink.
 
 Constants are matched by value (a broadcast scalar const), operands of add and multiply in
 either order, and products are flattened so ``x * 0.5 * (1 + erf(x / sqrt 2))`` matches in
@@ -13,7 +14,8 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.lower.kernels.activations import Clamp, Elu, Gelu, LeakyRelu, Rounding, Softplus
+from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, Rounding, Shrink,
+                                            Softplus)
 from tdag.ir.carriers import CARRIER
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -299,18 +301,27 @@ def _times_scalar(ctx: Context, name: str) -> tuple[str, float]:
 
 
 def _positive_test(ctx: Context, cond: str) -> str | None:
-    """``cond`` is ``x > 0`` -> x."""
+    """``cond`` is ``x > 0`` or ``x >= 0`` (jax.nn's leaky_relu) -> x."""
     test = ctx.made(cond, Op.compare)
-    if test is None or test.spec.kind is not CompareKind.gt or \
-            not is_scalar(ctx, test.inputs[1], 0.0):
+    if test is None or test.spec.kind not in _ABOVE or not is_scalar(ctx, test.inputs[1], 0.0):
         return None
     return test.inputs[0]
+
+
+def _safe_argument(ctx: Context, name: str, cond: str) -> str:
+    """``where(cond, 0, x)`` (jax.nn.elu's guard of expm1's argument, read only where
+    ``cond`` fails) -> x; else ``name``."""
+    node = ctx.made(name, Op.where)
+    if node is not None and node.inputs[0] == cond and is_scalar(ctx, node.inputs[1], 0.0):
+        return node.inputs[2]
+    return name
 
 
 def leaky_elu_rule(node: Node, ctx: Context):
     """where(x > 0, x, x * slope) -> leaky_relu(x, slope);
     where(x > 0, x, (exp(x) - 1) [* alpha]) -> elu(x, alpha)  (both keep nan: x > 0 is
-    false there and the other side is nan)"""
+    false there and the other side is nan; x >= 0 gives the same, both sides being x at
+    +-0; expm1(where(x > 0, 0, x)), jax's, is expm1(x) wherever it is read)"""
     if not node.type.dtype.is_float:
         return NoMatch("not a float")
     cond, x, other = node.inputs
@@ -319,10 +330,49 @@ def leaky_elu_rule(node: Node, ctx: Context):
     y, coef = _times_scalar(ctx, other)
     if y == x and other != x:
         return _unary(node, ctx, Op.leaky_relu, x, LeakyRelu(coef))
-    exp = ctx.made(_minus_scalar_op(ctx, y, Op.add, -1.0) or "", Op.exp)
-    if exp is not None and exp.inputs[0] == x:
-        return _unary(node, ctx, Op.elu, x, Elu(coef))
-    return NoMatch("not x * slope or alpha (exp(x) - 1)")
+    argument = _exp_minus_one(ctx, y)
+    argument = _safe_argument(ctx, argument, cond) if argument is not None else None
+    z, input_scale = _times_scalar(ctx, argument) if argument is not None else (None, 1.0)
+    if z == x:
+        return _unary(node, ctx, Op.elu, x, Elu(coef, 1.0, input_scale))
+    return NoMatch("not x * slope or alpha (exp(input_scale x) - 1)")
+
+
+def _exp_minus_one(ctx: Context, name: str) -> str | None:
+    """``exp(a) - 1`` or the expm1 kernel -> a."""
+    made = ctx.made(name, Op.expm1) or \
+        ctx.made(_minus_scalar_op(ctx, name, Op.add, -1.0) or "", Op.exp)
+    return made.inputs[0] if made is not None else None
+
+
+def elu_scale_rule(node: Node, ctx: Context):
+    """elu(x) * scale -> elu(x, scale)  (selu: aten.elu's scale, outside the composition's
+    where)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    for name, k in (node.inputs, reversed(node.inputs)):
+        elu, value = ctx.made(name, Op.elu), scalar(ctx, k)
+        if elu is not None and value is not None and ctx.single_use(name):
+            spec = Elu(elu.spec.alpha, elu.spec.scale * value, elu.spec.input_scale)
+            return _unary(node, ctx, Op.elu, elu.inputs[0], spec)
+    return NoMatch("not a number times an elu")
+
+
+def shrink_rule(node: Node, ctx: Context):
+    """where(x >= -lambd, where(x <= lambd, 0, x), x) -> hardshrink(x, lambd);
+    where(x > lambd, x - lambd, where(x < -lambd, x + lambd, x * 0)) -> softshrink(x, lambd)
+    (checked node for node against the kernel's decomposition)"""
+    if not node.type.dtype.is_float:
+        return NoMatch("not a float")
+    test = ctx.made(node.inputs[0], Op.compare)
+    bound = scalar(ctx, test.inputs[1]) if test is not None else None
+    if bound is None:
+        return NoMatch("not a test of x against a number")
+    x = test.inputs[0]
+    for spec in (Shrink(-bound, soft=False), Shrink(bound, soft=True)):
+        if spec.lambd >= 0 and matches_kernel(ctx, node, Op.shrink, spec, (x,)):
+            return _unary(node, ctx, Op.shrink, x, spec)
+    return NoMatch("not hardshrink's or softshrink's composition")
 
 
 def hardsigmoid_rule(node: Node, ctx: Context):
@@ -539,6 +589,8 @@ RULES = (
     Rule(Op.multiply, hardswish_rule),  # x * clamp(x + 3, 0, 6) * (1/6) -> hardswish(x)
     Rule(Op.divide, hardswish_rule),    # x * clamp(x + 3, 0, 6) / 6 -> hardswish(x)
     Rule(Op.where, leaky_elu_rule),     # where(x > 0, x, x * slope) -> leaky_relu(x, slope)
+    Rule(Op.multiply, elu_scale_rule),  # elu(x) * scale -> elu(x, scale): selu
+    Rule(Op.where, shrink_rule),        # where(x > l, x - l, where(x < -l, ...)) -> softshrink
     Rule(Op.divide, hardsigmoid_rule),  # clamp(x + 3, 0, 6) / 6 -> hardsigmoid(x)
     Rule(Op.multiply, hardsigmoid_rule),  # clamp(x + 3, 0, 6) * (1/6) -> hardsigmoid(x)
     Rule(Op.where, softplus_rule),      # where(x > 20, x, log(exp(x) + 1)) -> softplus(x)

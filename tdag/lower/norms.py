@@ -12,7 +12,8 @@ folded in by ``AFFINE_RULES`` (run with the other fusions).
 """
 from __future__ import annotations
 
-from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance
+from tdag.lower.kernels.norms import (BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance,
+                                      VectorNorm)
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -300,4 +301,31 @@ def variance_rule(node: Node, ctx: Context):
 
 VARIANCE_RULES = (
     Rule(Op.divide, variance_rule),  # sum((x - mean)^2, a) / (n - c) -> var(x, a, c)
+)
+
+
+def vector_norm_rule(node: Node, ctx: Context):
+    """sqrt(sum(x * x, a)) -> vector_norm(x, 2, a)  (the root a pow by 0.5; kept dims or
+    not; after the norms, whose rules read such sums)"""
+    if not is_scalar(ctx, node.inputs[1], 0.5):
+        return NoMatch("not a square root")
+    top = ctx.producer(node.inputs[0])
+    keepdim = top is not None and top.op is Op.unsqueeze
+    total = ctx.producer(top.inputs[0]) if keepdim else top
+    if not node.type.dtype.is_float or total is None or total.op is not Op.reduce or \
+            total.spec.kind is not ReduceKind.sum:
+        return NoMatch("not the root of a sum")
+    square = ctx.made(total.inputs[0], Op.multiply)
+    if square is None or square.inputs[0] != square.inputs[1]:
+        return NoMatch("not a sum of squares")
+    x, spec = square.inputs[0], VectorNorm(2.0, tuple(sorted(total.spec.axes)), keepdim)
+    if ctx.type(x).dtype is not node.type.dtype or \
+            not matches_kernel(ctx, node, Op.vector_norm, spec, (x,)):
+        return NoMatch("not vector_norm's composition")
+    emit = ctx.emitter(node)
+    return emit.finish(emit(Op.vector_norm, spec, x))
+
+
+VECTOR_NORM_RULES = (
+    Rule(Op.pow, vector_norm_rule),  # sum(x * x, a) ** 0.5 -> vector_norm(x, 2, a)
 )

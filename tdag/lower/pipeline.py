@@ -57,8 +57,10 @@ PASSES: dict[str, Pass] = {
     # the n log n family: sorts, scans, scatters, a real signal's full spectrum
     "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES, *fft.RULES),
     "norms": rule_pass(*norms.RULES),
-    # torch.var, once the norms' rules have read the compositions they hold
+    # torch.var and torch.linalg.vector_norm, once the norms' rules have read the
+    # compositions they hold
     "variance": rule_pass(*norms.VARIANCE_RULES),
+    "vector_norm": rule_pass(*norms.VECTOR_NORM_RULES),
     "conv": rule_pass(*conv.RULES),
     "pool": rule_pass(*pool.RULES),
     "resize": rule_pass(*resize.RULES),
@@ -82,9 +84,9 @@ PASSES: dict[str, Pass] = {
 }
 
 DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "cnn_backward",
-           "activations", "backward", "softmax", "sorting", "norms", "variance", "conv", "pool",
-           "resize", "attention", "movement", "fuse", "recurrent", "recurrent_loops",
-           "join_calls")
+           "activations", "backward", "softmax", "sorting", "norms", "variance", "vector_norm",
+           "conv", "pool", "resize", "attention", "movement", "fuse", "recurrent",
+           "recurrent_loops", "join_calls")
 # after DEFAULT's fixed point, so that no rule (an LSTM's, a quantized kernel's template)
 # finds its weights already folded
 FINAL = ("split_concat", "fold")

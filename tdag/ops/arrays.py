@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from tdag.ops.core import (
+    abs,
     add,
     amax,
     amin,
@@ -27,12 +28,15 @@ from tdag.ops.core import (
     isnan,
     logical_or,
     mul,
+    ne,
     pad,
+    pow,
     reduce,
     repeat_axes,
     reshape,
     select,
     slice,
+    sqrt,
     squeeze,
     sub,
     sum,
@@ -193,6 +197,28 @@ def var(x: Tensor, axis=None, keepdim: bool = False, correction: int = 1) -> Ten
     total = sum(mul(centered, centered), axes, keepdim)
     count = size_tensor(x, axes, x.dtype)
     return div(total, sub(count, correction) if correction else count)
+
+
+def vector_norm(x: Tensor, ord: float = 2.0, axis=None, keepdim: bool = False) -> Tensor:
+    """``torch.linalg.vector_norm``: (sum |x|^ord)^(1/ord) over ``axis`` (all by default);
+    ord inf and -inf the largest and smallest |x|, 0 the count of nonzeros. A real x's
+    2-norm squares x itself (|x|^2 is x * x)."""
+    x = to_float(x)
+    axes = norm_axes(axis, x.ndim)
+    if ord == 2 and x.dtype.is_float:
+        return sqrt(sum(mul(x, x), axes, keepdim))
+    magnitude = abs(x)
+    if ord == float("inf"):
+        return amax(magnitude, axes, keepdim)
+    if ord == float("-inf"):
+        return amin(magnitude, axes, keepdim)
+    if ord == 0:
+        return sum(cast(ne(magnitude, 0.0), magnitude.dtype), axes, keepdim)
+    if ord == 1:
+        return sum(magnitude, axes, keepdim)
+    if ord == 2:
+        return sqrt(sum(mul(magnitude, magnitude), axes, keepdim))
+    return pow(sum(pow(magnitude, float(ord)), axes, keepdim), 1.0 / ord)
 
 
 def argmax(x: Tensor, axis: int, keepdim: bool = False) -> Tensor:

@@ -1,7 +1,9 @@
-"""torch.nn.functional's leaky_relu, elu, hardsigmoid, softplus, mish and logsigmoid,
+"""torch.nn.functional's leaky_relu, elu (selu, celu: aten.elu's scales), hardshrink,
+softshrink, hardsigmoid, softplus, mish and logsigmoid,
 torch.floor, ceil and round, and torch.log1p and expm1 lower to one kernel each (tdag.ops
 writes them as three to fourteen elementwise passes and bool tensors): the reified module
-calls the torch function, the ONNX file holds the op of that name (LeakyRelu, Elu,
+calls the torch function, the ONNX file holds the op of that name (LeakyRelu, Elu, Selu,
+Celu, Shrink (its nan kept, which ONNX's makes 0),
 HardSigmoid, Softplus, Mish, Floor, Ceil, Round; logsigmoid its composition; ONNX has no
 log1p or expm1: Kahan's composition and tanh(x/2) (e^x + 1), accurate where the exporter's
 Log(1 + x) loses every digit), jax its jax function. Rounding is checked bit for bit (-0.0
@@ -30,6 +32,12 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "leaky_relu-default": (F.leaky_relu, Op.leaky_relu, "LeakyRelu"),
     "elu": (F.elu, Op.elu, "Elu"),
     "elu-alpha": (lambda x: F.elu(x, 0.3), Op.elu, "Elu"),
+    "selu": (F.selu, Op.elu, "Selu"),
+    "selu-doubled": (lambda x: F.selu(x) * 2, Op.elu, "Selu"),
+    "celu": (lambda x: F.celu(x, 0.3), Op.elu, "Celu"),
+    "elu-scaled": (lambda x: torch.ops.aten.elu(x, 0.7, 2.0, 0.5), Op.elu, "Exp"),
+    "hardshrink": (lambda x: F.hardshrink(x, 0.3), Op.shrink, "Shrink"),
+    "softshrink": (F.softshrink, Op.shrink, "Shrink"),
     "hardsigmoid": (F.hardsigmoid, Op.hardsigmoid, "HardSigmoid"),
     "softplus": (F.softplus, Op.softplus, "Softplus"),
     "softplus-beta": (lambda x: F.softplus(x, 2.0, 3.0), Op.softplus, "Softplus"),
@@ -187,3 +195,65 @@ def test_a_constant_wider_than_x_leaves_the_composition():
     assert Op.hardsigmoid not in {n.op for n in low.graph.nodes}
     x = torch.randn(5)
     torch.testing.assert_close(tdag.to_torch(prog)(x), F.hardsigmoid(x).expand(4, 5))
+
+
+JAX_ACTIVATIONS = {  # name: (jax.nn's function, its kernel)
+    "elu": (lambda nn: nn.elu, Op.elu),
+    "elu-alpha": (lambda nn: lambda x: nn.elu(x, 0.3), Op.elu),
+    "selu": (lambda nn: nn.selu, Op.elu),
+    "leaky_relu": (lambda nn: nn.leaky_relu, Op.leaky_relu),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JAX_ACTIVATIONS))
+def test_jax_nn_activations_lower_to_the_kernel(name):
+    """jax.nn writes leaky_relu's test x >= 0 and guards expm1's argument with a second
+    where (x > 0 ? 0 : x): the same functions, one kernel each."""
+    jax = pytest.importorskip("jax")
+    make, op = JAX_ACTIVATIONS[name]
+    fn = make(jax.nn)
+    x = _values().reshape(4, -1)
+    prog = tdag.from_jax(fn, x.numpy())
+    assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [op]
+    want = torch.from_numpy(np.asarray(fn(x.numpy())))
+    _close(tdag.to_torch(prog)(x), want, 1e-6, "to_torch")
+    _close(tdag.run(tdag.lower.lower(prog), x), want, 1e-6, "tdag.run")
+
+
+def _onnx_activation(op_type: str, **attrs):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attrs)], op_type,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 20])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op_type,attrs,emitted_as", [
+    ("Selu", {}, "Selu"), ("Selu", dict(alpha=1.5, gamma=0.5), "Selu"),
+    ("Celu", {}, "Elu"),  # alpha 1: x / alpha is x
+    ("Celu", dict(alpha=0.4), "Celu")])
+def test_onnx_selu_and_celu_import_as_one_elu_and_emit_as_themselves(op_type, attrs,
+                                                                     emitted_as):
+    model = _onnx_activation(op_type, **attrs)
+    prog = tdag.from_onnx(model)
+    assert [n.op for n in tdag.lower.lower(prog).graph.nodes] == [Op.elu]
+    x = _values()[:80].reshape(4, 20)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+    _close(tdag.to_torch(prog)(x), want, 1e-6, "to_torch")
+    emitted = tdag.to_onnx(prog)
+    assert [n.op_type for n in emitted.graph.node] == [emitted_as]
+    again = ort.InferenceSession(emitted.SerializeToString(), providers=["CPUExecutionProvider"])
+    _close(again.run(None, {again.get_inputs()[0].name: x.numpy()})[0], want, 1e-6, "re-emitted")
+
+
+def test_onnx_shrink_keeps_its_own_nan_rule():
+    """ONNX's Shrink makes nan 0 ('otherwise 0'), torch's shrinks keep it: a Shrink file is
+    not torch's softshrink, and its program answers as onnxruntime does."""
+    model = _onnx_activation("Shrink", lambd=0.5, bias=0.5)
+    prog = tdag.from_onnx(model)
+    x = _values()[:80].reshape(4, 20)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+    assert want[0, 0] == 0 and x[0, 0].isnan()
+    _close(tdag.to_torch(prog)(x), want, 0, "to_torch")

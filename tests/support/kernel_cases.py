@@ -18,14 +18,15 @@ from tdag.ir.record import NoSpec
 from tdag.deinops.fft import FftNorm
 from tdag.ir.types import DType
 from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, LogSumExp, Rounding,
-                                            Softmax, Softplus)
+                                            Shrink, Softmax, Softplus)
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.fft import FftOfReal
 from tdag.lower.kernels.layout import Concat, Expand, Reshape
 from tdag.lower.kernels.ml import Normalize, SvmScores, TreeSum
 from tdag.lower.kernels.ml_classifiers import LinearClassify, SvmLabel
-from tdag.lower.kernels.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance
+from tdag.lower.kernels.norms import (BatchNorm, GroupNorm, LayerNorm, RMSNorm, Variance,
+                                      VectorNorm)
 from tdag.lower.kernels.optim import AdamWUpdate
 from tdag.lower.kernels.qlinear import QLinearConv, QLinearMatMul
 from tdag.lower.kernels.quant import (
@@ -132,6 +133,11 @@ CASES = [
     Case(Op.abs, NoSpec(), ((3, 4),)),
     Case(Op.leaky_relu, LeakyRelu(0.2), ((3, 4),)),
     Case(Op.elu, Elu(0.5), (("b", 4),)),
+    Case(Op.elu, Elu(1.6732632, 1.050701), ((3, 4),), id="selu"),  # as float32 holds them
+    Case(Op.elu, Elu(0.5, 1.0, 2.0), ((3, 4),), id="celu"),
+    Case(Op.elu, Elu(0.7, 2.0, 0.5), ((3, 4),), id="scaled"),
+    Case(Op.shrink, Shrink(0.3, soft=False), ((3, 4),)),
+    Case(Op.shrink, Shrink(0.5, soft=True), (("b", 4),)),
     Case(Op.hardsigmoid, NoSpec(), ((3, 4),)),
     Case(Op.softplus, Softplus(2.0, 3.0), ((3, 4),)),
     Case(Op.mish, NoSpec(), ((3, 4),)),
@@ -145,6 +151,8 @@ CASES = [
     Case(Op.logsumexp, LogSumExp((0, 2), True), ((2, 3, 4),)),
     Case(Op.var, Variance((1,)), ((3, 4),)),
     Case(Op.var, Variance((0, 2), 0, True), ((2, 3, 4),)),
+    Case(Op.vector_norm, VectorNorm(2.0, (1,)), ((3, 4),)),
+    Case(Op.vector_norm, VectorNorm(2.0, (0, 2), True), ((2, 3, 4),)),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,), (8,))),
     Case(Op.layer_norm, LayerNorm(1, 1e-5), ((2, 3, 8), (8,)), id="weight only"),
     Case(Op.layer_norm, LayerNorm(2, 1e-6), ((2, 3, 8),)),

@@ -181,6 +181,10 @@ NN = {
     "leaky-relu": (lambda x: ops.leaky_relu(x, 0.2), Op.leaky_relu),
     "elu": (lambda x: ops.elu(x), Op.elu),
     "elu-alpha": (lambda x: ops.elu(x, 0.5), Op.elu),
+    "selu": (lambda x: ops.selu(x), Op.elu),
+    "celu": (lambda x: ops.celu(x, 0.5), Op.elu),
+    "hardshrink": (lambda x: ops.hardshrink(x), Op.shrink),
+    "softshrink": (lambda x: ops.softshrink(x, 0.3), Op.shrink),
     "hardsigmoid": (lambda x: ops.hardsigmoid(x), Op.hardsigmoid),
     "softplus": (lambda x: ops.softplus(x), Op.softplus),
     "softplus-beta": (lambda x: ops.softplus(x, 2.0, 5.0), Op.softplus),
@@ -196,6 +200,9 @@ NN = {
     "logsumexp-2-axes": (lambda x: ops.logsumexp(x, (1, 2)), Op.logsumexp),
     "var": (lambda x: ops.var(x, -1), Op.var),
     "var-biased-keepdim": (lambda x: ops.var(x, (1, 2), keepdim=True, correction=0), Op.var),
+    "vector-norm": (lambda x: ops.vector_norm(x, 2, -1), Op.vector_norm),
+    "vector-norm-keepdim": (lambda x: ops.vector_norm(x, 2, (1, 2), keepdim=True),
+                            Op.vector_norm),
 }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from tdag.ir.batching import Aligned, AxisRule, Refuse, same_axis
 from tdag.ir.op import Op
 from tdag.ir.record import Trait
 from tdag.ir.types import DType
+from tdag.ops.nn.functional import SELU_ALPHA, SELU_SCALE
 
 # -- softmax ----------------------------------------------------------------------------------
 
@@ -357,7 +359,12 @@ class LeakyRelu:
 
 @dataclass(frozen=True, slots=True)
 class Elu:
+    """aten.elu's: scale (x > 0 ? x : alpha (exp(input_scale x) - 1)); F.elu is scale 1 and
+    input_scale 1, F.selu alpha SELU_ALPHA and scale SELU_SCALE, F.celu input_scale 1 / alpha."""
+
     alpha: float
+    scale: float = 1.0
+    input_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,13 +399,62 @@ primitive(Op.leaky_relu, LeakyRelu, 1, _float_unary("leaky_relu"),
           in_place=inplace.overwritten_operand,
           decompose=lambda s, x: ops.leaky_relu(x, s.slope))
 
-primitive(Op.elu, Elu, 1, _float_unary("elu"), lambda s, xs, r: F.elu(xs[0], s.alpha),
+def _as_f32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _is_selu(s: Elu) -> bool:
+    """torch's selu, its constants as a float32 tensor's graph holds them (aten.elu computes
+    a float32 tensor's in float32: the same values)."""
+    return s.input_scale == 1 and _as_f32(s.alpha) == _as_f32(SELU_ALPHA) and \
+        _as_f32(s.scale) == _as_f32(SELU_SCALE)
+
+
+def _is_celu(s: Elu) -> bool:
+    """celu(x, alpha): input_scale 1 / alpha (to float32)."""
+    return s.scale == 1 and s.alpha != 0 and _as_f32(s.input_scale) == _as_f32(1.0 / s.alpha)
+
+
+def _elu_torch(node, a, code):
+    s, x = node.spec, a[0]
+    if s.scale == 1 and s.input_scale == 1:
+        return _f_call("elu", lambda s: f", {s.alpha!r}")(node, a, code)
+    if _is_selu(s) and node.type.dtype is DType.f32:
+        return inplace.unary(node, a, code, f"F.selu({x})", "F.selu({x}, inplace=True)")
+    if _is_celu(s):
+        return inplace.unary(node, a, code, f"F.celu({x}, {s.alpha!r})",
+                             f"F.celu({{x}}, {s.alpha!r}, inplace=True)")
+    args = f"{s.alpha!r}, {s.scale!r}, {s.input_scale!r}"
+    return inplace.unary(node, a, code, f"torch.ops.aten.elu({x}, {args})",
+                         f"torch.ops.aten.elu_({{x}}, {args})")
+
+
+def _elu_onnx(node, ins, g, cx):
+    """Elu, Selu (input_scale 1) or Celu (scale 1, input_scale 1 / alpha); ONNX has no other
+    elu, so any other is the composition."""
+    s = node.spec
+    if s.input_scale == 1:
+        return g.node("Elu", ins, alpha=s.alpha) if s.scale == 1 else \
+            g.node("Selu", ins, alpha=s.alpha, gamma=s.scale)
+    if _is_celu(s):
+        return g.node("Celu", ins, alpha=s.alpha)
+    return decomposed_onnx(node, ins, g, cx)
+
+
+def _elu_jax(node, a, cx):
+    s, x, jnp = node.spec, a[0], cx.jnp
+    if s.scale == 1 and s.input_scale == 1:
+        return cx.nn.elu(x, s.alpha)
+    return s.scale * jnp.where(x > 0, x, s.alpha * jnp.expm1(s.input_scale * x))
+
+
+primitive(Op.elu, Elu, 1, _float_unary("elu"),
+          lambda s, xs, r: torch.ops.aten.elu(xs[0], s.alpha, s.scale, s.input_scale),
           per_element(4), "where(x > 0, x, alpha (exp(x) - 1)) is four or five passes and a "
-          "bool tensor (and exp(x) - 1 loses digits by 0 that torch's expm1 keeps)",
-          traits=_ONE_PASS, batch=Aligned(), torch=_f_call("elu", lambda s: f", {s.alpha!r}"),
-          onnx=lambda node, ins, g, cx: g.node("Elu", ins, alpha=node.spec.alpha),
-          jax=lambda node, a, cx: cx.nn.elu(a[0], node.spec.alpha),
-          in_place=inplace.overwritten_operand, decompose=lambda s, x: ops.elu(x, s.alpha))
+          "bool tensor (and exp(x) - 1 loses digits by 0 that torch's expm1 keeps); selu "
+          "and celu one or two more", traits=_ONE_PASS, batch=Aligned(), torch=_elu_torch,
+          onnx=_elu_onnx, jax=_elu_jax, in_place=inplace.overwritten_operand,
+          decompose=lambda s, x: ops.elu(x, s.alpha, s.scale, s.input_scale))
 
 primitive(Op.hardsigmoid, NoSpec, 1, _float_unary("hardsigmoid"),
           lambda s, xs, r: F.hardsigmoid(xs[0]), per_element(3),
@@ -458,6 +514,51 @@ primitive(Op.logsigmoid, NoSpec, 1, _float_unary("logsigmoid"),
           onnx=decomposed_onnx,  # ONNX has none; -Softplus(-x) loses its digits past x = 17
           jax=lambda node, a, cx: cx.nn.log_sigmoid(a[0]),
           decompose=lambda s, x: ops.logsigmoid(x))
+
+
+# -- shrinkage ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """F.hardshrink (x outside [-lambd, lambd], else 0) or, ``soft``, F.softshrink (x moved
+    lambd towards 0 outside it, else x * 0); ONNX's Shrink with bias 0 or lambd."""
+
+    lambd: float
+    soft: bool
+
+
+def _shrink_shape(spec: Shrink, ins):
+    if spec.lambd < 0:
+        raise ShapeError(f"shrink: lambd must be at least 0, got {spec.lambd}")
+    return _float_unary("shrink")(spec, ins)
+
+
+def _shrink_torch(node, a, code):
+    return f"F.{'soft' if node.spec.soft else 'hard'}shrink({a[0]}, {node.spec.lambd!r})"
+
+
+def _shrink_onnx(node, ins, g, cx):
+    """ONNX's Shrink makes nan 0 (onnxruntime's: no comparison holds, so the 'otherwise' 0),
+    where torch keeps it: nan goes round it."""
+    s, x = node.spec, ins[0]
+    shrunk = g.node("Shrink", ins, lambd=s.lambd, bias=s.lambd if s.soft else 0.0)
+    return g.node("Where", [g.node("IsNaN", [x]), x, shrunk])
+
+
+def _shrink_jax(node, a, cx):
+    s, x, jnp = node.spec, a[0], cx.jnp
+    if not s.soft:
+        return jnp.where(x >= -s.lambd, jnp.where(x <= s.lambd, jnp.zeros_like(x), x), x)
+    inside = jnp.where(x < -s.lambd, x + s.lambd, x * 0)
+    return jnp.where(x > s.lambd, x - s.lambd, inside)
+
+
+primitive(Op.shrink, Shrink, 1, _shrink_shape,
+          lambda s, xs, r: (F.softshrink if s.soft else F.hardshrink)(xs[0], s.lambd),
+          per_element(2), "two compares and selects (and two adds, soft) are four to seven "
+          "passes and two bool tensors", traits=_ONE_PASS, batch=Aligned(),
+          torch=_shrink_torch, onnx=_shrink_onnx, jax=_shrink_jax,
+          decompose=lambda s, x: (ops.softshrink if s.soft else ops.hardshrink)(x, s.lambd))
 
 
 # -- rounding to an integral value ------------------------------------------------------------

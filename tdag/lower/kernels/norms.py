@@ -353,3 +353,38 @@ primitive(Op.var, Variance, 1, lambda s, ins: reduced_type("var", ins[0], s.axes
                                               ddof=node.spec.correction,
                                               keepdims=node.spec.keepdim),
           decompose=lambda s, x: ops.var(x, s.axes, s.keepdim, s.correction))
+
+
+# -- vector norms -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class VectorNorm:
+    """(sum |x|^ord)^(1/ord) over ``axes`` of a real float tensor: torch.linalg.vector_norm."""
+
+    ord: float
+    axes: tuple
+    keepdim: bool = False
+
+
+_ONNX_NORMS = {1.0: "ReduceL1", 2.0: "ReduceL2"}
+
+
+def _vector_norm_onnx(node, ins, g, cx):
+    s = node.spec
+    if s.ord not in _ONNX_NORMS:
+        return decomposed_onnx(node, ins, g, cx)
+    return g.node(_ONNX_NORMS[s.ord], [ins[0], g.const(list(s.axes))], keepdims=int(s.keepdim))
+
+
+primitive(Op.vector_norm, VectorNorm, 1,
+          lambda s, ins: reduced_type("vector_norm", ins[0], s.axes, s.keepdim),
+          lambda s, xs, r: torch.linalg.vector_norm(xs[0], s.ord, s.axes, s.keepdim),
+          per_element(2), "square, sum and root are three passes over the tensor (and a "
+          "hand-written |x| four more); vector_norm is one", traits=Trait.KERNEL,
+          batch=Refuse("reduces over fixed axes: strip the batch before lowering"),
+          torch=lambda node, a, code: f"torch.linalg.vector_norm({a[0]}, {node.spec.ord!r}, "
+                                      f"{node.spec.axes!r}, {node.spec.keepdim})",
+          onnx=_vector_norm_onnx,
+          jax=lambda node, a, cx: cx.jnp.linalg.vector_norm(
+              a[0], ord=node.spec.ord, axis=node.spec.axes, keepdims=node.spec.keepdim),
+          decompose=lambda s, x: ops.vector_norm(x, s.ord, s.axes, s.keepdim))

@@ -32,8 +32,8 @@ __all__ = [
     "conv", "conv_transpose", "torch_pad", "max_pool", "avg_pool", "adaptive_avg_pool",
     "adaptive_max_pool", "interpolate",
     # activations
-    "relu", "relu6", "leaky_relu", "sigmoid", "silu", "gelu", "softplus", "elu", "hardtanh",
-    "hardsigmoid", "hardswish", "mish",
+    "relu", "relu6", "leaky_relu", "sigmoid", "silu", "gelu", "softplus", "elu", "selu", "celu",
+    "hardtanh", "hardsigmoid", "hardswish", "mish", "hardshrink", "softshrink",
     # softmax family
     "softmax", "safe_softmax", "log_softmax", "logsumexp",
     # norms
@@ -111,10 +111,48 @@ def logsigmoid(x: Tensor) -> Tensor:
                     log1p(core.exp(core.neg(core.abs(x)))))
 
 
-def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """``torch.nn.functional.elu``: x > 0 ? x : alpha (exp(x) - 1)."""
+def elu(x: Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+    """``torch.nn.functional.elu``: x > 0 ? x : alpha (exp(x) - 1); with aten.elu's ``scale``
+    and ``input_scale`` (which selu and celu call it with), that times ``scale`` and the
+    exponent's argument ``input_scale`` x."""
     x = as_float(x)
-    return core.where(core.gt(x, 0), x, core.mul(core.sub(core.exp(x), 1.0), alpha))
+    argument = x if input_scale == 1 else core.mul(x, input_scale)
+    y = core.where(core.gt(x, 0), x, core.mul(core.sub(core.exp(argument), 1.0), alpha))
+    return y if scale == 1 else core.mul(y, scale)
+
+
+# torch's (and ONNX's Selu defaults, rounded to float32 there)
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x: Tensor) -> Tensor:
+    """``torch.nn.functional.selu`` = SELU_SCALE elu(x, SELU_ALPHA)."""
+    return elu(x, SELU_ALPHA, SELU_SCALE)
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``torch.nn.functional.celu`` = x > 0 ? x : alpha (exp(x / alpha) - 1), as torch
+    computes it: elu with input_scale 1 / alpha."""
+    if alpha == 0:
+        raise ShapeError("celu: alpha must not be 0 (it divides x)")
+    return elu(x, alpha, 1.0, 1.0 / alpha)
+
+
+def hardshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``torch.nn.functional.hardshrink``: 0 where -lambd <= x <= lambd, else x (nan stays)."""
+    x = as_float(x)
+    return core.where(core.ge(x, -lambd), core.where(core.le(x, lambd), 0.0, x), x)
+
+
+def softshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``torch.nn.functional.softshrink``: x - lambd above lambd, x + lambd below -lambd, else
+    x * 0 (torch's: -0.0 and nan stay)."""
+    x = as_float(x)
+    if lambd < 0:
+        raise ShapeError(f"softshrink: lambd must be at least 0, got {lambd}")
+    inside = core.where(core.lt(x, -lambd), core.add(x, lambd), core.mul(x, 0.0))
+    return core.where(core.gt(x, lambd), core.sub(x, lambd), inside)
 
 
 def hardsigmoid(x: Tensor) -> Tensor:

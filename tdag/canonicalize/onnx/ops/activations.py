@@ -5,6 +5,7 @@ Softmax, LogSoftmax, Hardmax. (Tanh is with the math functions in onnx/ops/eleme
 from __future__ import annotations
 
 from tdag import ops
+from tdag.errors import InvalidModelError
 from tdag.canonicalize.onnx.ops.elementwise import unary
 from tdag.canonicalize.onnx.ops.table import OPS, norm_axis, register
 from tdag.ir.symbols import product
@@ -28,15 +29,15 @@ def _elu(ctx, x):
 def _selu(ctx, x):
     alpha = ctx.attr("alpha", 1.67326319217681884765625)
     gamma = ctx.attr("gamma", 1.05070102214813232421875)
-    return ops.mul(ops.elu(ctx.tensor(x), alpha), gamma)
+    return ops.elu(ctx.tensor(x), alpha, gamma)
 
 
 @register("Celu")
 def _celu(ctx, x):
-    x = ctx.tensor(x)
     alpha = ctx.attr("alpha", 1.0)
-    neg = ops.mul(ops.sub(ops.exp(ops.div(ops.minimum(x, 0.0), alpha)), 1.0), alpha)
-    return ops.add(ops.maximum(x, 0.0), neg)
+    if alpha == 0:
+        raise InvalidModelError("Celu: alpha must not be 0 (it divides x)")
+    return ops.celu(ctx.tensor(x), alpha)
 
 
 @register("Gelu")
@@ -61,6 +62,7 @@ def _prelu(ctx, x, slope):
 def _shrink(ctx, x):
     x = ctx.tensor(x)
     lambd, bias = ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+    # not torch's hardshrink or softshrink even where bias is 0 or lambd: ONNX's makes nan 0
     zero = ops.zeros((), x.dtype, like=x)
     below = ops.cast(ops.add(x, bias), x.dtype)
     above = ops.cast(ops.sub(x, bias), x.dtype)

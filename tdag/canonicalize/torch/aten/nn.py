@@ -166,11 +166,13 @@ def softplus(x, beta=1, threshold=20):
 
 @aten("elu")
 def elu(x, alpha=1, scale=1, input_scale=1):
-    if scale == 1 and input_scale == 1:
-        return ops.elu(x, alpha)
-    # selu and celu: scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))
-    negative = ops.mul(ops.sub(ops.exp(ops.mul(x, input_scale)), 1.0), alpha)
-    return ops.mul(ops.where(ops.gt(x, 0.0), x, negative), scale)
+    return ops.elu(x, alpha, scale, input_scale)
+
+
+aten("selu")(ops.selu)
+aten("celu")(ops.celu)
+aten("hardshrink")(ops.hardshrink)
+aten("softshrink")(ops.softshrink)
 
 
 # -- attention, resampling, padding --------------------------------------------------------------

@@ -122,18 +122,7 @@ def logsumexp(x, dim, keepdim=False):
 
 @aten("linalg_vector_norm")
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    x, axes = ops.abs(_dtype(x, dtype)), axes_or_all(dim, x.ndim)
-    if ord == float("inf"):
-        return ops.amax(x, axes, keepdim)
-    if ord == float("-inf"):
-        return ops.amin(x, axes, keepdim)
-    if ord == 0:
-        return ops.sum(ops.cast(ops.ne(x, 0.0), x.dtype), axes, keepdim)
-    if ord == 1:
-        return ops.sum(x, axes, keepdim)
-    if ord == 2:
-        return ops.sqrt(ops.sum(ops.mul(x, x), axes, keepdim))
-    return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
+    return ops.vector_norm(_dtype(x, dtype), ord, axes_or_all(dim, x.ndim), keepdim)
 
 
 # -- cumulative ops: scans, linear in the axis ------------------------------------------------
