@@ -86,6 +86,20 @@ def test_embedding_bag_weights_last_offset_and_2d():
     check(lambda w, i: F.embedding_bag(i, w, mode="mean"), weight, index.reshape(2, 4))
 
 
+def test_an_embedding_is_one_lookup_refusing_a_negative_index_as_torch_does():
+    """F.embedding takes no negative index (torch raises), so the program wraps none: one
+    gather, no compare, add and select over the indices; the reified module raises too."""
+    table = torch.nn.Embedding(10, 4)
+    index = torch.tensor([[1, 2, 9], [0, 3, 3]])
+    prog = from_torch(table, (index,))
+    assert [n.op.name for n in prog.graph.nodes] == ["gather"], prog
+    module = tdag.to_torch(prog)
+    torch.testing.assert_close(module(index), table(index))
+    for fn in (table, module):
+        with pytest.raises(IndexError):
+            fn(torch.tensor([[1, -1, 2], [0, 0, 0]]))
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])

@@ -95,7 +95,9 @@ def select_scatter(x, src, dim, index):
 
 @aten("embedding")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return ops.gather(weight, as_index(indices), 0)
+    # torch refuses a negative index here (F.embedding: "index out of range"), so no wrap:
+    # three passes over the indices fewer, and the reified module refuses it too
+    return ops.gather(weight, as_index(indices), 0, wrap=False)
 
 
 _BAG_MODES = ("sum", "mean", "max")  # ATen's mode numbers
