@@ -124,6 +124,7 @@ class Op(enum.Enum):
     cum_extreme = "cum_extreme"  # cummax/cummin values or indices, one pass for both
     bincount = "bincount"  # an integer target plus the count of each index: one pass
     bincount_sized = "bincount_sized"  # torch.bincount, its length max + 1: no size pass
+    histc = "histc"  # counts of a float tensor's values in equal bins over a range: torch.histc
     write_slice = "write_slice"  # a run of one axis replaced: in place where the old dies
     searchsorted = "searchsorted"  # one call, where the binary search unrolled is ~13 passes
     take_along = "take_along"  # a sort's permutation read row by row: no flat gather

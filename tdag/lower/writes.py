@@ -6,6 +6,7 @@ one torch.bincount.
     max(x < c) over every axis, x integer, c one number      -> min(x) < c
     tdag.ops.embedding_bag(w, i, o[, p]) (its slice)         -> embedding_bag(w, i, o[, p])
     tdag.ops.writes.bincount(x, minlength=m)                 -> bincount_sized(x)
+    tdag.ops.writes.histc(x, bins, lo, hi) (its slice)       -> histc(x, bins, lo, hi)
     concat(x[.., :t], v, x[.., t+n:]) along one axis         -> write_slice(x, v, t)
 
 The second is the check the bincount front end makes (no negative index): ``x < 0`` and an
@@ -41,7 +42,7 @@ from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule
 from tdag.ir.symbols import as_dim, dims_equal, is_static
-from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, WriteSlice
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, Histc, WriteSlice
 from tdag.lower.match import bind_template, matches_kernel, scalar, simplified, trace_axes
 from tdag.ops import core
 from tdag.ops.builder import Builder
@@ -128,6 +129,32 @@ def embedding_bag_rule(node: Node, ctx: Context):
             emit = ctx.emitter(node)
             return emit.finish(emit(Op.embedding_bag, spec, *operands))
     return NoMatch("not the bags embedding_bag decomposes to")
+
+
+def histc_rule(node: Node, ctx: Context):
+    """slice(scatter[add](zeros[bins + 1], where(lo <= x <= hi, bin(x), bins), 1), 0, bins)
+    -> histc(x, bins, lo, hi)  (checked node for node against the kernel's decomposition;
+    before the activations pass makes its floor a kernel)"""
+    scatter = ctx.made(node.inputs[0], Op.scatter)
+    (bins,) = node.type.shape if node.type.rank == 1 else (None,)
+    if scatter is None or not isinstance(bins, int) or not node.type.dtype.is_float:
+        return NoMatch("not the first bins of a float scatter")
+    kept = ctx.made(scatter.inputs[1], Op.where)
+    both = ctx.made(kept.inputs[0], Op.multiply) if kept is not None else None
+    tests = [ctx.made(t, Op.compare) for t in (both.inputs if both is not None else ())]
+    if len(tests) != 2 or None in tests or tests[0].inputs[0] != tests[1].inputs[0]:
+        return NoMatch("not a range test of one tensor")
+    lo, hi = (scalar(ctx, t.inputs[1]) for t in tests)
+    flat = tests[0].inputs[0]
+    flattened = ctx.producer(flat)  # x's axes grouped into one (ops.reshape's form)
+    whole = flattened.inputs[0] if flattened is not None and \
+        flattened.op in (Op.group, Op.reshape) else flat
+    for x in dict.fromkeys((whole, flat)):
+        if lo is not None and hi is not None and lo < hi and \
+                matches_kernel(ctx, node, Op.histc, Histc(bins, lo, hi), (x,)):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.histc, Histc(bins, lo, hi), x))
+    return NoMatch("not histc's composition")
 
 
 def _equal_bags(node: Node, ctx: Context, mode: str, pick: Node, weights: tuple, scatter: Node):
@@ -237,5 +264,6 @@ RULES = (
 # before "sorting"'s bincount takes the count of the offsets (and any_below bincount's check) apart
 BAG_RULES = (
     Rule(Op.slice, embedding_bag_rule),  # bags of gathered rows -> embedding_bag
+    Rule(Op.slice, histc_rule),  # ones scattered into the bins of x's range -> histc(x)
     Rule(Op.scatter, bincount_sized_rule),  # zeros[max(x) + 1] + count of x -> bincount_sized
 )

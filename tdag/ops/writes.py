@@ -163,6 +163,27 @@ def bin_counts(index, length, weights=None, keep=None, dtype=DType.i64):
     return out if keep is None else core.slice(out, 0, 0, length)
 
 
+def histc(x: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:
+    """torch.histc: the counts of x's values in ``bins`` equal bins over [min, max] (the
+    data's range where min == max, widened by one each side for a constant tensor), in x's
+    dtype; values outside are not counted (nan neither), max goes into the last bin. One
+    scatter-add: linear in x."""
+    x = reshape(x, (-1,))
+    if min == max:
+        low, high = core.amin(x), core.amax(x)
+        same = core.eq(low, high)
+        low = where(same, core.sub(low, 1.0), low)
+        high = where(same, add(high, 1.0), high)
+    else:
+        low, high = float(min), float(max)
+    width = core.sub(high, low)
+    scaled = core.div(mul(core.sub(x, low), float(bins)), width)
+    index = cast(core.floor(scaled), DType.i64)
+    index = where(core.eq(x, high), bins - 1, index)
+    inside = core.logical_and(core.ge(x, low), core.le(x, high))
+    return bin_counts(index, bins, keep=inside, dtype=x.dtype)
+
+
 def bincount(x, weights=None, minlength: int = 0, length: str | None = None):
     """torch.bincount: the count (or weight sum) of each value 0..max(x), at least
     ``minlength`` of them; a length data decides, refused at run time where x holds a

@@ -40,7 +40,7 @@ from tdag.lower.kernels.scans import CumExtreme, LogCumSumExp
 from tdag.lower.kernels.sequence import Attention, Lstm
 from tdag.lower.kernels.sorting import Along, Arg, SearchSorted, TopK
 from tdag.lower.kernels.windows import Pool, Resize
-from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, WriteSlice
+from tdag.lower.kernels.writes import BincountSized, EmbeddingBag, Histc, WriteSlice
 from tdag.ops.linalg.kernels import Ldl, Side, Triangle, TriangularSolve
 
 
@@ -274,6 +274,8 @@ CASES = [
          id="integer positions"),
     Case(Op.bincount, NoSpec(), ((6,), (20,)), dtypes={0: "int32", 1: "int64"}),
     Case(Op.bincount_sized, BincountSized("u0"), ((20,),), dtypes={0: "int64"}),
+    Case(Op.histc, Histc(8, -2.0, 2.0), ((5, 6),)),
+    Case(Op.histc, Histc(4, 0.0, 3.0), (("n",),), id="experts"),
     Case(Op.bincount_sized, BincountSized("u0", 5), (("n",),), dtypes={0: "int64"},
          id="minlength"),
     Case(Op.write_slice, WriteSlice(1, 2), ((3, 6, 4), (3, 1, 4))),

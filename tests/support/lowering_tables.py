@@ -463,6 +463,7 @@ def _kernel_programs():
     tables.append(("bags", _bags, [S((6,), "int64"), S((3,), "int64"), S((6,))]))
     tables.append(("sized-counts", lambda x: writes.bincount(ops.abs(x), minlength=4),
                    [S((6,), "int64")]))  # abs: no negative value to refuse
+    tables.append(("histogram", lambda x: writes.histc(x, 5, -1.0, 1.5), [S(("b", 6))]))
     tables.append(("counts", lambda x: ops.scatter(
         ops.zeros((6,), DType.i64, like=x), ops.argmax(x, 1), 1, 0, "add"), [S(("b", 6))]))
     tables.append(("search-and-log-scan", lambda x: ops.concat(

@@ -31,6 +31,7 @@ from tdag.ir.symbols import as_dim, dims_equal, is_static, symbol
 from tdag.ir.op import Op
 from tdag.ir.record import NoSpec, Trait, has, record
 from tdag.ir.types import DType, TensorType
+from tdag.lower.kernels.common import decomposed_onnx
 from tdag.lower.match import scalar
 from tdag.ops import writes
 from tdag.ops.nn.functional import BAG_MODES, embedding_bag
@@ -80,6 +81,51 @@ primitive(Op.bincount, NoSpec, 2, _shape, _eval, _cost,
           traits=Trait.KERNEL, batch=Refuse("counts along its only axis"), torch=_torch,
           onnx=_onnx, jax=_jax,
           decompose=lambda s, target, index: writes.scatter(target, index, 1, 0, "add"))
+
+
+# -- histc -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Histc:
+    """torch.histc over the range [lo, hi] (lo < hi): ``bins`` counts in x's dtype."""
+
+    bins: int
+    lo: float
+    hi: float
+
+
+def _histc_shape(spec: Histc, ins):
+    (x,) = ins
+    if not x.dtype.is_float:
+        raise ShapeError(f"histc: needs a float input, got {x}")
+    if spec.bins < 1 or not spec.lo < spec.hi:
+        raise ShapeError(f"histc: bins {spec.bins} over [{spec.lo}, {spec.hi}]: needs at "
+                         "least one bin and lo < hi")
+    return TensorType((spec.bins,), x.dtype)
+
+
+def _histc_jax(node, a, cx):
+    """The composition's arithmetic, in its order (a value on a bin's edge lands where
+    tdag.run puts it)."""
+    s, jnp, x = node.spec, cx.jnp, a[0].reshape(-1)
+    lo, hi = jnp.asarray(s.lo, x.dtype), jnp.asarray(s.hi, x.dtype)
+    index = jnp.floor((x - lo) * s.bins / (hi - lo)).astype(cx.dtype(DType.i64))
+    index = jnp.where(x == hi, s.bins - 1, index)
+    index = jnp.where((x >= lo) & (x <= hi), index, s.bins)
+    return jnp.zeros((s.bins + 1,), x.dtype).at[index].add(1)[:s.bins]
+
+
+primitive(Op.histc, Histc, 1, _histc_shape,
+          lambda s, xs, r: torch.histc(xs[0], s.bins, s.lo, s.hi),
+          lambda s, ins, out: traffic(ins, out, 6 * ins[0].numel),
+          "a bin's index (subtract, scale, floor, the top edge), the range test and a "
+          "scatter-add of ones: ten passes over the values and three bool tensors; histc "
+          "makes one", traits=Trait.KERNEL,
+          batch=Refuse("counts over the whole tensor: strip the batch before lowering"),
+          torch=lambda node, a, code: f"torch.histc({a[0]}, {node.spec.bins}, "
+                                      f"{node.spec.lo!r}, {node.spec.hi!r})",
+          onnx=decomposed_onnx, jax=_histc_jax,
+          decompose=lambda s, x: writes.histc(x, s.bins, s.lo, s.hi))
 
 
 # -- bincount_sized ------------------------------------------------------------------------

@@ -51,19 +51,7 @@ def _count_below(values, boundaries, right):
 
 @aten("histc")
 def histc(x, bins=100, min=0, max=0):
-    """Counts of values in ``bins`` equal bins over [min, max] (the data's range when
-    min == max); values outside are not counted, max goes into the last bin."""
-    x = ops.reshape(x, (-1,))
-    low, high = (ops.amin(x), ops.amax(x)) if min == max else (float(min), float(max))
-    if min == max:  # a constant tensor: torch widens the range by one on each side
-        same = ops.eq(low, high)
-        low, high = ops.where(same, ops.sub(low, 1.0), low), ops.where(same, ops.add(high, 1.0),
-                                                                         high)
-    width = ops.sub(high, low)
-    index = ops.cast(ops.floor(ops.div(ops.mul(ops.sub(x, low), float(bins)), width)), DType.i64)
-    index = ops.where(ops.eq(x, high), bins - 1, index)
-    inside = ops.logical_and(ops.ge(x, low), ops.le(x, high))
-    return writes.bin_counts(index, bins, keep=inside, dtype=x.dtype)
+    return writes.histc(x, bins, min, max)
 
 
 @aten("angle")
