@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from tdag.deinops.elementwise import CompareKind
-from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, Rounding, Shrink,
-                                            Softplus)
+from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, NanToNum, Rounding,
+                                            Shrink, Softplus)
 from tdag.ir.carriers import CARRIER
 from tdag.ir.graph import Node
 from tdag.ir.op import Op
@@ -569,6 +569,25 @@ def abs_rule(node: Node, ctx: Context):
     return _unary(node, ctx, Op.abs, x) if x is not None else NoMatch("not x * sign(x)")
 
 
+def nan_to_num_rule(node: Node, ctx: Context):
+    """where(y == -inf, n, y), y = where(z == inf, p, z), z = where(isnan(x), v, x) ->
+    nan_to_num(x, v, p, n)  (checked node for node against the kernel's decomposition)"""
+    cond, low, y = node.inputs
+    test = ctx.made(cond, Op.compare)
+    if not node.type.dtype.is_float or test is None or test.inputs[0] != y or \
+            scalar(ctx, test.inputs[1]) != -math.inf:
+        return NoMatch("not where(y == -inf, n, y)")
+    upper = ctx.made(y, Op.where)
+    inner = ctx.made(upper.inputs[2], Op.where) if upper is not None else None
+    if inner is None:
+        return NoMatch("not three selects")
+    values = tuple(scalar(ctx, n) for n in (inner.inputs[1], upper.inputs[1], low))
+    x = inner.inputs[2]
+    if None in values or not matches_kernel(ctx, node, Op.nan_to_num, NanToNum(*values), (x,)):
+        return NoMatch("not nan_to_num's composition")
+    return _unary(node, ctx, Op.nan_to_num, x, NanToNum(*values))
+
+
 def _times_own_sign(ctx: Context, name: str) -> str | None:
     """``x * sign(x)`` (either order) -> x."""
     found = _beside(ctx, name, Op.multiply, Op.sign, same=True)
@@ -599,6 +618,7 @@ RULES = (
     Rule(Op.neg, rounding_rule),        # -floor(-x) -> ceil(x)
     Rule(Op.where, precise_rule),       # Kahan's log(u) x / (u - 1), u = 1 + x -> log1p(x)
     Rule(Op.where, abs_rule),           # where(x == 0, 0, x * sign(x)) -> abs(x)
+    Rule(Op.where, nan_to_num_rule),    # where(x == -inf, n, where(x == inf, ...)) -> nan_to_num
     Rule(Op.add, logsigmoid_rule),      # min(x, 0) - log1p(exp(-|x|)) -> logsigmoid(x)
     Rule(Op.multiply, abs_rule),        # x * sign(x) -> abs(x), a signed integer's
 )

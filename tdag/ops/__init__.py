@@ -53,7 +53,7 @@ from tdag.ops.nn.pool import (
 from tdag.ops.optim import adamw_update
 from tdag.ops.promotion import broadcast_shapes, result_dtype
 from tdag.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp, scan
-from tdag.ops.special.series import expm1, log1p
+from tdag.ops.special.series import expm1, log1p, logaddexp, nan_to_num
 from tdag.ops.sorting import (
     argsort, searchsorted, sort, topk, unique, unique_all, unique_consecutive, unique_slices,
 )
@@ -77,15 +77,15 @@ __all__ = [
     "grouped_matmul", "gt", "hardsigmoid", "hardswish", "hardshrink", "hardtanh", "hypot", "index",
     "instance_norm", "interpolate", "iota", "isnan", "layer_norm", "le", "leaky_relu", "linear",
     "local_response_norm", "log", "log1p", "log_softmax", "logcumsumexp", "logical_and",
-    "logical_not", "logical_or", "logsigmoid", "logsumexp", "lt", "mask_index", "masked_select",
-    "matmul", "max_pool", "maximum", "mean", "minimum", "mish", "movedim", "mul", "multiply", "ne",
-    "neg", "nonzero", "ones", "pad", "param", "permute", "pow", "prod", "rearrange", "reciprocal",
-    "reduce", "relu", "relu6", "remainder", "repeat", "repeat_axes", "repeat_interleave",
-    "reshape", "result_dtype", "rms_norm", "round", "rsqrt", "safe_softmax", "scan",
-    "scaled_dot_product_attention", "scatter", "scatter_elements", "searchsorted", "select",
-    "selu", "sgn", "sigmoid", "sign", "silu", "sin", "sinh", "size_of", "size_tensor", "slice",
-    "softmax", "softplus", "softshrink", "sort", "split", "sqrt", "square", "squeeze", "stack",
-    "sub", "sum", "take_along", "tan", "tanh", "tile", "topk", "torch_pad", "transpose", "trunc",
-    "trunc_divide", "unfold", "ungroup", "unique", "unique_all", "unique_consecutive",
-    "unique_slices", "unsqueeze", "var", "vector_norm", "where", "zeros",
+    "logaddexp", "logical_not", "logical_or", "logsigmoid", "logsumexp", "lt", "mask_index",
+    "masked_select", "matmul", "max_pool", "maximum", "mean", "minimum", "mish", "movedim", "mul",
+    "multiply", "nan_to_num", "ne", "neg", "nonzero", "ones", "pad", "param", "permute", "pow",
+    "prod", "rearrange", "reciprocal", "reduce", "relu", "relu6", "remainder", "repeat",
+    "repeat_axes", "repeat_interleave", "reshape", "result_dtype", "rms_norm", "round", "rsqrt",
+    "safe_softmax", "scan", "scaled_dot_product_attention", "scatter", "scatter_elements",
+    "searchsorted", "select", "selu", "sgn", "sigmoid", "sign", "silu", "sin", "sinh", "size_of",
+    "size_tensor", "slice", "softmax", "softplus", "softshrink", "sort", "split", "sqrt", "square",
+    "squeeze", "stack", "sub", "sum", "take_along", "tan", "tanh", "tile", "topk", "torch_pad",
+    "transpose", "trunc", "trunc_divide", "unfold", "ungroup", "unique", "unique_all",
+    "unique_consecutive", "unique_slices", "unsqueeze", "var", "vector_norm", "where", "zeros",
 ]

@@ -17,8 +17,8 @@ from tdag.ir.op import Op
 from tdag.ir.record import NoSpec
 from tdag.deinops.fft import FftNorm
 from tdag.ir.types import DType
-from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, LogSumExp, Rounding,
-                                            Shrink, Softmax, Softplus)
+from tdag.lower.kernels.activations import (Clamp, Elu, Gelu, LeakyRelu, LogSumExp, NanToNum,
+                                            Rounding, Shrink, Softmax, Softplus)
 from tdag.lower.kernels.contraction import Conv, ConvTranspose, Einsum
 from tdag.lower.kernels.conv_grad import ConvWeightGrad
 from tdag.lower.kernels.fft import FftOfReal
@@ -147,6 +147,9 @@ CASES = [
     Case(Op.rounding, Rounding("half_even"), ((3, 4),)),
     Case(Op.log1p, NoSpec(), ((3, 4),), positive=(0,)),
     Case(Op.expm1, NoSpec(), (("b", 4),)),
+    Case(Op.logaddexp, NoSpec(), ((3, 4), (3, 4))),
+    Case(Op.nan_to_num, NanToNum(0.0, 3.4028235e38, -3.4028235e38), (("b", 4),)),
+    Case(Op.nan_to_num, NanToNum(1.5, 100.0, -7.0), ((3, 4),), id="values"),
     Case(Op.logsumexp, LogSumExp((1,)), ((3, 4),)),
     Case(Op.logsumexp, LogSumExp((0, 2), True), ((2, 3, 4),)),
     Case(Op.var, Variance((1,)), ((3, 4),)),

@@ -195,6 +195,7 @@ NN = {
     "round": (lambda x: ops.round(x), Op.rounding),
     "log1p": (lambda x: ops.log1p(x), Op.log1p),
     "expm1": (lambda x: ops.expm1(x), Op.expm1),
+    "nan-to-num": (lambda x: ops.nan_to_num(x), Op.nan_to_num),
     "logsumexp": (lambda x: ops.logsumexp(x, -1), Op.logsumexp),
     "logsumexp-keepdim": (lambda x: ops.logsumexp(x, 1, keepdim=True), Op.logsumexp),
     "logsumexp-2-axes": (lambda x: ops.logsumexp(x, (1, 2)), Op.logsumexp),
@@ -474,6 +475,7 @@ def _kernel_programs():
     tables.append(("slice-write", _slice_write, [S(("b", 6, 3))]))
     tables.append(("extrema", lambda x: ops.minimum(ops.maximum(x, ops.exp(x) - 1.5),
                                                     ops.sin(x)), [S(("b", 6))]))
+    tables.append(("log-add-exp", lambda x: ops.logaddexp(x, ops.sin(x)), [S(("b", 6))]))
     tables.append(("spectrum", lambda x: ops.view_as_real(ops.full_spectrum(
         ops.fft(x, 1, kind="r2c"), 1, 8)), [S(("b", 8))]))
     tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))

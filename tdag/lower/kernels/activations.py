@@ -624,3 +624,50 @@ def _precise(op: Op, fn: str, onnx) -> None:
 
 _precise(Op.log1p, "log1p", decomposed_onnx)
 _precise(Op.expm1, "expm1", _expm1_onnx)
+
+
+def _float_pair(op: str):
+    def rule(spec, ins):
+        float_input(op, ins[0])
+        return _extremum_shape(op)(spec, ins)
+    return rule
+
+
+primitive(Op.logaddexp, NoSpec, 2, _float_pair("logaddexp"),
+          lambda s, xs, r: torch.logaddexp(*xs), per_element(8),
+          "max, |a - b|, exp, Kahan's log1p and the test of equal infinities are sixteen "
+          "passes and four bool tensors", traits=_ONE_PASS, batch=Aligned(),
+          torch=lambda node, a, code: f"torch.logaddexp({a[0]}, {a[1]})",
+          onnx=decomposed_onnx,  # ONNX has none; Softplus(-|a - b|) loses its digits by 0
+          jax=lambda node, a, cx: cx.jnp.logaddexp(*a),
+          decompose=lambda s, a, b: ops.logaddexp(a, b))
+
+
+# -- nan and infinities replaced ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NanToNum:
+    """What torch.nan_to_num puts for nan, +inf and -inf."""
+
+    nan: float
+    posinf: float
+    neginf: float
+
+
+def _nan_to_num_args(s: NanToNum) -> str:
+    return f"{s.nan!r}, {s.posinf!r}, {s.neginf!r}"
+
+
+primitive(Op.nan_to_num, NanToNum, 1, _float_unary("nan_to_num"),
+          lambda s, xs, r: torch.nan_to_num(xs[0], s.nan, s.posinf, s.neginf),
+          per_element(3), "three tests and selects are six passes and three bool tensors",
+          traits=_ONE_PASS, batch=Aligned(),
+          torch=lambda node, a, code: inplace.unary(
+              node, a, code, f"torch.nan_to_num({a[0]}, {_nan_to_num_args(node.spec)})",
+              f"torch.nan_to_num_({{x}}, {_nan_to_num_args(node.spec)})"),
+          onnx=decomposed_onnx,  # ONNX has no such op
+          jax=lambda node, a, cx: cx.jnp.nan_to_num(a[0], nan=node.spec.nan,
+                                                    posinf=node.spec.posinf,
+                                                    neginf=node.spec.neginf),
+          in_place=inplace.overwritten_operand,
+          decompose=lambda s, x: ops.nan_to_num(x, s.nan, s.posinf, s.neginf))

@@ -25,6 +25,35 @@ def expm1(x: Tensor) -> Tensor:
     return core.where(core.eq(um1, 0.0), x, value)
 
 
+def logaddexp(a, b) -> Tensor:
+    """torch.logaddexp: log(exp(a) + exp(b)) as max(a, b) + log1p(exp(-|a - b|)), which
+    neither overflows nor loses the smaller term's digits; a == b infinite gives a (inf - inf
+    is nan), nan where either is nan."""
+    a, b = (core.to_float(t) if isinstance(t, Tensor) else t for t in (a, b))
+    spread = core.sub(a, b)
+    tail = log1p(core.exp(core.neg(core.abs(spread))))
+    same_infinity = core.logical_and(core.eq(a, b), core.eq(core.abs(a), float("inf")))
+    return core.where(same_infinity, a, core.add(core.maximum(a, b), tail))
+
+
+# the largest finite value of each float dtype: torch.nan_to_num's default for +-inf
+_LARGEST = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38,
+            "f64": 1.7976931348623157e308}
+
+
+def nan_to_num(x: Tensor, nan: float | None = 0.0, posinf: float | None = None,
+               neginf: float | None = None) -> Tensor:
+    """torch.nan_to_num: nan, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf``
+    (by default 0 and the dtype's largest and smallest finite values); an integer or bool x
+    has none and is returned as it is."""
+    if not x.dtype.is_float:
+        return x
+    largest = _LARGEST[x.dtype.value]
+    x = core.where(core.isnan(x), 0.0 if nan is None else nan, x)
+    x = core.where(core.eq(x, float("inf")), largest if posinf is None else posinf, x)
+    return core.where(core.eq(x, -float("inf")), -largest if neginf is None else neginf, x)
+
+
 def log1p(x: Tensor) -> Tensor:
     """log(1 + x) without cancellation near 0 (Kahan): log(u) x / (u - 1), u = 1 + x; the
     unused sides kept finite (x / 0 where u is 1, inf / inf where x is inf), so that no nan

@@ -323,10 +323,10 @@ def signbit(x):
 
 @aten("nan_to_num")
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
-    big = 3.4028234663852886e38 if x.dtype is DType.f32 else 1.7976931348623157e308
-    x = ops.where(ops.isnan(x), nan or 0.0, x)
-    x = ops.where(ops.eq(x, math.inf), big if posinf is None else posinf, x)
-    return ops.where(ops.eq(x, -math.inf), -big if neginf is None else neginf, x)
+    return ops.nan_to_num(x, nan, posinf, neginf)
+
+
+aten("logaddexp")(ops.logaddexp)
 
 
 @aten("where")

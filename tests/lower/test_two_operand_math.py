@@ -1,0 +1,90 @@
+"""torch.logaddexp and torch.nan_to_num lower to one kernel each: logaddexp's composition
+(max(a, b) + log1p(exp(-|a - b|)), the equal infinities kept) is sixteen passes and four
+bool tensors, nan_to_num's three tests and selects six passes. The reified module calls the
+torch function (bit for bit); ONNX, which has neither, runs the composition (Kahan's log1p:
+a tail of 1e-9 keeps its digits where Softplus would give 0); jax jnp.logaddexp and
+jnp.nan_to_num. Checked on random values, nan, +-inf, -0.0 and the largest floats, through
+tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6
+relative)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import tdag
+import tdag.lower
+from tdag.ir.op import Op
+
+from support.torch_models import Fn
+
+_SPECIAL = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1e-7, -20.0, 20.0, 3e38,
+            -3e38, 88.0, -88.0, 0.5]
+
+
+def _pair() -> tuple[torch.Tensor, torch.Tensor]:
+    """Every special value beside every other, then random ones."""
+    special = torch.tensor(_SPECIAL)
+    a, b = torch.meshgrid(special, special, indexing="ij")
+    noise = torch.randn(2, 64, generator=torch.Generator().manual_seed(0)) * 10
+    return torch.cat([a.reshape(-1), noise[0]]), torch.cat([b.reshape(-1), noise[1]])
+
+
+FUNCTIONS = {  # name: (the function of a and b, the kernel)
+    "logaddexp": (torch.logaddexp, Op.logaddexp),
+    "nan_to_num": (lambda a, b: torch.nan_to_num(a), Op.nan_to_num),
+    "nan_to_num-values": (lambda a, b: torch.nan_to_num(a, 1.5, 100.0, -7.0), Op.nan_to_num),
+}
+
+
+def _close(got, want: torch.Tensor, rtol: float, what: str) -> None:
+    got = torch.as_tensor(np.asarray(got))
+    if rtol == 0:
+        assert torch.equal(got.nan_to_num(0.125), want.nan_to_num(0.125)), what
+        assert torch.equal(got.isnan(), want.isnan()), what
+        return
+    torch.testing.assert_close(got, want, rtol=rtol, atol=rtol * 1e-3, equal_nan=True,
+                               msg=what)
+
+
+@pytest.fixture(scope="module", params=sorted(FUNCTIONS))
+def case(request):
+    fn, op = FUNCTIONS[request.param]
+    a, b = _pair()
+    return tdag.from_torch(Fn(fn), (a, b)), fn, op, a, b
+
+
+def test_one_kernel_and_torchs_values(case):
+    prog, fn, op, a, b = case
+    low = tdag.lower.lower(prog)
+    assert [n.op for n in low.graph.nodes] == [op], low
+    want = fn(a, b)
+    _close(tdag.run(low, a, b), want, 0, "tdag.run")
+    _close(tdag.run(prog, a, b), want, 1e-6, "the composition")
+    module = tdag.to_torch(prog)
+    assert f"torch.{op.value}(" in module.code or f"torch.{op.value}_(" in module.code
+    _close(module(a, b), want, 0, "to_torch")
+
+
+def test_onnxruntime_and_jax(case):
+    prog, fn, _, a, b = case
+    want = fn(a, b)
+    session = ort.InferenceSession(tdag.to_onnx(prog).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    feeds = dict(zip((i.name for i in session.get_inputs()), (a.numpy(), b.numpy())))
+    _close(session.run(None, feeds)[0], want, 1e-6, "onnxruntime")
+    if importlib.util.find_spec("jax"):
+        _close(tdag.to_jax(prog)(a.numpy(), b.numpy()), want, 1e-6, "jax")
+
+
+def test_logaddexp_keeps_a_small_tail_in_onnx():
+    """log(exp(0) + exp(-20)) - 0 = 2.06e-9: onnxruntime's Log(1 + Exp) would give 0."""
+    a, b = torch.zeros(3), torch.tensor([-20.0, -30.0, -5.0])
+    model = tdag.to_onnx(tdag.from_torch(Fn(torch.logaddexp), (a, b)))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, dict(zip((i.name for i in session.get_inputs()),
+                                     (a.numpy(), b.numpy()))))[0]
+    torch.testing.assert_close(torch.from_numpy(got), torch.logaddexp(a, b), rtol=1e-6, atol=0)
