@@ -1,6 +1,8 @@
 """torch functions that tdag.ops writes as compositions (|x|, leaky_relu, elu, hardsigmoid,
-softplus, mish, floor, ceil, round, log1p, expm1, logsumexp), reified: the torch module tdag
-makes (one kernel each: ``tdag/lower/activations.py``, ``softmax.py``) and the same program
+softplus, mish, floor, ceil, round, log1p, expm1, logsumexp, selu, celu, hardshrink,
+softshrink, the 2-norm, logaddexp, nan_to_num, histc), reified: the torch module tdag
+makes (one kernel each: ``tdag/lower/activations.py``, ``softmax.py``, ``norms.py``,
+``writes.py``) and the same program
 unlowered (the composition, ``to_torch(prog, lower=False)``), each / torch eager; and the
 ONNX file tdag writes on onnxruntime / torch.onnx.export's file (dynamo), side by side in one
 process, one thread, on an activation of a real CNN's size ([16, 64, 56, 56], 3.2M floats).
@@ -44,6 +46,15 @@ FUNCTIONS = {
     "log1p": lambda x: torch.log1p(x.abs()),
     "expm1": torch.expm1,
     "logsumexp": lambda x: torch.logsumexp(x, 1),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, 0.5),
+    "hardshrink": F.hardshrink,
+    "softshrink": F.softshrink,
+    "vector_norm": lambda x: torch.linalg.vector_norm(x, dim=1),  # over the channels
+    "normalize": lambda x: F.normalize(x, dim=-1),
+    "logaddexp": lambda x: torch.logaddexp(x, x * 0.5),
+    "nan_to_num": torch.nan_to_num,
+    "histc": lambda x: torch.histc(x, 100, -3.0, 3.0),
 }
 
 

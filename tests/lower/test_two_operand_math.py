@@ -1,8 +1,9 @@
 """torch.logaddexp and torch.nan_to_num lower to one kernel each: logaddexp's composition
 (max(a, b) + log1p(exp(-|a - b|)), the equal infinities kept) is sixteen passes and four
 bool tensors, nan_to_num's three tests and selects six passes. The reified module calls the
-torch function (bit for bit); ONNX, which has neither, runs the composition (Kahan's log1p:
-a tail of 1e-9 keeps its digits where Softplus would give 0); jax jnp.logaddexp and
+torch function (bit for bit); ONNX, which has neither, runs a composition (logaddexp's tail
+log1p(e) as log(u) - ((u - 1) - e) / u, u = 1 + e: a tail of 1e-9 keeps its digits where
+log(1 + e) would give 0); jax jnp.logaddexp and
 jnp.nan_to_num. Checked on random values, nan, +-inf, -0.0 and the largest floats, through
 tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6
 relative)."""
@@ -81,8 +82,10 @@ def test_onnxruntime_and_jax(case):
 
 
 def test_logaddexp_keeps_a_small_tail_in_onnx():
-    """log(exp(0) + exp(-20)) - 0 = 2.06e-9: onnxruntime's Log(1 + Exp) would give 0."""
-    a, b = torch.zeros(3), torch.tensor([-20.0, -30.0, -5.0])
+    """log(exp(0) + exp(-20)) = 2.06e-9: Log(1 + Exp(-20)) would give 0; and the exporter's
+    log(exp(a) + exp(b)) is inf past 88 and -inf below -104."""
+    a = torch.tensor([0.0, 0.0, 0.0, 100.0, -200.0, 1e-8])
+    b = torch.tensor([-20.0, -30.0, -5.0, 99.0, -201.0, -1e-8])
     model = tdag.to_onnx(tdag.from_torch(Fn(torch.logaddexp), (a, b)))
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, dict(zip((i.name for i in session.get_inputs()),

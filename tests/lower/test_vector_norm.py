@@ -62,8 +62,24 @@ def test_one_vector_norm_kernel(case):
     want = fn(x)
     _close(tdag.run(low, x), want, 1e-6, "tdag.run")
     module = tdag.to_torch(prog)
-    assert "torch.linalg.vector_norm(" in module.code
-    _close(module(x), want, 0, "to_torch")  # the function torch's own calls
+    axes = norms[0].spec.axes
+    if axes == tuple(range(x.dim() - len(axes), x.dim())):  # the innermost axes
+        assert "torch.linalg.vector_norm(" in module.code
+        _close(module(x), want, 0, "to_torch")  # the function torch's own calls
+    else:  # a sum of squares (see below)
+        assert "torch.linalg.vector_norm(" not in module.code
+        _close(module(x), want, 1e-6, "to_torch")
+
+
+def test_over_outer_axes_the_module_sums_squares():
+    """torch.linalg.vector_norm is slow over axes that are not the innermost (a
+    [16, 64, 56, 56] image's channels: 16 ms against 2.3 for sum(x * x).sqrt()): there the
+    module sums the squares itself, within float32's rounding of torch's values."""
+    x = _values()
+    fn = lambda t: torch.linalg.vector_norm(t, dim=1)  # noqa: E731
+    module = tdag.to_torch(tdag.from_torch(Fn(fn), (x,)))
+    assert "torch.linalg.vector_norm(" not in module.code and ".square()" in module.code
+    _close(module(x), fn(x), 1e-6, "to_torch")
 
 
 def test_reduce_l2_on_onnxruntime(case):
