@@ -36,7 +36,7 @@ ACTIVATIONS = {  # name: (the torch function, the kernel, the ONNX op)
     "selu-doubled": (lambda x: F.selu(x) * 2, Op.elu, "Selu"),
     "celu": (lambda x: F.celu(x, 0.3), Op.elu, "Celu"),
     "elu-scaled": (lambda x: torch.ops.aten.elu(x, 0.7, 2.0, 0.5), Op.elu, "Exp"),
-    "hardshrink": (lambda x: F.hardshrink(x, 0.3), Op.shrink, "Shrink"),
+    "hardshrink": (lambda x: F.hardshrink(x, 0.3), Op.shrink, "Where"),  # |x| <= l: 0
     "softshrink": (F.softshrink, Op.shrink, "Shrink"),
     "hardsigmoid": (F.hardsigmoid, Op.hardsigmoid, "HardSigmoid"),
     "softplus": (F.softplus, Op.softplus, "Softplus"),
