@@ -24,6 +24,7 @@ from tdag.lower import (
     resize,
     scans,
     softmax,
+    two_operand,
     sorting,
     writes,
 )
@@ -54,6 +55,8 @@ PASSES: dict[str, Pass] = {
     # the input gradients of softmax and gelu, before softmax's rule takes their exp apart
     "backward": rule_pass(*backward.RULES),
     "softmax": rule_pass(*softmax.RULES),
+    # logaddexp and atan2, whose compositions hold the kernels the activations pass makes
+    "two_operand": rule_pass(*two_operand.RULES),
     # the n log n family: sorts, scans, scatters, a real signal's full spectrum
     "sorting": rule_pass(*sorting.RULES, *scans.RULES, *writes.RULES, *fft.RULES),
     "norms": rule_pass(*norms.RULES),
@@ -84,9 +87,9 @@ PASSES: dict[str, Pass] = {
 }
 
 DEFAULT = ("simplify", "quant", "optim", "ml", "experts", "contraction", "cnn_backward",
-           "activations", "backward", "softmax", "sorting", "norms", "variance", "vector_norm",
-           "conv", "pool", "resize", "attention", "movement", "fuse", "recurrent",
-           "recurrent_loops", "join_calls")
+           "activations", "backward", "softmax", "two_operand", "sorting", "norms", "variance",
+           "vector_norm", "conv", "pool", "resize", "attention", "movement", "fuse",
+           "recurrent", "recurrent_loops", "join_calls")
 # after DEFAULT's fixed point, so that no rule (an LSTM's, a quantized kernel's template)
 # finds its weights already folded
 FINAL = ("split_concat", "fold")

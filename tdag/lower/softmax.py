@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tdag.lower import activations as activation_rules
 from tdag.lower.activations import abs_rule
 from tdag.lower.kernels.activations import LogSumExp, Softmax
 from tdag.deinops.reduce import ReduceKind
 from tdag.ir.graph import TDAG, Node
 from tdag.ir.op import Op
-from tdag.ir.record import NoSpec
 from tdag.ir.rewrite import Context, NoMatch, Rule, RuleSet, rewrite
 from tdag.lower.match import (kernel_template, linear_coefficient, maps_reduced, matches_kernel,
                               trace_chain)
@@ -113,33 +111,6 @@ def _logsumexp_template(op: Op, spec, types: tuple) -> TDAG:
     return prune(graph)
 
 
-_ACTIVATIONS = RuleSet(activation_rules.RULES)
-
-
-def _activations_template(op: Op, spec, types: tuple) -> TDAG:
-    """The kernel's template as the activations pass leaves it (its maximum, abs and log1p
-    kernels made)."""
-    graph, _ = rewrite(kernel_template(op, spec, types), _ACTIVATIONS)
-    return prune(graph)
-
-
-def logaddexp_rule(node: Node, ctx: Context):
-    """where(a == b and |a| == inf, a, max(a, b) + log1p(exp(-|a - b|))) -> logaddexp(a, b)
-    (checked node for node against the kernel's decomposition, its kernels made)"""
-    cond, a, total = node.inputs
-    both = ctx.made(total, Op.add)
-    if not node.type.dtype.is_float or both is None:
-        return NoMatch("not where(..., a, max(a, b) + ...)")
-    for m in both.inputs:
-        top = ctx.made(m, Op.maximum)
-        if top is not None and top.inputs[0] == a and \
-                matches_kernel(ctx, node, Op.logaddexp, NoSpec(), top.inputs,
-                               _activations_template):
-            emit = ctx.emitter(node)
-            return emit.finish(emit(Op.logaddexp, NoSpec(), *top.inputs))
-    return NoMatch("not logaddexp's composition")
-
-
 def logsumexp_rule(node: Node, ctx: Context):
     """log(sum(exp(x - m), axes)) + m, m = max(x, axes) with an infinite max made 0 ->
     logsumexp(x, axes) (kept dims or not; checked node for node against the kernel's
@@ -182,5 +153,4 @@ RULES = (
     Rule(Op.add, logsumexp_rule),      # log(sum(exp(x - m), a)) + m -> logsumexp(x, a)
     Rule(Op.squeeze, logsumexp_rule),  # its dims dropped -> logsumexp(x, a)
     Rule(Op.reshape, logsumexp_rule),  # (squeeze as the movement pass writes it) -> the same
-    Rule(Op.where, logaddexp_rule),    # max(a, b) + log1p(exp(-|a - b|)) -> logaddexp(a, b)
 )

@@ -26,8 +26,8 @@ from tdag.ir.op import Op
 from tdag.ir.types import COMPLEX, DType
 from tdag.ops.arrays import concat, stack
 from tdag.ops.core import (
-    abs, add, atan, cast, cos, div, eq, gather, ge, isnan, logical_or, lt, mul, select, sign,
-    sin, unsqueeze, where,
+    abs, add, atan, cast, cos, div, eq, gather, isnan, logical_and, logical_or, lt, mul, select,
+    sign, sin, unsqueeze, where,
 )
 from tdag.ops.promotion import norm_axis
 from tdag.ops.tensor import Tensor
@@ -106,11 +106,22 @@ def _refuse_complex32(what: str, x: Tensor, dtype: DType) -> None:
         raise ShapeError(f"{what}: torch computes no complex32 {what}, got {x.type}")
 
 
+def _signbit(x: Tensor) -> Tensor:
+    """x < 0, -0.0 included (1 / -0.0 is -inf)."""
+    return logical_or(lt(x, 0.0), lt(div(1.0, x), 0.0))
+
+
 def atan2(y: Tensor, x: Tensor) -> Tensor:
-    """atan(y/x) corrected by quadrant; x == 0 is handled by atan(+-inf) = +-pi/2."""
-    base = atan(div(y, x))
-    shift = where(ge(y, 0.0), math.pi, -math.pi)
-    return where(lt(x, 0.0), add(base, shift), base)
+    """C's atan2: atan(y / x), plus pi with y's sign where x's sign bit is set (x = -0.0
+    included: atan2(1, -0.0) is pi/2). The ratios that are nan take their limits: two zeros
+    give y (atan2(+-0, +-0) is +-0 or +-pi), two infinities sign(y) sign(x) (+-pi/4 or
+    +-3pi/4); a nan operand gives nan."""
+    both_zero = logical_and(eq(y, 0.0), eq(x, 0.0))
+    both_inf = logical_and(eq(abs(y), math.inf), eq(abs(x), math.inf))
+    ratio = where(both_zero, y, where(both_inf, mul(sign(y), sign(x)), div(y, x)))
+    base = atan(ratio)
+    shift = where(_signbit(y), -math.pi, math.pi)
+    return where(_signbit(x), add(base, shift), base)
 
 
 def angle(x: Tensor) -> Tensor:

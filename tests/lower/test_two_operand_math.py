@@ -36,6 +36,7 @@ def _pair() -> tuple[torch.Tensor, torch.Tensor]:
 
 FUNCTIONS = {  # name: (the function of a and b, the kernel)
     "logaddexp": (torch.logaddexp, Op.logaddexp),
+    "atan2": (torch.atan2, Op.atan2),
     "nan_to_num": (lambda a, b: torch.nan_to_num(a), Op.nan_to_num),
     "nan_to_num-values": (lambda a, b: torch.nan_to_num(a, 1.5, 100.0, -7.0), Op.nan_to_num),
 }
@@ -91,3 +92,16 @@ def test_logaddexp_keeps_a_small_tail_in_onnx():
     got = session.run(None, dict(zip((i.name for i in session.get_inputs()),
                                      (a.numpy(), b.numpy()))))[0]
     torch.testing.assert_close(torch.from_numpy(got), torch.logaddexp(a, b), rtol=1e-6, atol=0)
+
+
+def test_atan2s_composition_takes_the_limits_c_does():
+    """atan(y / x) alone is nan at (0, 0) and (inf, inf) and loses -0.0's sign; the
+    composition (what tdag.run of an unlowered program and the ONNX file compute) gives C's
+    atan2 there: +-0 or +-pi for two zeros, +-pi/4 or +-3pi/4 for two infinities, pi/2 for
+    (1, -0.0), zeros' signs kept."""
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf")])
+    y, x = (t.reshape(-1) for t in torch.meshgrid(special, special, indexing="ij"))
+    prog = tdag.from_torch(Fn(torch.atan2), (y, x))
+    got, want = tdag.run(prog, y, x), torch.atan2(y, x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))

@@ -638,6 +638,15 @@ def _float_pair(op: str):
     return rule
 
 
+primitive(Op.atan2, NoSpec, 2, _float_pair("atan2"), lambda s, xs, r: torch.atan2(*xs),
+          per_element(8), "atan of the ratio, the quadrant's shift and the limits of 0/0 and "
+          "inf/inf are sixteen passes and seven bool tensors", traits=_ONE_PASS,
+          batch=Aligned(), torch=lambda node, a, code: f"torch.atan2({a[0]}, {a[1]})",
+          onnx=decomposed_onnx,  # ONNX has no Atan2: the exact composition
+          jax=lambda node, a, cx: cx.jnp.arctan2(*a),
+          decompose=lambda s, y, x: ops.atan2(y, x))
+
+
 def _logaddexp_onnx(node, ins, g, cx):
     """max(a, b) + log1p(e), e = exp(-|a - b|), log1p(e) as log(u) - ((u - 1) - e) / u, u =
     1 + e (within an ulp, no Where: onnxruntime's Softplus is a scalar loop three times
