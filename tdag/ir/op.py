@@ -109,6 +109,7 @@ class Op(enum.Enum):
     rounding = "rounding"  # a float to an integral value: floor, ceil or half to even
     log1p = "log1p"  # log(1 + x) and exp(x) - 1 without cancellation by 0, one pass
     expm1 = "expm1"
+    hypot = "hypot"  # sqrt(x^2 + y^2) without overflow or underflow: torch.hypot
     atan2 = "atan2"  # the angle of (x, y), signed zeros and infinities as C's: torch.atan2
     logaddexp = "logaddexp"  # log(exp(a) + exp(b)) of two tensors, one pass: torch.logaddexp
     nan_to_num = "nan_to_num"  # nan, +inf and -inf replaced by numbers, one pass

@@ -4,6 +4,7 @@ pass (which has made their maximum, abs and log1p kernels):
     where(a == b == +-inf, a, max(a, b) + log1p(exp(-|a - b|)))   -> logaddexp(a, b)
     where(signbit(x), atan(r) + pi with y's sign, atan(r)),
         r = y / x, y at 0/0, sign(y) sign(x) at inf/inf           -> atan2(y, x)
+    where(|x| or |y| is inf, inf, max(|x|, |y|) sqrt((min / max)^2 + 1)) -> hypot(x, y)
 
 Each is checked node for node against the kernel's decomposition as that pass leaves it.
 """
@@ -61,7 +62,24 @@ def atan2_rule(node: Node, ctx: Context):
     return emit.finish(emit(Op.atan2, NoSpec(), *quotient.inputs))
 
 
+def hypot_rule(node: Node, ctx: Context):
+    """where(|x| == inf or |y| == inf, inf, max(|x|, |y|) sqrt(r^2 + 1)), r = min / max ->
+    hypot(x, y)  (checked node for node against the kernel's decomposition, its kernels
+    made)"""
+    product = ctx.made(node.inputs[2], Op.multiply)
+    for big in (ctx.made(n, Op.maximum) for n in (product.inputs if product else ())):
+        magnitudes = [ctx.made(n, Op.abs) for n in big.inputs] if big is not None else [None]
+        if None in magnitudes or not node.type.dtype.is_float:
+            continue
+        operands = tuple(m.inputs[0] for m in magnitudes)
+        if matches_kernel(ctx, node, Op.hypot, NoSpec(), operands, _activations_template):
+            emit = ctx.emitter(node)
+            return emit.finish(emit(Op.hypot, NoSpec(), *operands))
+    return NoMatch("not hypot's composition")
+
+
 RULES = (
     Rule(Op.where, logaddexp_rule),  # max(a, b) + log1p(exp(-|a - b|)) -> logaddexp(a, b)
     Rule(Op.where, atan2_rule),      # atan(y / x) shifted by pi where x < 0 -> atan2(y, x)
+    Rule(Op.where, hypot_rule),      # max(|x|, |y|) sqrt((min / max)^2 + 1) -> hypot(x, y)
 )

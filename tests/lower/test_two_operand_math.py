@@ -1,11 +1,13 @@
-"""torch.logaddexp and torch.nan_to_num lower to one kernel each: logaddexp's composition
-(max(a, b) + log1p(exp(-|a - b|)), the equal infinities kept) is sixteen passes and four
-bool tensors, nan_to_num's three tests and selects six passes. The reified module calls the
-torch function (bit for bit); ONNX, which has neither, runs a composition (logaddexp's tail
+"""torch.logaddexp, torch.atan2, torch.hypot and torch.nan_to_num lower to one kernel each:
+logaddexp's composition (max(a, b) + log1p(exp(-|a - b|)), the equal infinities kept) is
+sixteen passes and four bool tensors, atan2's (atan(y / x), the quadrant's shift and the
+limits of 0/0 and inf/inf) sixteen, hypot's (scaled by the larger magnitude, inf beside a
+nan) twelve, nan_to_num's three tests and selects six. The reified module calls the torch
+function (bit for bit); ONNX, which has none of them, runs a composition (logaddexp's tail
 log1p(e) as log(u) - ((u - 1) - e) / u, u = 1 + e: a tail of 1e-9 keeps its digits where
-log(1 + e) would give 0); jax jnp.logaddexp and
-jnp.nan_to_num. Checked on random values, nan, +-inf, -0.0 and the largest floats, through
-tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6
+log(1 + e) would give 0); jax jnp.logaddexp, arctan2, hypot and nan_to_num. Checked on
+every pair of nan, +-inf, -0.0, 0, the largest floats and others, then random values,
+through tdag.run of the lowered program, to_torch, onnxruntime and to_jax (float32: 1e-6
 relative)."""
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def _pair() -> tuple[torch.Tensor, torch.Tensor]:
 FUNCTIONS = {  # name: (the function of a and b, the kernel)
     "logaddexp": (torch.logaddexp, Op.logaddexp),
     "atan2": (torch.atan2, Op.atan2),
+    "hypot": (torch.hypot, Op.hypot),
     "nan_to_num": (lambda a, b: torch.nan_to_num(a), Op.nan_to_num),
     "nan_to_num-values": (lambda a, b: torch.nan_to_num(a, 1.5, 100.0, -7.0), Op.nan_to_num),
 }

@@ -149,6 +149,7 @@ CASES = [
     Case(Op.expm1, NoSpec(), (("b", 4),)),
     Case(Op.logaddexp, NoSpec(), ((3, 4), (3, 4))),
     Case(Op.atan2, NoSpec(), (("b", 4), ("b", 4))),
+    Case(Op.hypot, NoSpec(), ((3, 4), (3, 4))),
     Case(Op.nan_to_num, NanToNum(0.0, 3.4028235e38, -3.4028235e38), (("b", 4),)),
     Case(Op.nan_to_num, NanToNum(1.5, 100.0, -7.0), ((3, 4),), id="values"),
     Case(Op.logsumexp, LogSumExp((1,)), ((3, 4),)),

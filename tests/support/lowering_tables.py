@@ -477,6 +477,7 @@ def _kernel_programs():
                                                     ops.sin(x)), [S(("b", 6))]))
     tables.append(("log-add-exp", lambda x: ops.logaddexp(x, ops.sin(x)), [S(("b", 6))]))
     tables.append(("angle", lambda x: ops.atan2(ops.sin(x), x), [S(("b", 6))]))
+    tables.append(("hypotenuse", lambda x: ops.hypot(ops.sin(x), x), [S(("b", 6))]))
     tables.append(("spectrum", lambda x: ops.view_as_real(ops.full_spectrum(
         ops.fft(x, 1, kind="r2c"), 1, 8)), [S(("b", 8))]))
     tables.append(("linalg", _linalg, [S(("b", 4, 4)), S(("b", 4, 3))]))

@@ -638,13 +638,20 @@ def _float_pair(op: str):
     return rule
 
 
-primitive(Op.atan2, NoSpec, 2, _float_pair("atan2"), lambda s, xs, r: torch.atan2(*xs),
-          per_element(8), "atan of the ratio, the quadrant's shift and the limits of 0/0 and "
-          "inf/inf are sixteen passes and seven bool tensors", traits=_ONE_PASS,
-          batch=Aligned(), torch=lambda node, a, code: f"torch.atan2({a[0]}, {a[1]})",
-          onnx=decomposed_onnx,  # ONNX has no Atan2: the exact composition
-          jax=lambda node, a, cx: cx.jnp.arctan2(*a),
-          decompose=lambda s, y, x: ops.atan2(y, x))
+def _two_operand(op: Op, fn: str, jax_fn: str, reason: str, onnx=decomposed_onnx) -> None:
+    """``op``: torch's ``fn`` of two tensors of one float type (jnp's ``jax_fn``); ONNX, which
+    has none of these, runs ``onnx`` (the decomposition unless given)."""
+    primitive(op, NoSpec, 2, _float_pair(fn), lambda s, xs, r: getattr(torch, fn)(*xs),
+              per_element(8), reason, traits=_ONE_PASS, batch=Aligned(),
+              torch=lambda node, a, code: f"torch.{fn}({a[0]}, {a[1]})", onnx=onnx,
+              jax=lambda node, a, cx: getattr(cx.jnp, jax_fn)(*a),
+              decompose=lambda s, a, b: getattr(ops, fn)(a, b))
+
+
+_two_operand(Op.hypot, "hypot", "hypot", "|x|, |y|, their max and min, the ratio's square "
+             "root and the infinity test are twelve passes and four bool tensors")
+_two_operand(Op.atan2, "atan2", "arctan2", "atan of the ratio, the quadrant's shift and the "
+             "limits of 0/0 and inf/inf are sixteen passes and seven bool tensors")
 
 
 def _logaddexp_onnx(node, ins, g, cx):
@@ -663,13 +670,9 @@ def _logaddexp_onnx(node, ins, g, cx):
     return g.node("Where", [same, a, total])
 
 
-primitive(Op.logaddexp, NoSpec, 2, _float_pair("logaddexp"),
-          lambda s, xs, r: torch.logaddexp(*xs), per_element(8),
-          "max, |a - b|, exp, Kahan's log1p and the test of equal infinities are sixteen "
-          "passes and four bool tensors", traits=_ONE_PASS, batch=Aligned(),
-          torch=lambda node, a, code: f"torch.logaddexp({a[0]}, {a[1]})",
-          onnx=_logaddexp_onnx, jax=lambda node, a, cx: cx.jnp.logaddexp(*a),
-          decompose=lambda s, a, b: ops.logaddexp(a, b))
+_two_operand(Op.logaddexp, "logaddexp", "logaddexp", "max, |a - b|, exp, Kahan's log1p and "
+             "the test of equal infinities are sixteen passes and four bool tensors",
+             onnx=_logaddexp_onnx)
 
 
 # -- nan and infinities replaced ---------------------------------------------------------------
