@@ -16,7 +16,7 @@ from tdag.ops.arrays import (
 )
 from tdag.ops.complex import (
     angle, atan2, complex, conj, fft, fftn, full_spectrum, imag, polar, real, real_to_complex,
-    sgn, view_as_complex, view_as_real,
+    sgn, signbit, view_as_complex, view_as_real,
 )
 from tdag.ops.contraction import einsum
 from tdag.ops.core import (
@@ -83,9 +83,10 @@ __all__ = [
     "prod", "rearrange", "reciprocal", "reduce", "relu", "relu6", "remainder", "repeat",
     "repeat_axes", "repeat_interleave", "reshape", "result_dtype", "rms_norm", "round", "rsqrt",
     "safe_softmax", "scan", "scaled_dot_product_attention", "scatter", "scatter_elements",
-    "searchsorted", "select", "selu", "sgn", "sigmoid", "sign", "silu", "sin", "sinh", "size_of",
-    "size_tensor", "slice", "softmax", "softplus", "softshrink", "sort", "split", "sqrt", "square",
-    "squeeze", "stack", "sub", "sum", "take_along", "tan", "tanh", "tile", "topk", "torch_pad",
-    "transpose", "trunc", "trunc_divide", "unfold", "ungroup", "unique", "unique_all",
-    "unique_consecutive", "unique_slices", "unsqueeze", "var", "vector_norm", "where", "zeros",
+    "searchsorted", "select", "selu", "sgn", "sigmoid", "signbit", "sign", "silu", "sin", "sinh",
+    "size_of", "size_tensor", "slice", "softmax", "softplus", "softshrink", "sort", "split",
+    "sqrt", "square", "squeeze", "stack", "sub", "sum", "take_along", "tan", "tanh", "tile",
+    "topk", "torch_pad", "transpose", "trunc", "trunc_divide", "unfold", "ungroup", "unique",
+    "unique_all", "unique_consecutive", "unique_slices", "unsqueeze", "var", "vector_norm",
+    "where", "zeros",
 ]

@@ -106,8 +106,8 @@ def _refuse_complex32(what: str, x: Tensor, dtype: DType) -> None:
         raise ShapeError(f"{what}: torch computes no complex32 {what}, got {x.type}")
 
 
-def _signbit(x: Tensor) -> Tensor:
-    """x < 0, -0.0 included (1 / -0.0 is -inf)."""
+def signbit(x: Tensor) -> Tensor:
+    """torch.signbit of a float: x < 0, -0.0 included (1 / -0.0 is -inf)."""
     return logical_or(lt(x, 0.0), lt(div(1.0, x), 0.0))
 
 
@@ -120,8 +120,8 @@ def atan2(y: Tensor, x: Tensor) -> Tensor:
     both_inf = logical_and(eq(abs(y), math.inf), eq(abs(x), math.inf))
     ratio = where(both_zero, y, where(both_inf, mul(sign(y), sign(x)), div(y, x)))
     base = atan(ratio)
-    shift = where(_signbit(y), -math.pi, math.pi)
-    return where(_signbit(x), add(base, shift), base)
+    shift = where(signbit(y), -math.pi, math.pi)
+    return where(signbit(x), add(base, shift), base)
 
 
 def angle(x: Tensor) -> Tensor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from tdag.ops import core, creation
 from tdag.ops.masking import checked_zero
 from tdag.ops.tensor import Tensor
@@ -36,11 +38,6 @@ def logaddexp(a, b) -> Tensor:
     return core.where(same_infinity, a, core.add(core.maximum(a, b), tail))
 
 
-# the largest finite value of each float dtype: torch.nan_to_num's default for +-inf
-_LARGEST = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38,
-            "f64": 1.7976931348623157e308}
-
-
 def nan_to_num(x: Tensor, nan: float | None = 0.0, posinf: float | None = None,
                neginf: float | None = None) -> Tensor:
     """torch.nan_to_num: nan, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf``
@@ -48,7 +45,7 @@ def nan_to_num(x: Tensor, nan: float | None = 0.0, posinf: float | None = None,
     has none and is returned as it is."""
     if not x.dtype.is_float:
         return x
-    largest = _LARGEST[x.dtype.value]
+    largest = torch.finfo(x.dtype.torch).max
     x = core.where(core.isnan(x), 0.0 if nan is None else nan, x)
     x = core.where(core.eq(x, float("inf")), largest if posinf is None else posinf, x)
     return core.where(core.eq(x, -float("inf")), -largest if neginf is None else neginf, x)

@@ -318,7 +318,7 @@ def isneginf(x):
 
 @aten("signbit")
 def signbit(x):
-    return ops.logical_or(ops.lt(x, 0.0), ops.lt(ops.div(1.0, x), 0.0))
+    return ops.signbit(x)
 
 
 @aten("nan_to_num")
